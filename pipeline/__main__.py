@@ -1,0 +1,187 @@
+"""Command line: ``python -m pipeline run | synth | evaluate``.
+
+Bad input ends with one line on stderr (``error: …``) and exit status 2; warnings print as
+``warning: …``.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from dataclasses import replace
+from pathlib import Path
+
+from pipeline import PipelineWarning
+from pipeline.config import SignalConfig, VAEConfig
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    warnings.showwarning = _show_warning
+    try:
+        return args.func(args)
+    except (ValueError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    if issubclass(category, PipelineWarning):
+        print(f"warning: {message}", file=sys.stderr)
+    else:
+        print(warnings.formatwarning(message, category, filename, lineno, line), file=sys.stderr, end="")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m pipeline", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run the pipeline on a recording (default: the synthetic one)")
+    run.add_argument("input", nargs="?", help="CSV, WFDB (.hea), .npy or .parquet; default: synthetic ECG "
+                     "(20M samples on the GPU, 2M on the CPU)")
+    _add_run_options(run)
+    run.add_argument("--quiet", action="store_true", help="no progress bars")
+    run.set_defaults(func=_cmd_run)
+
+    synth = sub.add_parser("synth", help="write a synthetic ECG as CSV (+ <stem>.annotations.csv)")
+    synth.add_argument("output", help="CSV path to write")
+    synth.add_argument("--samples", type=int, default=2_000_000)
+    synth.add_argument("--fs", type=float, default=250.0)
+    synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--heart-rate", type=float, default=70.0, help="mean heart rate, bpm")
+    synth.add_argument("--pvc-fraction", type=float, default=0.015)
+    synth.add_argument("--aberrant-fraction", type=float, default=0.01)
+    synth.set_defaults(func=_cmd_synth)
+
+    evaluate = sub.add_parser("evaluate", help="score detection and outliers on annotated WFDB records")
+    evaluate.add_argument("directory", help="folder of WFDB records with .atr reference annotations")
+    _add_run_options(evaluate)
+    evaluate.add_argument("--no-neurokit", action="store_true", help="skip the NeuroKit2 comparison")
+    evaluate.set_defaults(func=_cmd_evaluate)
+    return parser
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--fs", type=float, help="sampling rate in Hz (default: from the file, else 250)")
+    p.add_argument("--column", help="CSV/Parquet column name or index, or WFDB lead (default: first)")
+    p.add_argument("--device", choices=("auto", "gpu", "cpu"), default="auto",
+                   help="auto = GPU when CUDA, CuPy and cuDF are usable")
+    p.add_argument("--out", default="runs", help="folder of cached runs (default: runs)")
+    p.add_argument("--samples", type=int, help="length of the synthetic default recording")
+    p.add_argument("--epochs", type=int, default=VAEConfig.epochs, help="VAE training epochs")
+    p.add_argument("--no-cache", action="store_true", help="recompute even when a cached run exists")
+
+
+def _request(args, input_path):
+    from pipeline.run import RunRequest
+
+    return RunRequest(input=input_path, device=args.device, out=args.out, fs=args.fs,
+                      column=int(args.column) if args.column and args.column.isdigit() else args.column,
+                      samples=args.samples, signal=SignalConfig(), vae=replace(VAEConfig(), epochs=args.epochs),
+                      use_cache=not args.no_cache)
+
+
+# --------------------------------------------------------------------------- run
+def _cmd_run(args) -> int:
+    from pipeline.run import run_pipeline
+
+    with _ProgressBars(enabled=not args.quiet) as bars:
+        run = run_pipeline(_request(args, args.input), progress=bars.update)
+    print(summary(run))
+    return 0
+
+
+class _ProgressBars:
+    """One tqdm bar per stage, on stderr."""
+
+    def __init__(self, enabled: bool):
+        self.enabled, self.bar, self.stage = enabled, None, None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._close()
+
+    def _close(self):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def update(self, stage: str, fraction: float, message: str) -> None:
+        if not self.enabled:
+            return
+        from tqdm import tqdm
+
+        from pipeline.run import STAGES
+
+        if stage != self.stage:
+            self._close()
+            self.stage = stage
+            self.bar = tqdm(total=100, desc=f"{STAGES[stage]:<34}", file=sys.stderr, leave=True,
+                            bar_format="{desc} {percentage:3.0f}%|{bar:30}| {elapsed} {postfix}")
+        self.bar.n = int(round(100 * fraction))
+        if message and message != STAGES[stage]:
+            self.bar.set_postfix_str(message, refresh=False)
+        self.bar.refresh()
+
+
+def summary(run) -> str:
+    """A human summary of a run: input, counts, per-stage time, memory, where it is."""
+    r = run.report
+    inp, counts = r["input"], r["counts"]
+    beats = run.beats
+    lines = [
+        f"run        {run.path}{'  (cached)' if run.cached else ''}",
+        f"input      {inp['path']}  [{inp['channel']}]  {inp['n_samples']:,} samples at {inp['fs']:g} Hz "
+        f"({inp['duration_s'] / 3600:.2f} h)",
+        f"device     {r['device']['name']}" + (f" ({r['device']['gpu']})" if "gpu" in r["device"] else ""),
+        f"beats      {counts['fiducials']:,} fiducials, {counts['beats']:,} kept ({counts['pruned']:,} pruned); "
+        f"{counts['train']:,} train / {counts['test']:,} held out",
+        f"lengths    median {beats['length_s'].median() * 1000:.0f} ms "
+        f"({60 / beats['length_s'].median():.0f} bpm)",
+        "stages     " + "  ".join(f"{k} {v * 1000:.0f} ms" if v < 1 else f"{k} {v:.2f} s"
+                                  for k, v in r["stages_s"].items()),
+        f"segment    {r['segmentation_s'] * 1000:.1f} ms (Ricker + NMS + lengths + embed)",
+    ]
+    mem = r["memory"]
+    lines.append("memory     " + (f"GPU peak {mem['gpu_peak_bytes'] / 2**20:.0f} MiB, " if "gpu_peak_bytes" in mem else "")
+                 + f"host peak RSS {mem['host_peak_rss_bytes'] / 2**20:.0f} MiB")
+    top = beats.nlargest(5, "score")
+    lines.append("outliers   " + ", ".join(f"beat {b.beat_id} at {b.time_s:.1f} s (score {b.score:.1f})"
+                                           for b in top.itertuples()))
+    if "abnormal" in beats:
+        from pipeline.evaluate import auroc
+
+        lines.append(f"reference  {int(beats['abnormal'].sum()):,} abnormal beats; outlier AUROC "
+                     f"{auroc(beats['score'], beats['abnormal']):.3f}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- synth, evaluate
+def _cmd_synth(args) -> int:
+    from pipeline import synth
+
+    cfg = synth.SynthConfig(n_samples=args.samples, fs=args.fs, seed=args.seed, heart_rate=args.heart_rate,
+                            pvc_fraction=args.pvc_fraction, aberrant_fraction=args.aberrant_fraction)
+    ecg = synth.synthesize(cfg)
+    path = synth.write_csv(ecg, Path(args.output))
+    print(f"wrote {path} ({args.samples:,} samples, {len(ecg.r_peaks):,} beats) and {synth.annotations_path(path)}")
+    return 0
+
+
+def _cmd_evaluate(args) -> int:
+    from pipeline import evaluate
+
+    table = evaluate.evaluate_directory(Path(args.directory), lambda path: _request(args, str(path)),
+                                        neurokit=not args.no_neurokit)
+    print(evaluate.format_table(table))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,246 @@
+"""The only GPU/CPU switch.
+
+Everything that knows whether it runs on CuPy or NumPy asks this module: ``has_gpu`` decides,
+``xp_of`` gives the array module of an input, ``to_host`` is the one explicit device → host copy.
+GPU libraries are imported lazily so that importing the pipeline on a CPU machine loads none of them.
+
+Hand-offs between libraries (cuDF → CuPy → Numba → PyTorch and back) go through the helpers
+below, which record each one in the active :class:`HandoffLedger`: source, target, mechanism,
+bytes, and whether the data pointer stayed the same (a zero-copy hand-off keeps it).
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.util
+import resource
+import sys
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+DEVICES = ("auto", "gpu", "cpu")
+
+
+@functools.cache
+def has_gpu() -> bool:
+    """True when a CUDA device is usable and CuPy and cuDF are installed."""
+    if any(importlib.util.find_spec(m) is None for m in ("cupy", "cudf")):
+        return False
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # no driver, no device: a CPU machine with the GPU wheels installed
+        return False
+
+
+def resolve_device(device: str) -> str:
+    """Map ``auto|gpu|cpu`` to ``gpu`` or ``cpu``; asking for a missing GPU is an error."""
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {', '.join(DEVICES)}; got {device!r}")
+    if device == "auto":
+        return "gpu" if has_gpu() else "cpu"
+    if device == "gpu" and not has_gpu():
+        raise ValueError("device 'gpu' needs a CUDA GPU with CuPy and cuDF installed; none was found "
+                         "(use --device cpu)")
+    return device
+
+
+def is_cupy_array(x) -> bool:
+    """Cheap check that never imports CuPy."""
+    cp = sys.modules.get("cupy")
+    return cp is not None and isinstance(x, cp.ndarray)
+
+
+def xp_of(x):
+    """The array module (CuPy or NumPy) that owns ``x``."""
+    return sys.modules["cupy"] if is_cupy_array(x) else np
+
+
+def xp_for(device: str):
+    """The array module for a resolved device name."""
+    if device == "gpu":
+        import cupy
+
+        return cupy
+    return np
+
+
+def fft_module(xp):
+    """scipy.fft-compatible module for ``xp`` (cupyx.scipy.fft on the GPU)."""
+    if xp is np:
+        import scipy.fft
+
+        return scipy.fft
+    import cupyx.scipy.fft
+
+    return cupyx.scipy.fft
+
+
+def to_host(x) -> np.ndarray:
+    """Copy a device array to host memory (a no-op for NumPy input). Synchronises the device."""
+    return x.get() if is_cupy_array(x) else np.asarray(x)
+
+
+def synchronize(device: str) -> None:
+    """Wait for queued device work, so that a host clock read after it means something."""
+    if device == "gpu":
+        import cupy
+
+        cupy.cuda.get_current_stream().synchronize()
+
+
+# --------------------------------------------------------------------------- RMM pool
+_POOL = None
+
+
+def use_rmm_pool(initial_pool_bytes: int | None = None):
+    """Make one RMM pool (with statistics) the allocator of cuDF, CuPy, Numba and PyTorch.
+
+    Must run before any of them allocates device memory (PyTorch refuses to change its
+    allocator afterwards). Idempotent.
+    """
+    global _POOL
+    if _POOL is not None:
+        return _POOL
+    import cupy
+    import numba.cuda
+    import rmm
+    import rmm.mr
+    from rmm.allocators.cupy import rmm_cupy_allocator
+    from rmm.allocators.numba import RMMNumbaManager
+    from rmm.allocators.torch import rmm_torch_allocator
+
+    import torch
+
+    free, _total = cupy.cuda.runtime.memGetInfo()
+    if initial_pool_bytes is None:  # a quarter of free memory: grows on demand, rarely needs to
+        initial_pool_bytes = (free // 4) // 256 * 256
+    pool = rmm.mr.PoolMemoryResource(rmm.mr.CudaMemoryResource(), initial_pool_size=initial_pool_bytes)
+    stats = rmm.mr.StatisticsResourceAdaptor(pool)
+    rmm.mr.set_current_device_resource(stats)
+    cupy.cuda.set_allocator(rmm_cupy_allocator)
+    numba.cuda.set_memory_manager(RMMNumbaManager)
+    torch.cuda.memory.change_current_allocator(rmm_torch_allocator)
+    _POOL = stats
+    return stats
+
+
+def peak_memory_bytes(device: str) -> dict:
+    """Peak memory so far: host RSS always, and RMM's peak on the GPU."""
+    out = {"host_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    if device == "gpu" and _POOL is not None:
+        counts = _POOL.allocation_counts  # a dict in older RMM releases, an object in newer ones
+        out["gpu_peak_bytes"] = int(counts["peak_bytes"] if isinstance(counts, dict) else counts.peak_bytes)
+    return out
+
+
+def reset_peak_memory(device: str) -> None:
+    """Start a fresh GPU peak count (host RSS peak cannot be reset)."""
+    if device == "gpu" and _POOL is not None:
+        # StatisticsResourceAdaptor keeps a stack: a pushed frame counts from zero.
+        _POOL.push_counters()
+
+
+# --------------------------------------------------------------------------- hand-off ledger
+@dataclass
+class Handoff:
+    source: str
+    target: str
+    mechanism: str
+    nbytes: int
+    same_pointer: bool
+    note: str = ""
+
+
+@dataclass
+class HandoffLedger:
+    entries: list[Handoff] = field(default_factory=list)
+
+    def record(self, source, target, mechanism, nbytes, same_pointer, note=""):
+        self.entries.append(Handoff(source, target, mechanism, int(nbytes), bool(same_pointer), note))
+
+    def as_dicts(self) -> list[dict]:
+        return [asdict(e) for e in self.entries]
+
+    @property
+    def copies(self) -> list[Handoff]:
+        return [e for e in self.entries if not e.same_pointer]
+
+
+_LEDGER: HandoffLedger | None = None
+
+
+@contextlib.contextmanager
+def recording_handoffs():
+    """Collect every hand-off made inside the ``with`` block into a fresh ledger."""
+    global _LEDGER
+    previous, _LEDGER = _LEDGER, HandoffLedger()
+    try:
+        yield _LEDGER
+    finally:
+        _LEDGER = previous
+
+
+def _record(*args, **kwargs):
+    if _LEDGER is not None:
+        _LEDGER.record(*args, **kwargs)
+
+
+def _data_pointer(x) -> int:
+    """Address of the first element of a CuPy/NumPy/Numba/torch array or cuDF column."""
+    if hasattr(x, "data_ptr"):  # torch.Tensor
+        return x.data_ptr()
+    if hasattr(x, "__cuda_array_interface__"):
+        return x.__cuda_array_interface__["data"][0]
+    return x.__array_interface__["data"][0]
+
+
+def cudf_to_cupy(series):
+    """cuDF column → CuPy array through ``__cuda_array_interface__`` (no copy for a null-free column)."""
+    import cupy
+
+    arr = cupy.asarray(series)
+    _record("cudf", "cupy", "__cuda_array_interface__", arr.nbytes, _data_pointer(series) == arr.data.ptr)
+    return arr
+
+
+def host_to_device(x: np.ndarray):
+    """NumPy → CuPy: a real copy over PCIe, recorded as one (formats cuDF cannot parse on the GPU)."""
+    import cupy
+
+    arr = cupy.asarray(x)
+    _record("numpy", "cupy", "host-to-device copy", arr.nbytes, False)
+    return arr
+
+
+def as_kernel_array(x):
+    """Array → Numba: ``cuda.as_cuda_array`` (CUDA array interface) on the GPU, the ndarray itself on the CPU."""
+    if is_cupy_array(x):
+        import numba.cuda
+
+        out = numba.cuda.as_cuda_array(x)
+        _record("cupy", "numba.cuda", "__cuda_array_interface__", x.nbytes, _data_pointer(out) == x.data.ptr)
+        return out
+    _record("numpy", "numba", "ndarray buffer", x.nbytes, True)
+    return x
+
+
+def to_torch(x):
+    """Array → torch.Tensor through DLPack (zero-copy on both devices)."""
+    import torch
+
+    t = torch.from_dlpack(x)
+    source = "cupy" if is_cupy_array(x) else "numpy"
+    _record(source, "torch", "DLPack", x.nbytes, t.data_ptr() == _data_pointer(x))
+    return t
+
+
+def from_torch(t, xp):
+    """torch.Tensor → CuPy/NumPy array through DLPack (zero-copy)."""
+    t = t.detach().contiguous()
+    arr = xp.from_dlpack(t)
+    target = "cupy" if xp is not np else "numpy"
+    _record("torch", target, "DLPack", arr.nbytes, t.data_ptr() == _data_pointer(arr))
+    return arr

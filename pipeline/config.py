@@ -1,0 +1,51 @@
+"""Parameters of a run, as frozen dataclasses. They are saved in every report and checkpoint,
+and their hash (with the input's) names the cached run directory."""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class SignalConfig:
+    """How beats are found and cut out. Durations are in seconds so they scale with the sampling rate."""
+
+    default_fs: float = 250.0        # used when the file carries no sampling rate and --fs is not given
+    ricker_width_s: float = 0.025    # Ricker scale a (zero crossings at ±a): matched to the QRS complex
+    refractory_s: float = 0.25       # no two beats closer than this (NMS half-window)
+    threshold: float = 0.25          # a beat's response must exceed this fraction of the local level...
+    level_block_s: float = 2.0       # ...the local level being the median of block maxima of this length
+    level_blocks: int = 9            # ...over this many neighbouring blocks
+    min_beat_s: float = 0.25         # pruning: beat lengths outside [min, max] are artefacts (240–30 bpm)
+    max_beat_s: float = 2.0
+    window_s: float = 1.024          # embedding row length: 256 samples at 250 Hz
+    pre_fiducial: float = 0.25       # fraction of the row before the fiducial point (P wave, QRS onset)
+    max_gap_s: float = 1.0           # non-finite runs up to this long are interpolated, longer ones rejected
+
+    def window(self, fs: float) -> int:
+        """Embedding width in samples: ``window_s`` at ``fs``, a multiple of 8 (the VAE halves it 3 times)."""
+        return max(8, int(round(self.window_s * fs / 8)) * 8)
+
+
+@dataclass(frozen=True)
+class VAEConfig:
+    """The convolutional VAE and its training."""
+
+    latent_dim: int = 2              # the dashboard plots the latent plane
+    channels: tuple[int, ...] = (8, 16, 32)
+    hidden: int = 64
+    epochs: int = 30
+    batch_size: int = 512
+    learning_rate: float = 2e-3
+    beta: float = 1.0                # weight of the KL term
+    train_fraction: float = 0.75
+    seed: int = 0
+    grid: int = 3                    # decoded samples: grid × grid points over the latent plane
+    mixed_precision: bool = True     # bf16 autocast on the GPU (ignored on the CPU)
+
+
+def config_hash(*parts) -> str:
+    """Stable short hash of dataclasses / dicts / strings, for cache keys."""
+    payload = [asdict(p) if hasattr(p, "__dataclass_fields__") else p for p in parts]
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -1,0 +1,217 @@
+"""The run directory: beats table, model, decoded samples, report; atomic writes and a verified cache.
+
+A run lives in ``<out>/<key>/`` where ``key`` hashes the input's bytes and every parameter.
+It is written in a hidden temporary folder and renamed into place when complete, so a failed or
+interrupted run never leaves a half-written or overwritten run behind. ``report.json`` lists the
+SHA-256 of every other file; a run whose files do not match is treated as damaged and rebuilt.
+
+See Also
+--------
+pipeline.score.score_beats : the previous step.
+dashboard.data_store.DataStore : reads runs for the views.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pipeline import PipelineWarning
+
+NORMAL_SYMBOLS = frozenset("NLRej")
+REPORT = "report.json"
+FILES = ("beats.parquet", "fiducials.npy", "embeddings.npy", "signal.npy", "decoded.npz", "model.pt")
+
+
+@dataclass
+class RunResult:
+    """A finished run, in host memory."""
+
+    path: Path
+    report: dict
+    beats: pd.DataFrame
+    fiducials: np.ndarray        # every detected fiducial (kept or pruned), sample indices
+    signal: np.ndarray           # the recording as analysed (float32)
+    embeddings: np.ndarray       # (n_beats, width) rows the VAE saw
+    decoded_z: np.ndarray        # (grid², 2) latent points of the decoded samples
+    decoded: np.ndarray          # (grid², width) decoder outputs at those points
+    cached: bool = False
+    _model: object = field(default=None, repr=False)
+
+    @property
+    def fs(self) -> float:
+        return float(self.report["input"]["fs"])
+
+    def model(self, device: str = "cpu"):
+        """The trained VAE, loaded from ``model.pt`` on first use."""
+        if self._model is None:
+            self._model = load_model(self.path / "model.pt", device)
+        return self._model
+
+
+# --------------------------------------------------------------------------- table
+def beats_table(*, fiducial, length, start, fs, is_train, z, score, annotations=None,
+                tolerance_s: float = 0.15) -> pd.DataFrame:
+    """One row per kept beat (host arrays in). With reference annotations, each beat gets the
+    symbol of the nearest reference beat within ``tolerance_s`` ('' when none) and ``abnormal``."""
+    table = pd.DataFrame({
+        "beat_id": np.arange(len(fiducial), dtype=np.int32),
+        "start": start.astype(np.int64),
+        "fiducial": fiducial.astype(np.int64),
+        "time_s": fiducial / fs,
+        "length": length.astype(np.int32),
+        "length_s": (length / fs).astype(np.float32),
+        "split": pd.Categorical(np.where(is_train, "train", "test"), categories=["train", "test"]),
+        "z1": z[:, 0].astype(np.float32),
+        "z2": z[:, 1].astype(np.float32),
+        "score": score.astype(np.float32),
+    })
+    if annotations is not None:
+        table["label"] = match_labels(fiducial, *annotations, int(round(tolerance_s * fs)))
+        table["abnormal"] = ~table["label"].isin(NORMAL_SYMBOLS) & (table["label"] != "")
+    return table
+
+
+def match_labels(fiducial: np.ndarray, ref_samples: np.ndarray, ref_symbols: np.ndarray, tolerance: int) -> np.ndarray:
+    """Symbol of the nearest reference beat within ``tolerance`` samples of each fiducial, else ''."""
+    labels = np.full(len(fiducial), "", dtype=object)
+    if len(ref_samples) == 0 or len(fiducial) == 0:
+        return labels
+    order = np.argsort(ref_samples)
+    ref_samples, ref_symbols = ref_samples[order], np.asarray(ref_symbols)[order]
+    right = np.clip(np.searchsorted(ref_samples, fiducial), 1, len(ref_samples) - 1)
+    left = right - 1
+    nearest = np.where(np.abs(ref_samples[left] - fiducial) <= np.abs(ref_samples[right] - fiducial), left, right)
+    if len(ref_samples) == 1:
+        nearest = np.zeros(len(fiducial), dtype=np.int64)
+    close = np.abs(ref_samples[nearest] - fiducial) <= tolerance
+    labels[close] = ref_symbols[nearest[close]]
+    return labels
+
+
+# --------------------------------------------------------------------------- hashing
+def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def input_sha256(path: Path) -> str:
+    """Hash of the input's bytes; for a WFDB record, of its header, signal and annotation files."""
+    path = Path(path)
+    if path.suffix.lower() in (".hea", ".dat") or (not path.suffix and path.with_suffix(".hea").exists()):
+        record = path.with_suffix("")
+        parts = sorted(p for p in record.parent.glob(record.name + ".*") if p.suffix in (".hea", ".dat", ".atr"))
+        return hashlib.sha256("".join(file_sha256(p) for p in parts).encode()).hexdigest()
+    return file_sha256(path)
+
+
+# --------------------------------------------------------------------------- cache
+def find_cached(root: Path, key: str) -> Path | None:
+    """The verified run directory for ``key``, or None (missing or damaged: then warn)."""
+    path = Path(root) / key
+    if not path.exists():
+        return None
+    problem = _verify(path)
+    if problem is None:
+        return path
+    warnings.warn(f"cached run {path} is damaged ({problem}); recomputing it", PipelineWarning, stacklevel=2)
+    return None
+
+
+def _verify(path: Path) -> str | None:
+    try:
+        report = json.loads((path / REPORT).read_text())
+    except (OSError, ValueError) as err:
+        return f"report.json unreadable: {type(err).__name__}"
+    for name, digest in report.get("files", {}).items():
+        if not (path / name).exists():
+            return f"{name} missing"
+        if file_sha256(path / name) != digest:
+            return f"{name} does not match its checksum"
+    if set(report.get("files", {})) != set(FILES):
+        return "report lists the wrong files"
+    return None
+
+
+def write_run(root: Path, key: str, *, report: dict, beats: pd.DataFrame, fiducials: np.ndarray, signal: np.ndarray,
+              embeddings: np.ndarray, decoded_z: np.ndarray, decoded: np.ndarray, checkpoint: dict) -> Path:
+    """Write a run atomically: everything into ``.<key>.tmp-<pid>``, checksums into the report,
+    then one rename. A damaged run already at the destination is replaced; nothing else is touched."""
+    import torch
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    final, tmp = root / key, root / f".{key}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        beats.to_parquet(tmp / "beats.parquet", index=False)
+        np.save(tmp / "fiducials.npy", fiducials)
+        np.save(tmp / "embeddings.npy", embeddings)
+        np.save(tmp / "signal.npy", signal)
+        np.savez(tmp / "decoded.npz", z=decoded_z, rows=decoded)
+        torch.save(checkpoint, tmp / "model.pt")
+        report = dict(report, files={name: file_sha256(tmp / name) for name in FILES})
+        (tmp / REPORT).write_text(json.dumps(report, indent=1, default=_json_default))
+        if final.exists():  # damaged (find_cached said so): move it aside, then swap in the new one
+            trash = root / f".{key}.trash-{os.getpid()}"
+            final.rename(trash)
+            tmp.rename(final)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            tmp.rename(final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def _json_default(value):
+    if isinstance(value, (np.integer, np.floating)):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return str(value)
+
+
+def load_run(path: Path) -> RunResult:
+    """Read a finished run directory (host memory; the large arrays are memory-mapped).
+    Check it with :func:`find_cached` first."""
+    path = Path(path)
+    decoded = np.load(path / "decoded.npz")
+    return RunResult(
+        path=path,
+        report=json.loads((path / REPORT).read_text()),
+        beats=pd.read_parquet(path / "beats.parquet"),
+        fiducials=np.load(path / "fiducials.npy"),
+        signal=np.load(path / "signal.npy", mmap_mode="r"),
+        embeddings=np.load(path / "embeddings.npy", mmap_mode="r"),
+        decoded_z=decoded["z"],
+        decoded=decoded["rows"],
+        cached=True,
+    )
+
+
+def load_model(path: Path, device: str = "cpu"):
+    """Rebuild the VAE from a checkpoint: the checkpoint carries its config and width."""
+    import torch
+
+    from pipeline.config import VAEConfig
+    from pipeline.model import VAE
+
+    checkpoint = torch.load(path, map_location="cuda" if device == "gpu" else "cpu", weights_only=True)
+    cfg = dict(checkpoint["config"])
+    cfg["channels"] = tuple(cfg["channels"])
+    model = VAE(checkpoint["width"], VAEConfig(**cfg))
+    model.load_state_dict(checkpoint["model"])
+    return model.to("cuda" if device == "gpu" else "cpu").eval()

@@ -1,0 +1,249 @@
+"""The conductor: the only place where steps are chained.
+
+``run_pipeline`` loads a recording (or the synthetic default), finds and embeds the beats,
+trains the VAE, scores every beat and writes a run directory, reporting each stage to a
+``progress`` callback and timing it with the device synchronised.
+"""
+from __future__ import annotations
+
+import contextlib
+import platform
+import time
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+import pipeline
+from pipeline import backend, results
+from pipeline.config import SignalConfig, VAEConfig, config_hash
+
+# Synthetic default recording: 20M samples (~22 h at 250 Hz) on the GPU; 2M (~2.2 h) on the CPU,
+# where the same run would take many minutes.
+DEFAULT_SAMPLES = {"gpu": 20_000_000, "cpu": 2_000_000}
+
+STAGES = {
+    "synth": "Synthesising the default recording",
+    "hash": "Hashing the input",
+    "warmup": "Compiling kernels",
+    "load": "Loading",
+    "wavelet": "Ricker response",
+    "peaks": "Non-maximum suppression",
+    "lengths": "Beat lengths",
+    "embed": "Pruning and embedding",
+    "train": "Training the VAE",
+    "score": "Scoring beats",
+    "results": "Writing results",
+}
+SEGMENTATION = ("wavelet", "peaks", "lengths", "embed")
+
+Progress = Callable[[str, float, str], None]  # (stage, fraction of that stage done, message)
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """Everything that defines a run; with the input's hash it names the cache entry."""
+
+    input: str | None = None          # None: the synthetic default
+    device: str = "auto"
+    out: str = "runs"
+    fs: float | None = None
+    column: str | int | None = None
+    samples: int | None = None        # size of the synthetic default (None: per device)
+    seed: int = 0
+    signal: SignalConfig = field(default_factory=SignalConfig)
+    vae: VAEConfig = field(default_factory=VAEConfig)
+    use_cache: bool = True
+
+
+def run_pipeline(request: RunRequest = RunRequest(), progress: Progress | None = None) -> results.RunResult:
+    """Run (or fetch from the cache) the whole pipeline for ``request``."""
+    device = backend.resolve_device(request.device)
+    if device == "gpu":
+        backend.use_rmm_pool()
+    stages = _StageClock(device, progress)
+    input_path = Path(request.input) if request.input else _synthetic_default(request, device, stages)
+
+    with stages("hash"):
+        input_hash = _hash_input(input_path)
+    key = config_hash(input_hash, device, request.fs, request.column, request.signal, request.vae)
+    if request.use_cache and (cached := results.find_cached(Path(request.out), key)):
+        stages.notify("results", 1.0, f"cached run {cached}")
+        return results.load_run(cached)
+
+    with backend.recording_handoffs() as ledger:
+        backend.reset_peak_memory(device)
+        with stages("warmup"):
+            _warm_up(device, request.signal)
+        computed = _compute(input_path, request, device, stages)
+        with stages("results"):
+            run = _write(input_path, input_hash, key, request, device, computed, stages, ledger)
+    return run
+
+
+# --------------------------------------------------------------------------- steps
+def _compute(input_path: Path, request: RunRequest, device: str, stages: "_StageClock") -> dict:
+    import torch
+
+    from pipeline import embed, load, peaks, score, train, wavelet
+
+    cfg = request.signal
+    with stages("load"):
+        recording = load.load_ecg(input_path, fs=request.fs, column=request.column, device=device,
+                                  default_fs=cfg.default_fs, max_gap_s=cfg.max_gap_s,
+                                  min_duration_s=max(2.5, 2 * cfg.window_s))
+    fs, signal = recording.fs, recording.signal
+    with stages("wavelet"):
+        response = wavelet.ricker_response(signal, fs, cfg.ricker_width_s)
+    with stages("peaks"):
+        positions = peaks.fiducials(response, fs, refractory_s=cfg.refractory_s, threshold=cfg.threshold,
+                                    level_block_s=cfg.level_block_s, level_blocks=cfg.level_blocks)
+    del response
+    with stages("lengths"):
+        lengths = peaks.beat_lengths(positions)
+        histogram = peaks.length_histogram(lengths, fs)
+    with stages("embed"):
+        width = cfg.window(fs)
+        beats = embed.embed_beats(signal, positions, fs, width=width, pre_fiducial=cfg.pre_fiducial,
+                                  min_beat_s=cfg.min_beat_s, max_beat_s=cfg.max_beat_s)
+    n_beats = int(beats.rows.shape[0])
+    if n_beats < 4:
+        raise ValueError(f"{input_path.name}: found {int(positions.shape[0])} beat candidate(s) and kept {n_beats}; "
+                         "too few heartbeats to analyse (is this an ECG? is --fs right?)")
+
+    with stages("train") as report:
+        rows = backend.to_torch(beats.rows)
+        is_train = train.split_train(n_beats, request.vae.train_fraction, request.vae.seed)
+        model, history = train.fit_vae(rows, is_train, request.vae,
+                                       progress=lambda f, msg: report(f, msg))
+    with stages("score"):
+        scores, z = score.score_beats(model, rows)
+        grid_z = score.latent_grid(z, request.vae.grid)
+        decoded = score.decode(model, grid_z)
+        xp = backend.xp_of(beats.rows)
+        scores, z = backend.from_torch(scores, xp), backend.from_torch(z, xp)
+    return dict(recording=recording, positions=positions, beats=beats, histogram=histogram, model=model,
+                history=history, is_train=is_train.numpy(), scores=scores, z=z,
+                grid_z=grid_z.cpu().numpy(), decoded=decoded.cpu().numpy(), width=width,
+                torch_version=torch.__version__)
+
+
+def _write(input_path, input_hash, key, request, device, c, stages, ledger) -> results.RunResult:
+    """Host copies happen here and only here: table, arrays, model, report."""
+    recording, beats = c["recording"], c["beats"]
+    host = backend.to_host
+    pre = int(round(request.signal.pre_fiducial * c["width"]))
+    fiducial = host(beats.fiducial)
+    table = results.beats_table(fiducial=fiducial, length=host(beats.length), start=fiducial - pre,
+                                fs=recording.fs, is_train=c["is_train"], z=host(c["z"]), score=host(c["scores"]),
+                                annotations=recording.annotations)
+    n_candidates = int(c["positions"].shape[0])
+    report = {
+        "version": pipeline.__version__,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "key": key,
+        "input": {"path": str(input_path), "sha256": input_hash, "channel": recording.channel,
+                  "fs": recording.fs, "n_samples": recording.n_samples,
+                  "duration_s": recording.n_samples / recording.fs,
+                  "repaired_samples": recording.repaired_samples,
+                  "annotated": recording.annotations is not None},
+        "device": _describe_device(device, c["torch_version"]),
+        "config": {"signal": asdict(request.signal), "vae": asdict(request.vae),
+                   "fs_override": request.fs, "column": request.column},
+        "counts": {"fiducials": n_candidates, "beats": len(table), "pruned": max(n_candidates - 1 - len(table), 0),
+                   "train": int(c["is_train"].sum()), "test": int((~c["is_train"]).sum())},
+        "length_histogram": {"counts": host(c["histogram"][0]).tolist(),
+                             "edges_s": host(c["histogram"][1]).round(4).tolist()},
+        "training": {"epochs": request.vae.epochs, "loss_history": [round(v, 4) for v in c["history"]]},
+        "beat_scale": beats.scale,
+    }
+    checkpoint = {"config": asdict(c["model"].cfg), "width": c["width"], "model": c["model"].state_dict()}
+    embeddings, signal = host(beats.rows), host(recording.signal)
+    report["stages_s"] = dict(stages.times)  # 'results' itself is added below, once it is known
+    report["memory"] = backend.peak_memory_bytes(device)
+    report["handoffs"] = ledger.as_dicts()
+    report["segmentation_s"] = round(sum(stages.times.get(s, 0.0) for s in SEGMENTATION), 6)
+    path = results.write_run(Path(request.out), key, report=report, beats=table, fiducials=host(c["positions"]),
+                             signal=signal,
+                             embeddings=embeddings, decoded_z=c["grid_z"], decoded=c["decoded"], checkpoint=checkpoint)
+    run = results.load_run(path)
+    run.cached = False
+    run.report["stages_s"]["results"] = round(stages.elapsed("results"), 6)
+    return run
+
+
+def _warm_up(device: str, cfg: SignalConfig) -> None:
+    """JIT-compile the kernels and create FFT plans on a tiny signal, so that stage times measure
+    the work, not the compiler (a server start pays this once; the report shows it as 'warmup')."""
+    from pipeline import embed, peaks, wavelet
+
+    xp = backend.xp_for(device)
+    fs = 250.0
+    t = np.arange(int(10 * fs)) / fs
+    tiny = xp.asarray((np.exp(-((t % 0.8) - 0.4) ** 2 / 2e-4)).astype(np.float32))
+    response = wavelet.ricker_response(tiny, fs, cfg.ricker_width_s)
+    positions = peaks.fiducials(response, fs)
+    peaks.length_histogram(peaks.beat_lengths(positions), fs)
+    embed.embed_beats(tiny, positions, fs, width=cfg.window(fs))
+
+
+def _synthetic_default(request: RunRequest, device: str, stages: "_StageClock") -> Path:
+    """The synthetic recording for this device, written once as CSV and then reused."""
+    from pipeline import synth
+
+    n = request.samples or DEFAULT_SAMPLES[device]
+    path = Path(request.out) / "inputs" / f"synthetic-{n}-seed{request.seed}.csv"
+    if not path.exists():
+        with stages("synth"):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            synth.write_csv(synth.synthesize(synth.SynthConfig(n_samples=n, seed=request.seed)), path)
+    return path
+
+
+def _hash_input(path: Path) -> str:
+    if not path.exists() and not path.with_suffix(".hea").exists():
+        raise ValueError(f"no such file: {path}")
+    return results.input_sha256(path)
+
+
+def _describe_device(device: str, torch_version: str) -> dict:
+    import numba
+
+    info = {"name": device, "python": platform.python_version(), "numpy": np.__version__,
+            "numba": numba.__version__, "torch": torch_version, "cpu": platform.processor() or platform.machine()}
+    if device == "gpu":
+        import cudf
+        import cupy
+
+        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+        info.update(gpu=props["name"].decode(), cupy=cupy.__version__, cudf=cudf.__version__)
+    return info
+
+
+# --------------------------------------------------------------------------- stage clock
+class _StageClock:
+    """Times stages (device synchronised at both ends) and forwards progress."""
+
+    def __init__(self, device: str, progress: Progress | None):
+        self.device, self.progress = device, progress
+        self.times: dict[str, float] = {}
+        self._started: dict[str, float] = {}
+
+    def notify(self, stage: str, fraction: float, message: str = "") -> None:
+        if self.progress:
+            self.progress(stage, fraction, message or STAGES[stage])
+
+    def elapsed(self, stage: str) -> float:
+        return time.perf_counter() - self._started[stage]
+
+    @contextlib.contextmanager
+    def __call__(self, stage: str):
+        backend.synchronize(self.device)
+        self.notify(stage, 0.0)
+        self._started[stage] = time.perf_counter()
+        yield lambda fraction, message="": self.notify(stage, fraction, message)
+        backend.synchronize(self.device)
+        self.times[stage] = round(self.elapsed(stage), 6)
+        self.notify(stage, 1.0)
