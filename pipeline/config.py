@@ -17,6 +17,7 @@ class SignalConfig:
     threshold: float = 0.25          # a beat's response must exceed this fraction of the local level...
     level_block_s: float = 2.0       # ...the local level being the median of block maxima of this length
     level_blocks: int = 9            # ...over this many neighbouring blocks
+    refine_s: float = 0.05           # fiducials then snap to the ECG's largest deflection within ±this
     min_beat_s: float = 0.25         # pruning: beat lengths outside [min, max] are artefacts (240–30 bpm)
     max_beat_s: float = 2.0
     window_s: float = 1.024          # embedding row length: 256 samples at 250 Hz

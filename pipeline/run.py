@@ -100,6 +100,7 @@ def _compute(input_path: Path, request: RunRequest, device: str, stages: "_Stage
     with stages("peaks"):
         positions = peaks.fiducials(response, fs, refractory_s=cfg.refractory_s, threshold=cfg.threshold,
                                     level_block_s=cfg.level_block_s, level_blocks=cfg.level_blocks)
+        positions = peaks.refine_to_extremum(signal, positions, fs, search_s=cfg.refine_s)
     del response
     with stages("lengths"):
         lengths = peaks.beat_lengths(positions)
@@ -184,7 +185,7 @@ def _warm_up(device: str, cfg: SignalConfig) -> None:
     t = np.arange(int(10 * fs)) / fs
     tiny = xp.asarray((np.exp(-((t % 0.8) - 0.4) ** 2 / 2e-4)).astype(np.float32))
     response = wavelet.ricker_response(tiny, fs, cfg.ricker_width_s)
-    positions = peaks.fiducials(response, fs)
+    positions = peaks.refine_to_extremum(tiny, peaks.fiducials(response, fs), fs)
     peaks.length_histogram(peaks.beat_lengths(positions), fs)
     embed.embed_beats(tiny, positions, fs, width=cfg.window(fs))
 
