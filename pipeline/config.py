@@ -37,13 +37,17 @@ class VAEConfig:
     channels: tuple[int, ...] = (8, 16, 32)
     hidden: int = 64
     epochs: int = 30
-    batch_size: int = 512
-    learning_rate: float = 2e-3
-    beta: float = 1.0                # weight of the KL term
+    batch_size: int = 2048           # large: on the GPU a step costs ~5 ms whatever its size (launch-bound)
+    learning_rate: float = 4e-3
+    # Weight of the KL term against the summed squared error: 2σ² for a Gaussian likelihood with
+    # σ ≈ 0.07 of the median beat amplitude. At 1.0 the posterior collapses (z ≈ 0 for every beat).
+    beta: float = 0.01
     train_fraction: float = 0.75
     seed: int = 0
     grid: int = 3                    # decoded samples: grid × grid points over the latent plane
-    mixed_precision: bool = True     # bf16 autocast on the GPU (ignored on the CPU)
+    # bf16 autocast on the GPU (ignored on the CPU). Off by default: measured on an H200 it made
+    # this small, launch-bound model slower (7.3 vs 5.4 ms per step at batch 2048).
+    mixed_precision: bool = False
 
 
 def config_hash(*parts) -> str:

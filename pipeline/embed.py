@@ -35,8 +35,13 @@ def embed_beats(signal, positions, fs: float, *, width: int, pre_fiducial: float
     no successor and starts no beat.
     """
     xp = backend.xp_of(signal)
-    if signal.dtype != xp.float32:
-        raise ValueError(f"signal must be float32; got {signal.dtype}")
+    if signal.ndim != 1 or signal.dtype != xp.float32:
+        raise ValueError(f"signal must be a 1-D float32 array; got {signal.dtype} with shape {signal.shape}")
+    if positions.ndim != 1 or positions.dtype.kind != "i":
+        raise ValueError(f"positions must be a 1-D array of sample indices (integers); "
+                         f"got {positions.dtype} with shape {positions.shape}")
+    if width < 1:
+        raise ValueError(f"width must be at least 1 sample; got {width}")
     n_candidates = max(int(positions.shape[0]) - 1, 0)
     pre = int(round(pre_fiducial * width))
     rows = xp.empty((n_candidates, width), dtype=xp.float32)

@@ -170,7 +170,7 @@ def _read_csv_pyarrow(path, index, delimiter, has_header):
         convert = pacsv.ConvertOptions(include_columns=[names[index]], column_types={names[index]: pa.float32()})
         table = pacsv.read_csv(path, read_options=read_opts, parse_options=parse_opts, convert_options=convert)
     except pa.ArrowInvalid as err:
-        raise ValueError(f"{path.name}: {_describe_arrow_error(err, has_header)}") from None
+        raise ValueError(f"{path.name}: {_describe_arrow_error(err, path, index, delimiter, has_header)}") from None
     return _writable_float32(table.column(0).to_numpy(zero_copy_only=False))
 
 
@@ -188,22 +188,42 @@ def _read_csv_cudf(path, index, delimiter, has_header):
         text = cudf.read_csv(path, dtype=["str"], **options)[frame.columns[0]]
         bad = text[~text.str.strip().str.isfloat() & (text.str.strip() != "") & text.notna()]
         if len(bad):
-            line = int(bad.index[0]) + 1 + int(has_header)
-            raise ValueError(f"{path.name}: line {line} holds {bad.iloc[0]!r}, which is not a number")
+            value = bad.iloc[0]
+            line = _line_of(path, index, delimiter, has_header, value) or int(bad.index[0]) + 1 + int(has_header)
+            raise ValueError(f"{path.name}: line {line} holds {value!r}, which is not a number")
         series = series.fillna(np.nan)  # empty cells: gaps, repaired or rejected like 'nan' text
     return backend.cudf_to_cupy(series)
 
 
-def _describe_arrow_error(err, has_header: bool) -> str:
-    """Turn pyarrow's conversion error into 'line N holds 'x', which is not a number'."""
+def _describe_arrow_error(err, path: Path, index: int, delimiter: str, has_header: bool) -> str:
+    """Turn pyarrow's conversion error into 'line N holds 'x', which is not a number'.
+    pyarrow names the value but (in recent releases) not the row, so the line is looked up."""
     import re
 
     text = _first_line(err)
-    match = re.search(r"Row #(\d+): CSV conversion error to float: invalid value '(.*)'", text)
+    match = re.search(r"CSV conversion error to float: invalid value '(.*)'", text)
     if match:
-        line = int(match.group(1)) + int(has_header)
-        return f"line {line} holds {match.group(2)!r}, which is not a number"
+        value = match.group(1)
+        line = _line_of(path, index, delimiter, has_header, value)
+        return f"{f'line {line}' if line else 'a line'} holds {value!r}, which is not a number"
     return f"not a readable CSV ({text})"
+
+
+def _line_of(path: Path, index: int, delimiter: str, has_header: bool, value: str) -> int | None:
+    """1-based line number (as an editor shows it) of the first data row whose field ``index`` is
+    ``value``. Only called to word an error, so a plain scan of the text is fine."""
+    import gzip
+
+    opener = gzip.open if path.name.lower().endswith(".gz") else open
+    wanted = value.strip().strip('"')
+    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, start=1):
+            if number == 1 and has_header:
+                continue
+            fields = line.rstrip("\r\n").split(delimiter)
+            if index < len(fields) and fields[index].strip().strip('"') == wanted:
+                return number
+    return None
 
 
 def _first_line(err) -> str:
@@ -253,16 +273,12 @@ def _read_npy(path: Path, column, device):
         raise ValueError(f"{path.name}: not a readable .npy file ({_first_line(err)})") from None
     if values.dtype.kind not in "fiu":
         raise ValueError(f"{path.name}: array dtype {values.dtype} is not numeric")
-    if values.ndim == 2:
-        index = 0 if column is None else int(column)
-        if not 0 <= index < values.shape[1]:
-            raise ValueError(f"{path.name} has {values.shape[1]} column(s); column index {index} does not exist")
-        values, channel = values[:, index], f"column {index}"
-    elif values.ndim == 1:
-        channel = "column 0"
-    else:
+    if values.ndim not in (1, 2):
         raise ValueError(f"{path.name}: expected a 1-D or 2-D (samples, leads) array; got shape {values.shape}")
-    values = _writable_float32(values)
+    names = [f"column {i}" for i in range(values.shape[1] if values.ndim == 2 else 1)]
+    index = _pick_column(names, column, path)  # a name or an out-of-range index gets the usual message
+    channel = names[index]
+    values = _writable_float32(values[:, index] if values.ndim == 2 else values)
     return _to_device(values, device), None, channel, _sidecar_annotations(path)
 
 
