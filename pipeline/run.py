@@ -74,11 +74,11 @@ def run_pipeline(request: RunRequest = RunRequest(), progress: Progress | None =
         stages.notify("results", 1.0, f"cached run {cached}")
         return results.load_run(cached)
 
+    with stages("warmup"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Numba's low-occupancy notes about the tiny warm-up grid
+        _warm_up(device, request.signal)
+    backend.reset_peak_memory(device)
     with backend.recording_handoffs() as ledger:
-        backend.reset_peak_memory(device)
-        with stages("warmup"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # Numba's low-occupancy notes about the tiny warm-up grid
-            _warm_up(device, request.signal)
         computed = _compute(input_path, request, device, stages)
         with stages("results"):
             run = _write(input_path, input_hash, key, request, device, computed, stages, ledger)

@@ -45,10 +45,16 @@ def ricker_response(signal, fs: float, width_s: float):
     points = int(2 * math.ceil(5 * a) + 1)  # ±5a: the tails are below 1e-5 of the peak
     wavelet = ricker(points, a, xp)
     n = signal.shape[0]
-    full = n + points - 1
-    nfft = fft.next_fast_len(full, real=True)
-    centred = signal - signal.mean(dtype=xp.float64).astype(xp.float32)
-    spectrum = fft.rfft(centred, nfft) * fft.rfft(wavelet, nfft)
+    nfft = fft.next_fast_len(n + points - 1, real=True)
+    # One zero-padded, mean-free copy of the signal; spectra are multiplied in place, so that at
+    # most three signal-sized buffers are alive at once (memory, not time, limits 200M samples).
+    padded = xp.zeros(nfft, dtype=xp.float32)
+    padded[:n] = signal
+    padded[:n] -= signal.mean(dtype=xp.float64).astype(xp.float32)
+    spectrum = fft.rfft(padded)
+    del padded
+    spectrum *= fft.rfft(wavelet, nfft)
     response = fft.irfft(spectrum, nfft)
+    del spectrum
     start = (points - 1) // 2
     return xp.ascontiguousarray(response[start:start + n], dtype=xp.float32)
