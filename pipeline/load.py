@@ -162,7 +162,8 @@ def _read_csv_pyarrow(path, index, delimiter, has_header):
     import pyarrow.csv as pacsv
 
     read_opts = pacsv.ReadOptions(autogenerate_column_names=not has_header, block_size=1 << 24)
-    parse_opts = pacsv.ParseOptions(delimiter=delimiter)
+    # A blank line is a missing sample (a gap to repair), not nothing: skipping it would shift time.
+    parse_opts = pacsv.ParseOptions(delimiter=delimiter, ignore_empty_lines=False)
     try:  # the header alone gives the names, so that only the chosen column is converted
         names = pacsv.open_csv(path, read_options=read_opts, parse_options=parse_opts).schema.names
         if index >= len(names):
@@ -178,7 +179,7 @@ def _read_csv_cudf(path, index, delimiter, has_header):
     """Parse on the GPU straight to float32; nulls are either empty cells (gaps) or text."""
     import cudf
 
-    options = dict(sep=delimiter, header=0 if has_header else None, usecols=[index])
+    options = dict(sep=delimiter, header=0 if has_header else None, usecols=[index], skip_blank_lines=False)
     try:
         frame = cudf.read_csv(path, dtype=["float32"], **options)
     except Exception as err:  # cuDF raises RuntimeError/ValueError subclasses of its own

@@ -44,7 +44,7 @@ def nms_gate(env, thresholds, block: int, half_window: int):
     return gate
 
 
-def fiducials(response, fs: float, *, refractory_s: float = 0.25, threshold: float = 0.3,
+def fiducials(response, fs: float, *, refractory_s: float = 0.25, threshold: float = 0.25,
               level_block_s: float = 2.0, level_blocks: int = 9):
     """Sample indices (int64, increasing) of the heartbeats' fiducial points.
 

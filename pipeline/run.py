@@ -87,9 +87,7 @@ def run_pipeline(request: RunRequest = RunRequest(), progress: Progress | None =
 
 # --------------------------------------------------------------------------- steps
 def _compute(input_path: Path, request: RunRequest, device: str, stages: "_StageClock") -> dict:
-    import torch
-
-    from pipeline import embed, load, peaks, score, train, wavelet
+    from pipeline import embed, load, peaks, wavelet
 
     cfg = request.signal
     with stages("load"):
@@ -115,6 +113,10 @@ def _compute(input_path: Path, request: RunRequest, device: str, stages: "_Stage
     if n_beats < 4:
         raise ValueError(f"{input_path.name}: found {int(positions.shape[0])} beat candidate(s) and kept {n_beats}; "
                          "too few heartbeats to analyse (is this an ECG? is --fs right?)")
+
+    import torch  # after loading, so that bad input is reported without waiting for torch
+
+    from pipeline import score, train
 
     with stages("train") as report:
         rows = backend.to_torch(beats.rows)
@@ -164,7 +166,8 @@ def _write(input_path, input_hash, key, request, device, c, stages, ledger) -> r
     }
     checkpoint = {"config": asdict(c["model"].cfg), "width": c["width"], "model": c["model"].state_dict()}
     embeddings, signal = host(beats.rows), host(recording.signal)
-    report["stages_s"] = dict(stages.times)  # 'results' itself is added below, once it is known
+    report["stages_s"] = dict(stages.times)
+    report["stages_s"]["results"] = round(stages.elapsed("results"), 6)  # host copies; file writes follow
     report["memory"] = backend.peak_memory_bytes(device)
     report["handoffs"] = ledger.as_dicts()
     report["segmentation_s"] = round(sum(stages.times.get(s, 0.0) for s in SEGMENTATION), 6)
@@ -173,7 +176,6 @@ def _write(input_path, input_hash, key, request, device, c, stages, ledger) -> r
                              embeddings=embeddings, decoded_z=c["grid_z"], decoded=c["decoded"], checkpoint=checkpoint)
     run = results.load_run(path)
     run.cached = False
-    run.report["stages_s"]["results"] = round(stages.elapsed("results"), 6)
     return run
 
 

@@ -1,0 +1,120 @@
+"""Tests of the command line (``python -m pipeline run | synth | evaluate``), in subprocesses."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _cli(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "pipeline", *map(str, args)], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_synth_writes_csv_and_sidecar(tmp_path):
+    from pipeline.synth import SynthConfig, annotations_path, read_annotations, synthesize
+
+    path = tmp_path / "rec.csv"
+    result = _cli("synth", path, "--samples", 30_000, "--seed", 4, "--fs", 360, "--pvc-fraction", 0.05)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"wrote {path} (30,000 samples, ")
+    expected = synthesize(SynthConfig(n_samples=30_000, seed=4, fs=360.0, pvc_fraction=0.05))
+    np.testing.assert_allclose(np.loadtxt(path), expected.signal, atol=5.1e-5)  # printed with 4 decimals
+    samples, symbols = read_annotations(annotations_path(path))
+    np.testing.assert_array_equal(samples, expected.r_peaks)
+    np.testing.assert_array_equal(symbols, expected.symbols)
+    assert f"{len(expected.r_peaks):,} beats" in result.stdout
+
+
+def test_synth_rejects_bad_settings(tmp_path):
+    result = _cli("synth", tmp_path / "rec.csv", "--samples", 10)
+    assert result.returncode == 2 and result.stderr.startswith("error: n_samples must be at least")
+    assert not (tmp_path / "rec.csv").exists()
+
+
+def test_run_prints_the_summary(small_csv, tmp_path):
+    out = tmp_path / "runs"
+    result = _cli("run", small_csv, "--device", "cpu", "--epochs", 2, "--out", out, "--quiet")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""  # --quiet: no progress bars, and a clean input gives no warnings
+    lines = dict(line.split(None, 1) for line in result.stdout.splitlines())
+    assert list(lines) == ["run", "input", "device", "beats", "lengths", "stages", "segment", "memory", "outliers",
+                           "reference"]
+    run_dir = Path(lines["run"])
+    assert run_dir.parent == out and (run_dir / "report.json").exists()
+    assert lines["input"].startswith(f"{small_csv}  [column 0]  150,000 samples at 250 Hz")
+    assert re.match(r"\d[\d,]* fiducials, \d[\d,]* kept \(\d+ pruned\); \d[\d,]* train / \d[\d,]* held out$", lines["beats"])
+    assert re.search(r"abnormal beats; outlier AUROC (0|1)\.\d{3}$", lines["reference"])
+    assert lines["outliers"].count("beat ") == 5
+
+    again = _cli("run", small_csv, "--device", "cpu", "--epochs", 2, "--out", out, "--quiet")
+    assert again.returncode == 0 and again.stdout.splitlines()[0] == f"run        {run_dir}  (cached)"
+
+
+def test_run_progress_bars_go_to_stderr(small_csv, tmp_path):
+    result = _cli("run", small_csv, "--device", "cpu", "--epochs", 1, "--out", tmp_path / "runs")
+    assert result.returncode == 0, result.stderr
+    for description in ("Loading", "Ricker response", "Non-maximum suppression", "Training the VAE", "Writing results"):
+        assert description in result.stderr
+    assert "epoch 1/1" in result.stderr and "Loading" not in result.stdout
+
+
+def _table_rows(stdout: str) -> dict:
+    lines = stdout.strip().splitlines()
+    return {line.split()[0]: line.split() for line in lines[2:]}, lines[0]
+
+
+@pytest.fixture(scope="module")
+def evaluation(mitdb, tmp_path_factory):
+    """``evaluate`` on a folder holding record 100 only, without and then with NeuroKit2 (the second
+    call reuses the cached pipeline run, so it only adds NeuroKit2's time)."""
+    import shutil
+
+    folder = tmp_path_factory.mktemp("one_record")
+    for ext in ("hea", "dat", "atr"):
+        shutil.copy(mitdb / f"100.{ext}", folder)
+    out = tmp_path_factory.mktemp("runs")
+    plain = _cli("evaluate", folder, "--device", "cpu", "--epochs", 2, "--no-neurokit", "--out", out)
+    started = time.perf_counter()
+    with_nk = _cli("evaluate", folder, "--device", "cpu", "--epochs", 2, "--out", out)
+    return plain, with_nk, time.perf_counter() - started
+
+
+def test_evaluate_prints_the_table(evaluation):
+    result = evaluation[0]
+    assert result.returncode == 0, result.stderr
+    rows, header = _table_rows(result.stdout)
+    assert header.split() == ["record", "beats", "found", "Se50", "P+50", "Se150", "P+150", "abnormal", "AUROC"]
+    assert list(rows) == ["100", "total"]
+    record, total = rows["100"], rows["total"]
+    assert record[1:] == total[1:]  # one record: the total is that record
+    beats, found = int(record[1]), int(record[2])
+    assert beats == 2273 and abs(found - beats) < 25  # MIT-BIH 100 has 2273 annotated beats
+    se150, pp150 = float(record[5]), float(record[6])
+    assert se150 >= 99.0 and pp150 >= 99.0
+    assert int(record[7]) == 34  # 33 A + 1 V (README)
+
+
+def test_evaluate_with_neurokit(evaluation):
+    pytest.importorskip("neurokit2")
+    _, result, seconds = evaluation
+    assert result.returncode == 0, result.stderr
+    rows, header = _table_rows(result.stdout)
+    assert "NK2" in header and header.count("Se150") == 2
+    record = rows["100"]
+    nk_se150, nk_pp150 = float(record[10]), float(record[11])  # after the "│" column
+    assert record[7] == "│" and nk_se150 > 95.0 and nk_pp150 > 95.0
+    assert seconds < 120
+
+
+def test_evaluate_rejects_a_folder_without_records(tmp_path):
+    result = _cli("evaluate", tmp_path, "--device", "cpu", "--no-neurokit", "--out", tmp_path / "runs")
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"error: {tmp_path}: no WFDB records with .atr reference annotations"

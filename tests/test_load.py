@@ -1,0 +1,407 @@
+"""Tests of pipeline.load: every format gives the values, rate and channel an independent reader
+gives; every bad input gives one clear ValueError, also through the CLI."""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline import PipelineWarning, backend
+from pipeline.load import load_ecg
+
+REPO = Path(__file__).resolve().parents[1]
+FS = 250.0
+N = 3000  # 12 s at 250 Hz: long enough for every check
+
+
+@pytest.fixture(scope="module")
+def leads() -> pd.DataFrame:
+    """Three columns: a time index and two 'leads' of random values (no two samples equal)."""
+    rng = np.random.default_rng(0)
+    return pd.DataFrame({"time": np.arange(N) / FS, "MLII": rng.standard_normal(N).round(5),
+                         "V5": rng.standard_normal(N).round(5)})
+
+
+def _host(recording) -> np.ndarray:
+    return backend.to_host(recording.signal)
+
+
+def _check(recording, expected, device, *, fs=FS, channel=None):
+    """Values, dtype, array type, rate and channel of a loaded recording."""
+    assert recording.signal.dtype == np.float32
+    assert backend.is_cupy_array(recording.signal) == (device == "gpu")
+    assert recording.signal.ndim == 1 and recording.n_samples == len(expected)
+    np.testing.assert_allclose(_host(recording), np.asarray(expected, dtype=np.float32), rtol=1e-6, atol=1e-6)
+    assert recording.fs == fs
+    if channel is not None:
+        assert recording.channel == channel
+
+
+def _write_csv(path: Path, frame: pd.DataFrame, *, header=True, sep=","):
+    frame.to_csv(path, index=False, header=header, sep=sep, float_format="%.5f")
+    return path
+
+
+# --------------------------------------------------------------------------- formats
+def test_csv_one_column_without_header(tmp_path, leads, device):
+    path = _write_csv(tmp_path / "one.csv", leads[["MLII"]], header=False)
+    expected = np.loadtxt(path, dtype=np.float32)
+    _check(load_ecg(path, device=device), expected, device, channel="column 0")
+
+
+def test_csv_header_default_skips_the_time_column(tmp_path, leads, device):
+    path = _write_csv(tmp_path / "three.csv", leads)
+    expected = np.loadtxt(path, delimiter=",", skiprows=1, dtype=np.float32)[:, 1]
+    _check(load_ecg(path, device=device), expected, device, channel="MLII")
+
+
+@pytest.mark.parametrize("column, index, name", [("V5", 2, "V5"), (2, 2, "V5"), ("2", 2, "V5"),
+                                                 ("MLII", 1, "MLII"), (0, 0, "time")])
+def test_csv_column_by_name_or_index(tmp_path, leads, device, column, index, name):
+    path = _write_csv(tmp_path / "three.csv", leads)
+    expected = np.loadtxt(path, delimiter=",", skiprows=1, dtype=np.float32)[:, index]
+    _check(load_ecg(path, column=column, device=device), expected, device, channel=name)
+
+
+def test_csv_without_header_several_columns(tmp_path, leads, device):
+    path = _write_csv(tmp_path / "noheader.csv", leads[["MLII", "V5"]], header=False)
+    expected = np.loadtxt(path, delimiter=",", dtype=np.float32)
+    _check(load_ecg(path, device=device), expected[:, 0], device, channel="column 0")
+    _check(load_ecg(path, column=1, device=device), expected[:, 1], device, channel="column 1")
+
+
+@pytest.mark.parametrize("sep, suffix", [(";", ".csv"), ("\t", ".tsv"), ("\t", ".txt")])
+def test_csv_other_delimiters(tmp_path, leads, device, sep, suffix):
+    path = _write_csv(tmp_path / f"sep{suffix}", leads, sep=sep)
+    expected = np.loadtxt(path, delimiter=sep, skiprows=1, dtype=np.float32)
+    _check(load_ecg(path, device=device), expected[:, 1], device, channel="MLII")
+    _check(load_ecg(path, column="V5", device=device), expected[:, 2], device, channel="V5")
+
+
+def test_csv_gzip(tmp_path, leads, device):
+    plain = _write_csv(tmp_path / "plain.csv", leads)
+    path = tmp_path / "packed.csv.gz"
+    path.write_bytes(gzip.compress(plain.read_bytes()))
+    expected = np.loadtxt(plain, delimiter=",", skiprows=1, dtype=np.float32)[:, 2]
+    _check(load_ecg(path, column="V5", device=device), expected, device, channel="V5")
+
+
+@pytest.mark.parametrize("name", ["100.hea", "100.dat", "100"])
+def test_wfdb_record_by_any_name(mitdb, device, name):
+    import wfdb
+
+    record = wfdb.rdrecord(str(mitdb / "100"))
+    recording = load_ecg(mitdb / name, device=device)
+    _check(recording, record.p_signal[:, 0], device, fs=360.0, channel="MLII")
+    assert recording.n_samples == 650_000
+
+
+@pytest.mark.parametrize("column", ["V5", 1, "1"])
+def test_wfdb_lead_by_name_or_index(mitdb, device, column):
+    import wfdb
+
+    record = wfdb.rdrecord(str(mitdb / "100"))
+    _check(load_ecg(mitdb / "100.hea", column=column, device=device), record.p_signal[:, 1], device,
+           fs=360.0, channel="V5")
+
+
+def test_npy_one_and_two_dimensional(tmp_path, leads, device):
+    two = leads[["MLII", "V5"]].to_numpy()
+    np.save(tmp_path / "one.npy", two[:, 0])
+    np.save(tmp_path / "two.npy", two)
+    _check(load_ecg(tmp_path / "one.npy", device=device), two[:, 0], device, channel="column 0")
+    _check(load_ecg(tmp_path / "two.npy", device=device), two[:, 0], device, channel="column 0")
+    _check(load_ecg(tmp_path / "two.npy", column=1, device=device), two[:, 1], device, channel="column 1")
+
+
+def test_npy_integer_counts(tmp_path, device):
+    counts = np.random.default_rng(1).integers(-2000, 2000, N).astype(np.int16)  # ADC units
+    np.save(tmp_path / "adc.npy", counts)
+    _check(load_ecg(tmp_path / "adc.npy", device=device), counts.astype(np.float32), device)
+
+
+def test_parquet_columns(tmp_path, leads, device):
+    path = tmp_path / "rec.parquet"
+    frame = leads.assign(counts=np.arange(N, dtype=np.int32) % 97)
+    frame.to_parquet(path, index=False)
+    expected = pd.read_parquet(path)
+    _check(load_ecg(path, device=device), expected["MLII"], device, channel="MLII")
+    _check(load_ecg(path, column="V5", device=device), expected["V5"], device, channel="V5")
+    _check(load_ecg(path, column=3, device=device), expected["counts"], device, channel="counts")
+
+
+# --------------------------------------------------------------------------- sampling rate
+def test_sampling_rate_file_then_argument_then_default(tmp_path, leads, mitdb):
+    path = _write_csv(tmp_path / "rate.csv", leads[["MLII"]], header=False)
+    assert load_ecg(path).fs == 250.0                       # CSV carries none: the default
+    assert load_ecg(path, default_fs=500).fs == 500.0       # ... which is configurable
+    assert load_ecg(path, fs=360).fs == 360.0               # --fs wins
+    assert load_ecg(path, fs=360, default_fs=500).fs == 360.0
+    assert load_ecg(mitdb / "100.hea").fs == 360.0          # WFDB carries its own
+    assert load_ecg(mitdb / "100.hea", fs=250, default_fs=500).fs == 250.0  # --fs wins over the file
+
+
+# --------------------------------------------------------------------------- annotations
+def test_annotations_from_synthetic_sidecar(small_csv, small_ecg):
+    recording = load_ecg(small_csv)
+    samples, symbols = recording.annotations
+    np.testing.assert_array_equal(samples, small_ecg.r_peaks)
+    np.testing.assert_array_equal(symbols.astype(str), small_ecg.symbols.astype(str))
+    assert {"N", "V", "A"} <= set(symbols.tolist())
+
+
+def test_annotations_from_atr_keep_beats_only(mitdb):
+    import wfdb
+
+    reference = wfdb.rdann(str(mitdb / "208"), "atr")
+    beat = np.isin(reference.symbol, list("NLRBAaJSVrFejnE/fQ?"))  # README: beat symbols
+    samples, symbols = load_ecg(mitdb / "208.hea").annotations
+    np.testing.assert_array_equal(samples, np.asarray(reference.sample)[beat])
+    np.testing.assert_array_equal(symbols, np.asarray(reference.symbol)[beat])
+    assert (~beat).any() and "+" not in set(symbols.tolist())  # rhythm marks existed and were dropped
+    assert (symbols == "V").sum() == 992  # README's count for record 208
+
+
+def test_no_annotations_without_sidecar(tmp_path, leads):
+    path = _write_csv(tmp_path / "plain.csv", leads[["MLII"]], header=False)
+    assert load_ecg(path).annotations is None
+
+
+# --------------------------------------------------------------------------- gaps
+def _linear_fill(values: np.ndarray) -> np.ndarray:
+    """Reference: each non-finite run replaced by the straight line between its finite neighbours."""
+    out = values.astype(np.float64).copy()
+    bad = ~np.isfinite(out)
+    i = 0
+    while i < len(out):
+        if bad[i]:
+            j = i
+            while bad[j]:
+                j += 1
+            left, right = i - 1, j  # interior gaps only in these tests
+            for k in range(i, j):
+                out[k] = out[left] + (out[right] - out[left]) * (k - left) / (right - left)
+            i = j
+        i += 1
+    return out
+
+
+def test_short_gaps_interpolated_linearly(tmp_path, device):
+    rng = np.random.default_rng(2)
+    values = np.cumsum(rng.standard_normal(N)).astype(np.float32)
+    values[100:103] = np.nan
+    values[500] = np.inf
+    values[1000:1000 + 250] = np.nan  # exactly max_gap_s at 250 Hz: still repaired
+    values[2000] = -np.inf
+    np.save(tmp_path / "gaps.npy", values)
+    with pytest.warns(PipelineWarning, match=r"interpolated 255 NaN/inf samples in 4 gap\(s\), longest 1000 ms"):
+        recording = load_ecg(tmp_path / "gaps.npy", device=device)
+    assert recording.repaired_samples == 255
+    np.testing.assert_allclose(_host(recording), _linear_fill(values), rtol=1e-5, atol=1e-5)
+
+
+def test_gaps_in_csv_text_and_empty_cells(tmp_path, device):
+    values = np.linspace(0.0, 1.0, N).round(6)
+    lines = ["time,ecg"] + [f"{i / FS:.4f},{v:.6f}" for i, v in enumerate(values)]
+    lines[1 + 10] = f"{10 / FS:.4f},nan"
+    lines[1 + 20] = f"{20 / FS:.4f},"  # empty cell
+    lines[1 + 30] = f"{30 / FS:.4f},inf"
+    (tmp_path / "gaps.csv").write_text("\n".join(lines) + "\n")
+    with pytest.warns(PipelineWarning, match="interpolated 3 NaN/inf samples"):
+        recording = load_ecg(tmp_path / "gaps.csv", device=device)
+    np.testing.assert_allclose(_host(recording), values, rtol=1e-5, atol=1e-6)  # a straight line stays one
+
+
+def test_clean_signal_gives_no_warning(tmp_path, leads):
+    path = _write_csv(tmp_path / "clean.csv", leads)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert load_ecg(path).repaired_samples == 0
+
+
+# --------------------------------------------------------------------------- bad input
+def _random_walk(n=N, seed=3) -> np.ndarray:
+    return np.cumsum(np.random.default_rng(seed).standard_normal(n)).astype(np.float32)
+
+
+def _numbers(n=N) -> str:
+    return "".join(f"{v:.4f}\n" for v in _random_walk(n))
+
+
+def _write(name, content):
+    def make(folder: Path) -> Path:
+        path = folder / name
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        elif callable(content):
+            content(path)
+        else:
+            path.write_text(content)
+        return path
+    return make
+
+
+def _npy(array):
+    return lambda path: np.save(path, array)
+
+
+def _with_gap(length):
+    values = _random_walk()
+    values[500:500 + length] = np.nan
+    return values
+
+
+def _corrupt_header(path: Path):
+    path.write_text("this is not a WFDB header\n\x01\x02 garbage 12 x y\n")
+
+
+def _header_without_signal(path: Path):
+    path.write_text("rec 1 360 3000\nrec.dat 16 200 16 0 0 0 0 MLII\n")  # rec.dat is not there
+
+
+def _binary(path: Path):
+    path.write_bytes(bytes(range(256)) * 64)  # has NUL bytes
+
+
+def _latin1(path: Path):
+    path.write_bytes("1.0\n2.0\n\xe9\xe8\xff\n".encode("latin-1"))  # not UTF-8, no NUL
+
+
+def _gz_text(text):
+    return lambda path: path.write_bytes(gzip.compress(text.encode()))
+
+
+BAD_INPUTS = {
+    # name: (file maker or None, load_ecg keyword arguments, message pattern)
+    "missing file": (None, {"path": "nope.csv"}, r"no such file: .*nope\.csv"),
+    "missing WFDB record": (None, {"path": "nope.hea"}, r"no such WFDB record: .*nope\.hea does not exist"),
+    "empty file": (_write("empty.csv", b""), {}, r"empty\.csv is empty"),
+    "blank lines only": (_write("blank.csv", "\n  \n\n"), {}, r"blank\.csv has no data"),
+    "header only": (_write("header.csv", "time,ecg\n"), {}, r"header\.csv has a header but no data rows"),
+    "non-numeric text": (_write("text.csv", "0.5\n0.25\n1.5\nabc\n2.0\n" + _numbers()), {},
+                         r"text\.csv: line 4 holds 'abc', which is not a number"),
+    "non-numeric after a header": (_write("text2.csv", "t,ecg\n0,1.5\n1,oops\n" + _numbers().replace("\n", ",1\n")),
+                                   {"column": "ecg"}, r"text2\.csv: line 3 holds 'oops', which is not a number"),
+    "non-numeric in gzip": (_write("text.csv.gz", _gz_text(_numbers(50) + "1.2.3\n" + _numbers())), {},
+                            r"text\.csv\.gz: line 51 holds '1\.2\.3', which is not a number"),
+    "binary garbage": (_write("garbage.csv", _binary), {}, r"garbage\.csv is not a text file \(binary content\)"),
+    "not UTF-8": (_write("latin.csv", _latin1), {}, r"latin\.csv is not UTF-8 text"),
+    "missing column name": (_write("cols.csv", "time,MLII\n" + _numbers().replace("\n", ",1.0\n")), {"column": "V5"},
+                            r"cols\.csv has no column 'V5'; columns are 'time', 'MLII'"),
+    "missing column index": (_write("cols.csv", "time,MLII\n" + _numbers().replace("\n", ",1.0\n")), {"column": 5},
+                             r"cols\.csv has 2 column\(s\); column index 5 does not exist"),
+    "missing column in headerless CSV": (_write("one.csv", _numbers()), {"column": 1},
+                                         r"one\.csv has 1 column\(s\); column index 1 does not exist"),
+    "missing npy column index": (_write("two.npy", _npy(np.ones((N, 2), np.float32))), {"column": 2},
+                                 r"two\.npy has 2 column\(s\); column index 2 does not exist"),
+    "npy column by a name it lacks": (_write("two.npy", _npy(np.ones((N, 2), np.float32))), {"column": "MLII"},
+                                      r"two\.npy has no column 'MLII'"),
+    "npy of text": (_write("words.npy", _npy(np.array(["a", "b", "c"] * 1000))), {}, r"words\.npy: array dtype <U1 is not numeric"),
+    "npy 3-D": (_write("cube.npy", _npy(np.ones((100, 10, 3), np.float32))), {},
+                r"cube\.npy: expected a 1-D or 2-D \(samples, leads\) array; got shape \(100, 10, 3\)"),
+    "npy garbage": (_write("junk.npy", b"not really an npy file" * 10), {}, r"junk\.npy: not a readable \.npy file"),
+    "parquet garbage": (_write("junk.parquet", b"PAR1 not really parquet" * 10), {}, r"junk\.parquet: not a readable Parquet file"),
+    "parquet text column": (_write("text.parquet", lambda p: pd.DataFrame({"ecg": ["x"] * N}).to_parquet(p)), {},
+                            r"text\.parquet: column 'ecg' has type \w+, not numbers"),
+    "parquet missing column": (_write("rec.parquet", lambda p: pd.DataFrame({"ecg": _random_walk()}).to_parquet(p)),
+                               {"column": "II"}, r"rec\.parquet has no column 'II'; columns are 'ecg'"),
+    "WFDB missing lead": ("mitdb", {"path": "100.hea", "column": "V1"}, r"100\.hea has no column 'V1'; columns are 'MLII', 'V5'"),
+    "corrupt WFDB header": (_write("bad.hea", _corrupt_header), {}, r"cannot read WFDB header bad\.hea: "),
+    "WFDB signal file missing": (_write("rec.hea", _header_without_signal), {}, r"cannot read WFDB record rec: "),
+    "long NaN gap": (_write("gap.npy", _npy(_with_gap(251))), {},
+                     r"gap\.npy: 251 consecutive NaN/inf samples \(1\.00 s\) from sample 500; at most 1 s can be interpolated"),
+    "all NaN": (_write("nan.npy", _npy(np.full(N, np.nan, np.float32))), {}, r"nan\.npy: every value is NaN or infinite"),
+    "all NaN in CSV": (_write("nan.csv", "nan\n" * N), {}, r"nan\.csv: every value is NaN or infinite"),
+    "too short for a beat": (_write("short.csv", _numbers(400)), {},
+                             r"short\.csv: recording too short: 400 samples \(1\.60 s at 250 Hz\); at least 2\.5 s"),
+    "flat line": (_write("flat.csv", "0.5\n" * N), {}, r"flat\.csv: the signal is flat \(all values ≈ 0\.5\)"),
+    "implausible --fs 5": (_write("slow.csv", _numbers()), {"fs": 5}, r"sampling rate 5 Hz is implausible for an ECG; expected 50–10000 Hz"),
+    "implausible --fs 1e6": (_write("fast.csv", _numbers()), {"fs": 1e6}, r"sampling rate 1e\+06 Hz is implausible"),
+    "implausible default_fs": (_write("slow.csv", _numbers()), {"default_fs": 0.0}, r"sampling rate 0 Hz is implausible"),
+    "a directory": (lambda folder: (folder / "adir.csv").mkdir() or folder / "adir.csv", {}, r"adir\.csv is a directory; give a recording file"),
+    "unknown suffix": (_write("rec.json", '{"ecg": [1, 2, 3]}'), {}, r"rec\.json: unknown format; expected \.csv, \.txt, \.npy, \.parquet or a WFDB \.hea record"),
+}
+
+
+@pytest.fixture
+def bad_input(request, tmp_path):
+    maker, kwargs, pattern = BAD_INPUTS[request.param]
+    kwargs = dict(kwargs)
+    if maker == "mitdb":
+        folder = request.getfixturevalue("mitdb")
+        kwargs["path"] = folder / kwargs["path"]
+    elif maker is None:
+        kwargs["path"] = tmp_path / kwargs["path"]
+    else:
+        kwargs["path"] = maker(tmp_path)
+    return kwargs, pattern
+
+
+@pytest.mark.parametrize("bad_input", list(BAD_INPUTS), indirect=True)
+def test_bad_input_raises_one_clear_line(bad_input, device):
+    kwargs, pattern = bad_input
+    path = kwargs.pop("path")
+    with pytest.raises(ValueError, match=pattern) as raised:
+        load_ecg(path, device=device, **kwargs)
+    message = str(raised.value)
+    assert "\n" not in message and len(message) < 300
+    # no chained library exception: the user sees this line and nothing else
+    assert raised.value.__context__ is None or raised.value.__suppress_context__
+
+
+# --------------------------------------------------------------------------- bad input through the CLI
+def _cli(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "pipeline", *map(str, args)], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _tree(root: Path) -> dict:
+    """Every file and folder under ``root``, files with their SHA-256 (the exact state of a runs folder)."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "folder"
+            for p in sorted(root.rglob("*"))}
+
+
+@pytest.mark.parametrize("bad_input", ["missing file", "non-numeric text", "flat line", "implausible --fs 5",
+                                       "corrupt WFDB header"], indirect=True)
+def test_cli_bad_input_exits_2_with_one_error_line(bad_input, tmp_path):
+    kwargs, pattern = bad_input
+    extra = ["--fs", str(kwargs["fs"])] if "fs" in kwargs else []
+    out = tmp_path / "runs"
+    result = _cli("run", kwargs["path"], "--device", "cpu", "--out", out, "--epochs", "1", *extra)
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error:")]
+    assert len(errors) == 1 and lines[-1] == errors[0], result.stderr  # progress bars may precede it
+    assert re.search(pattern, errors[0]), errors[0]
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    assert not out.exists() or not [p for p in out.iterdir() if p.name.startswith(".")]
+
+
+def test_cli_bad_input_quiet_prints_exactly_one_line(tmp_path):
+    path = tmp_path / "text.csv"
+    path.write_text("0.5\n0.25\nabc\n" + _numbers())
+    result = _cli("run", path, "--device", "cpu", "--out", tmp_path / "runs", "--quiet")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == ["error: text.csv: line 3 holds 'abc', which is not a number"]
+
+
+def test_cli_failed_run_leaves_cached_runs_intact(cpu_run, tmp_path):
+    import shutil
+
+    out = tmp_path / "runs"
+    shutil.copytree(cpu_run.run.path, out / cpu_run.run.path.name)
+    before = _tree(out)
+    bad = tmp_path / "flat.csv"
+    bad.write_text("0.5\n" * N)
+    for args in ([bad], [cpu_run.request.input, "--fs", "5"]):  # a new input, and the cached input misread
+        result = _cli("run", *args, "--device", "cpu", "--out", out, "--quiet", "--epochs", "1")
+        assert result.returncode == 2 and result.stderr.startswith("error:"), result.stderr
+    assert _tree(out) == before  # same files, same bytes, nothing added (no temporary folders)

@@ -1,0 +1,205 @@
+"""Tests of pipeline.peaks: the NMS gate against SciPy's maximum filter, the adaptive threshold
+against a plain NumPy computation, and fiducials against known R peaks (synthetic and MIT-BIH)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numpy.lib.stride_tricks import sliding_window_view
+from scipy.ndimage import maximum_filter1d
+
+from pipeline import backend
+from pipeline.config import SignalConfig
+from pipeline.peaks import (adaptive_threshold, beat_lengths, envelope, fiducials, length_histogram, nms_gate,
+                            refine_to_extremum)
+
+BEAT_SYMBOLS = list("NLRBAaJSVrFejnE/fQ?")  # the MIT-BIH README's heartbeat symbols
+
+
+def _host(x) -> np.ndarray:
+    return backend.to_host(x)
+
+
+def _fiducials(signal, fs, xp=np, cfg=SignalConfig(), refine=True):
+    """The pipeline's segmentation front end with its default settings (as ``run.py`` chains it)."""
+    from pipeline.wavelet import ricker_response
+
+    signal = xp.asarray(signal)
+    response = ricker_response(signal, fs, cfg.ricker_width_s)
+    positions = fiducials(response, fs, refractory_s=cfg.refractory_s, threshold=cfg.threshold,
+                          level_block_s=cfg.level_block_s, level_blocks=cfg.level_blocks)
+    return refine_to_extremum(signal, positions, fs, search_s=cfg.refine_s) if refine else positions
+
+
+# --------------------------------------------------------------------------- NMS gate
+@pytest.mark.parametrize("half", [1, 5, 62, 300])
+@pytest.mark.parametrize("n, block", [(10_000, 500), (7_777, 1000), (999, 2000)])
+def test_nms_gate_equals_maximum_filter(n, block, half, xp):
+    rng = np.random.default_rng(half * n)
+    env = rng.random(n).astype(np.float32)  # continuous: no ties
+    thresholds = rng.uniform(0.2, 0.9, -(-n // block)).astype(np.float32)
+    gate = nms_gate(xp.asarray(env), xp.asarray(thresholds), block, half)
+    assert isinstance(gate, xp.ndarray) and gate.dtype == xp.uint8 and gate.shape == (n,)
+    local_max = maximum_filter1d(env, size=2 * half + 1, mode="constant", cval=-np.inf) == env
+    above = env > np.repeat(thresholds, block)[:n]
+    np.testing.assert_array_equal(_host(gate).astype(bool), local_max & above)
+
+
+def test_nms_gate_ties_go_to_the_leftmost(xp):
+    env = np.zeros(60, np.float32)
+    env[10:15] = 1.0           # a plateau: one beat, at its first sample
+    env[30] = env[33] = 0.8    # equal peaks within the half-window: the left one
+    env[45] = env[55] = 0.8    # equal peaks further apart than the half-window: both
+    gate = nms_gate(xp.asarray(env), xp.asarray(np.array([0.5], np.float32)), 100, 4)
+    np.testing.assert_array_equal(np.flatnonzero(_host(gate)), [10, 30, 45, 55])
+
+
+def test_nms_gate_threshold_is_strict_and_per_block(xp):
+    env = np.zeros(40, np.float32)
+    env[[5, 15, 25, 35]] = [0.5, 0.6, 0.5, 0.4]
+    thresholds = np.array([0.5, 0.5, 0.3, 0.3], np.float32)  # blocks of 10 samples
+    gate = nms_gate(xp.asarray(env), xp.asarray(thresholds), 10, 3)
+    np.testing.assert_array_equal(np.flatnonzero(_host(gate)), [15, 25, 35])  # 0.5 is not > 0.5
+
+
+# --------------------------------------------------------------------------- adaptive threshold
+@pytest.mark.parametrize("n, fs, n_blocks", [(100_000, 250.0, 9), (12_345, 360.0, 5), (700, 250.0, 9), (50_000, 500.0, 1)])
+def test_adaptive_threshold_equals_numpy(n, fs, n_blocks, xp):
+    rng = np.random.default_rng(n)
+    env = np.abs(rng.standard_normal(n)).astype(np.float32) * np.linspace(0.5, 3.0, n, dtype=np.float32)
+    thresholds, block = adaptive_threshold(xp.asarray(env), fs, 0.3, 2.0, n_blocks)
+    assert block == round(2.0 * fs)
+    maxima = np.array([env[i:i + block].max() for i in range(0, n, block)])  # last block may be short
+    half = n_blocks // 2
+    level = np.median(sliding_window_view(np.pad(maxima, half, mode="edge"), n_blocks), axis=1)
+    assert isinstance(thresholds, xp.ndarray) and thresholds.dtype == xp.float32
+    np.testing.assert_allclose(_host(thresholds), 0.3 * level, rtol=1e-6)
+
+
+def test_envelope_is_absolute_value(xp):
+    x = np.array([-2.0, 0.5, -0.0, 3.0], np.float32)
+    np.testing.assert_array_equal(_host(envelope(xp.asarray(x))), np.abs(x))
+
+
+# --------------------------------------------------------------------------- fiducials
+def test_fiducials_find_the_synthetic_r_peaks(synthetic_ecg, xp):
+    from wfdb.processing import compare_annotations
+
+    ecg = synthetic_ecg
+    found = _host(_fiducials(ecg.signal, ecg.fs, xp))
+    assert found.dtype == np.int64 and np.all(np.diff(found) > 0)
+    tolerance = int(0.05 * ecg.fs)
+    comparison = compare_annotations(ecg.r_peaks, found, tolerance)
+    sensitivity = comparison.tp / len(ecg.r_peaks)
+    ppv = comparison.tp / len(found)
+    assert sensitivity >= 0.995 and ppv >= 0.995, (sensitivity, ppv)
+    # every clean (not noise-burst) beat is found, and within 50 ms
+    clean = ecg.r_peaks[ecg.symbols != "Q"]
+    after = np.clip(np.searchsorted(found, clean), 0, len(found) - 1)
+    before = np.clip(after - 1, 0, len(found) - 1)
+    nearest = np.minimum(np.abs(found[after] - clean), np.abs(found[before] - clean))
+    assert nearest.max() <= tolerance, np.sort(nearest)[-5:]
+    assert np.median(nearest) <= 2  # R peaks are hit to within a sample or two, not just within tolerance
+
+
+def test_fiducials_of_abnormal_beats(synthetic_ecg):
+    """Wide ventricular beats of either polarity are found too (the envelope is polarity-free)."""
+    ecg = synthetic_ecg
+    found = _fiducials(ecg.signal, ecg.fs)
+    for symbol in ("V", "A"):
+        truth = ecg.r_peaks[ecg.symbols == symbol]
+        distance = np.abs(found[None, :] - truth[:, None]).min(axis=1)
+        assert len(truth) >= 10 and (distance <= 0.05 * ecg.fs).all(), (symbol, distance.max())
+
+
+def test_fiducials_empty_for_silence(xp):
+    found = fiducials(xp.zeros(5000, dtype=xp.float32), 250.0)
+    assert isinstance(found, xp.ndarray) and found.dtype == xp.int64 and found.shape == (0,)
+
+
+def test_fiducials_respect_the_refractory_period(synthetic_ecg):
+    found = _fiducials(synthetic_ecg.signal, synthetic_ecg.fs)
+    assert np.diff(found).min() > SignalConfig().refractory_s * synthetic_ecg.fs
+
+
+@pytest.mark.parametrize("record", ["100", "119", "208", "233"])
+def test_fiducials_on_mitdb(mitdb, record, xp):
+    """Sensitivity and positive predictivity >= 99 % at 150 ms on lead 0 with the default settings,
+    matched one-to-one by WFDB's comparator (PhysioNet's reference beat matching)."""
+    import wfdb
+    from wfdb.processing import compare_annotations
+
+    signal = wfdb.rdrecord(str(mitdb / record), channels=[0]).p_signal[:, 0].astype(np.float32)
+    reference = wfdb.rdann(str(mitdb / record), "atr")
+    truth = np.asarray(reference.sample)[np.isin(reference.symbol, BEAT_SYMBOLS)]
+    for refine in (False, True):  # the envelope peaks, and the points the pipeline keeps
+        found = _host(_fiducials(signal, 360.0, xp, refine=refine))
+        comparison = compare_annotations(truth, found, int(0.15 * 360))
+        sensitivity = comparison.tp / (comparison.tp + comparison.fn)
+        ppv = comparison.tp / (comparison.tp + comparison.fp)
+        assert sensitivity >= 0.99 and ppv >= 0.99, (record, refine, sensitivity, ppv)
+
+
+# --------------------------------------------------------------------------- refinement
+def _refine_reference(signal, positions, fs, search_s=0.05, baseline_s=0.15):
+    """Per beat: the sample within ±search of largest |signal - mean over ±baseline| (first of equals);
+    windows are clipped to the recording by repeating its edge samples."""
+    search, base = round(search_s * fs), round(baseline_s * fs)
+    last = len(signal) - 1
+    out = []
+    for p in positions:
+        baseline = np.mean([signal[min(max(k, 0), last)] for k in range(p - base, p + base + 1)])
+        candidates = [min(max(k, 0), last) for k in range(p - search, p + search + 1)]
+        deviation = [abs(signal[k] - baseline) for k in candidates]
+        out.append(candidates[int(np.argmax(deviation))])
+    return np.array(out, dtype=np.int64)
+
+
+@pytest.mark.parametrize("fs", [250.0, 360.0])
+def test_refine_to_extremum_equals_a_loop(fs, xp):
+    rng = np.random.default_rng(int(fs))
+    signal = np.cumsum(rng.standard_normal(20_000)).astype(np.float32)
+    positions = np.concatenate([[3, 20], np.sort(rng.choice(np.arange(100, 19_900), 60, replace=False)), [19_990]])
+    refined = refine_to_extremum(xp.asarray(signal), xp.asarray(positions.astype(np.int64)), fs)
+    assert isinstance(refined, xp.ndarray) and refined.dtype == xp.int64
+    np.testing.assert_array_equal(_host(refined), _refine_reference(signal, positions, fs))
+    assert np.all(np.abs(_host(refined) - positions) <= round(0.05 * fs))
+
+
+def test_refine_moves_to_the_r_peak_of_either_polarity(xp):
+    fs = 250.0
+    signal = np.zeros(3000, np.float32)
+    signal[1000], signal[2000] = 1.5, -2.0  # an upward R and a downward QS deflection
+    refined = refine_to_extremum(xp.asarray(signal), xp.asarray(np.array([995, 2008], np.int64)), fs)
+    np.testing.assert_array_equal(_host(refined), [1000, 2000])
+    empty = refine_to_extremum(xp.asarray(signal), xp.zeros(0, dtype=xp.int64), fs)
+    assert empty.shape == (0,)
+
+
+def test_refined_fiducials_sit_on_the_r_peaks(synthetic_ecg):
+    """The synthetic ECG's fiducials are its main QRS extrema: refined points land on them (±1 sample)."""
+    ecg = synthetic_ecg
+    found = _fiducials(ecg.signal, ecg.fs)
+    for symbol in ("N", "V", "A"):
+        truth = ecg.r_peaks[ecg.symbols == symbol][:300]
+        error = np.abs(found[None, :] - truth[:, None]).min(axis=1)
+        assert np.median(error) == 0 and error.max() <= 1, (symbol, np.bincount(error))
+
+
+# --------------------------------------------------------------------------- lengths
+def test_beat_lengths_equal_diff(xp):
+    positions = np.cumsum(np.random.default_rng(1).integers(100, 400, 500)).astype(np.int64)
+    lengths = beat_lengths(xp.asarray(positions))
+    assert isinstance(lengths, xp.ndarray)
+    np.testing.assert_array_equal(_host(lengths), np.diff(positions))
+    assert beat_lengths(xp.asarray(positions[:1])).shape == (0,)
+
+
+def test_length_histogram_equals_numpy(xp):
+    fs = 360.0
+    lengths = np.random.default_rng(2).integers(50, 1000, 2000)  # 0.14–2.8 s: some beyond the last bin
+    counts, edges = length_histogram(xp.asarray(lengths), fs)
+    assert isinstance(counts, xp.ndarray)
+    expected_edges = np.linspace(0.0, 2.5, 126)  # 20 ms bins up to 2.5 s
+    np.testing.assert_allclose(_host(edges), expected_edges, atol=1e-9)
+    np.testing.assert_array_equal(_host(counts), np.histogram(lengths / fs, bins=expected_edges)[0])
+    assert int(_host(counts).sum()) == int((lengths / fs <= 2.5).sum())

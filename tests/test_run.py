@@ -1,0 +1,289 @@
+"""Tests of pipeline.run: one end-to-end run on a small synthetic CSV (CPU, few epochs), its run
+directory and report, the cache (reuse, damage, parameters), and atomic writing."""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline import PipelineWarning, results
+from pipeline.config import SignalConfig, VAEConfig
+from pipeline.run import SEGMENTATION, STAGES, run_pipeline
+
+EXPECTED_STAGES = [s for s in STAGES if s != "synth"]  # an input was given: nothing is synthesised
+
+
+def _relocated(cpu_run, tmp_path) -> tuple[Path, object]:
+    """A copy of the session's run in a fresh runs folder, and the request that finds it there."""
+    out = tmp_path / "runs"
+    shutil.copytree(cpu_run.run.path, out / cpu_run.run.path.name)
+    return out, replace(cpu_run.request, out=str(out))
+
+
+def _hidden(out: Path) -> list[str]:
+    return [p.name for p in Path(out).iterdir() if p.name.startswith(".")]
+
+
+# --------------------------------------------------------------------------- the run directory
+def test_run_directory_contents(cpu_run):
+    run = cpu_run.run
+    assert not run.cached
+    assert run.path.parent == Path(cpu_run.request.out) and run.path.name == run.report["key"]
+    assert sorted(p.name for p in run.path.iterdir()) == sorted([*results.FILES, results.REPORT])
+    assert _hidden(cpu_run.request.out) == []  # no temporary folder left behind
+    for name, digest in run.report["files"].items():
+        assert results.file_sha256(run.path / name) == digest
+
+
+def test_beats_table_columns_and_dtypes(cpu_run):
+    beats = cpu_run.run.beats
+    expected = {"beat_id": "int32", "start": "int64", "fiducial": "int64", "time_s": "float64", "length": "int32",
+                "length_s": "float32", "split": "category", "z1": "float32", "z2": "float32", "score": "float32",
+                "label": "object", "abnormal": "bool"}
+    assert {c: str(t) for c, t in beats.dtypes.items()} == expected
+    assert list(beats["split"].cat.categories) == ["train", "test"]
+    np.testing.assert_array_equal(beats["beat_id"], np.arange(len(beats)))
+    fs = cpu_run.run.fs
+    pre = round(SignalConfig().pre_fiducial * SignalConfig().window(fs))
+    np.testing.assert_array_equal(beats["start"], beats["fiducial"] - pre)
+    np.testing.assert_allclose(beats["time_s"], beats["fiducial"] / fs)
+    np.testing.assert_allclose(beats["length_s"], beats["length"] / fs, rtol=1e-6)
+    assert beats[["z1", "z2", "score"]].notna().all().all() and np.isfinite(beats["score"]).all()
+    assert (np.diff(beats["fiducial"]) > 0).all()
+
+
+def test_arrays_agree_with_the_table(cpu_run):
+    run = cpu_run.run
+    beats, width = run.beats, SignalConfig().window(run.fs)
+    assert run.embeddings.shape == (len(beats), width) and run.embeddings.dtype == np.float32
+    assert run.decoded.shape == (VAEConfig().grid ** 2, width) and run.decoded_z.shape == (VAEConfig().grid ** 2, 2)
+    assert run.signal.dtype == np.float32 and len(run.signal) == run.report["input"]["n_samples"]
+    assert np.isin(beats["fiducial"], run.fiducials).all()  # kept beats are a subset of the fiducials
+    lengths = np.diff(run.fiducials)[np.searchsorted(run.fiducials, beats["fiducial"])]
+    np.testing.assert_array_equal(beats["length"], lengths)
+
+
+def test_report_fields(cpu_run):
+    run, request = cpu_run.run, cpu_run.request
+    report, beats = run.report, run.beats
+    assert list(report["stages_s"]) == EXPECTED_STAGES
+    assert all(isinstance(v, float) and v >= 0 for v in report["stages_s"].values())
+    assert report["segmentation_s"] == pytest.approx(sum(report["stages_s"][s] for s in SEGMENTATION), abs=1e-5)
+    counts = report["counts"]
+    assert counts["beats"] == len(beats) and counts["fiducials"] == len(run.fiducials)
+    assert counts["pruned"] == counts["fiducials"] - 1 - counts["beats"]
+    assert counts["train"] == int((beats["split"] == "train").sum()) == round(0.75 * len(beats))
+    assert counts["test"] == int((beats["split"] == "test").sum()) == len(beats) - counts["train"]
+    assert report["input"]["fs"] == 250.0 and report["input"]["annotated"] is True
+    assert report["input"]["channel"] == "column 0" and report["input"]["repaired_samples"] == 0
+    assert report["input"]["n_samples"] == 150_000 and report["input"]["duration_s"] == 600.0
+    assert report["input"]["sha256"] == results.file_sha256(Path(request.input))
+    assert report["device"]["name"] == "cpu"
+    assert report["config"]["vae"]["epochs"] == 3 and report["config"]["signal"] == asdict(SignalConfig())
+    assert len(report["training"]["loss_history"]) == 3 and np.isfinite(report["training"]["loss_history"]).all()
+    assert report["memory"]["host_peak_rss_bytes"] > 50 * 2 ** 20
+    histogram = report["length_histogram"]
+    assert len(histogram["edges_s"]) == len(histogram["counts"]) + 1
+    assert sum(histogram["counts"]) == counts["fiducials"] - 1  # every beat length (all under 2.5 s here)
+
+
+def test_report_records_the_handoffs(cpu_run):
+    handoffs = cpu_run.run.report["handoffs"]
+    assert handoffs, "no hand-offs recorded"
+    pairs = {(h["source"], h["target"]) for h in handoffs}
+    assert {("numpy", "numba"), ("numpy", "torch"), ("torch", "numpy")} <= pairs
+    assert all(h["same_pointer"] for h in handoffs)  # on the CPU every hand-off shares memory
+    assert all(h["nbytes"] > 0 for h in handoffs if h["target"] == "torch")
+
+
+def test_progress_reports_every_stage(cpu_run):
+    stages = [stage for stage, _, _ in cpu_run.progress]
+    assert list(dict.fromkeys(stages)) == EXPECTED_STAGES
+    for stage in EXPECTED_STAGES:
+        fractions = [f for s, f, _ in cpu_run.progress if s == stage]
+        assert fractions[0] == 0.0 and fractions[-1] == 1.0 and fractions == sorted(fractions)
+    assert any(m.startswith("epoch 3/3") for s, _, m in cpu_run.progress if s == "train")
+
+
+def test_detected_beats_match_the_injected_ones(cpu_run, small_ecg):
+    beats = cpu_run.run.beats
+    assert (beats["label"] != "").mean() >= 0.99
+    # the labels are those of the nearest injected beat (independent nearest-neighbour search)
+    distance = np.abs(beats["fiducial"].to_numpy()[:, None] - small_ecg.r_peaks[None, :])
+    close = distance.min(axis=1) <= 0.15 * 250
+    np.testing.assert_array_equal(beats["label"].to_numpy()[close], small_ecg.symbols[distance.argmin(axis=1)][close])
+    np.testing.assert_array_equal(beats["abnormal"], np.isin(beats["label"], ["V", "A", "Q"]))
+    # and nearly every injected beat is among the kept ones
+    assert len(beats) >= 0.97 * len(small_ecg.r_peaks)
+    injected_v = (small_ecg.symbols == "V").sum()
+    assert (beats["label"] == "V").sum() >= 0.9 * injected_v
+
+
+def test_saved_model_reproduces_the_scores(cpu_run):
+    import torch
+
+    from pipeline.score import score_beats
+
+    run = cpu_run.run
+    model = run.model("cpu")
+    assert model.width == run.embeddings.shape[1] and not model.training
+    scores, z = score_beats(model, torch.from_numpy(np.array(run.embeddings)))
+    np.testing.assert_allclose(scores.numpy(), run.beats["score"], rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(z.numpy(), run.beats[["z1", "z2"]].to_numpy(), rtol=1e-4, atol=1e-4)
+
+
+# --------------------------------------------------------------------------- cache
+def test_cache_reuse(cpu_run, tmp_path):
+    out, request = _relocated(cpu_run, tmp_path)
+    started = time.perf_counter()
+    again = run_pipeline(request)
+    seconds = time.perf_counter() - started
+    assert again.cached and again.path == out / cpu_run.run.path.name
+    assert seconds < max(0.3 * cpu_run.seconds, 0.5), (seconds, cpu_run.seconds)
+    pd.testing.assert_frame_equal(again.beats, cpu_run.run.beats)
+    np.testing.assert_array_equal(again.embeddings, cpu_run.run.embeddings)
+    assert again.report == json.loads((cpu_run.run.path / results.REPORT).read_text())
+
+
+def _truncate(path: Path):
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _flip_a_byte(path: Path):
+    data = bytearray(path.read_bytes())
+    data[-10] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _rewrite_report(path: Path, change):
+    report = json.loads(path.read_text())
+    change(report)
+    path.write_text(json.dumps(report))
+
+
+DAMAGE = {
+    "truncated table": ("beats.parquet", _truncate, "beats.parquet does not match its checksum"),
+    "altered embeddings": ("embeddings.npy", _flip_a_byte, "embeddings.npy does not match its checksum"),
+    "altered model": ("model.pt", _flip_a_byte, "model.pt does not match its checksum"),
+    "deleted signal": ("signal.npy", Path.unlink, "signal.npy missing"),
+    "deleted report": ("report.json", Path.unlink, "report.json unreadable"),
+    "truncated report": ("report.json", _truncate, "report.json unreadable"),
+    "report lists too few files": ("report.json", lambda p: _rewrite_report(p, lambda r: r["files"].pop("decoded.npz")),
+                                   "report lists the wrong files"),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_damaged_cache_is_detected(cpu_run, tmp_path, damage):
+    name, spoil, problem = DAMAGE[damage]
+    out, _ = _relocated(cpu_run, tmp_path)
+    key = cpu_run.run.path.name
+    assert results.find_cached(out, key) == out / key
+    spoil(out / key / name)
+    with pytest.warns(PipelineWarning, match=rf"cached run .* is damaged \({problem}"):
+        assert results.find_cached(out, key) is None
+
+
+def test_damaged_cache_is_rebuilt(cpu_run, tmp_path):
+    out, request = _relocated(cpu_run, tmp_path)
+    key = cpu_run.run.path.name
+    _truncate(out / key / "beats.parquet")
+    (out / key / "stray.txt").write_text("left by someone")
+    with pytest.warns(PipelineWarning, match="is damaged"):
+        rebuilt = run_pipeline(request)
+    assert not rebuilt.cached and rebuilt.path == out / key
+    assert results.find_cached(out, key) == out / key  # verifies cleanly now
+    assert not (out / key / "stray.txt").exists()       # the damaged directory was replaced whole
+    assert _hidden(out) == []                           # no temporary or trash folder left behind
+    pd.testing.assert_frame_equal(rebuilt.beats, cpu_run.run.beats)  # same seed, same input: same result
+
+
+def test_different_parameters_different_key(cpu_run, tmp_path):
+    out, request = _relocated(cpu_run, tmp_path)
+    other = run_pipeline(replace(request, vae=VAEConfig(epochs=1)))
+    assert not other.cached and other.path != out / cpu_run.run.path.name
+    assert sorted(p.name for p in out.iterdir()) == sorted([cpu_run.run.path.name, other.path.name])
+    assert other.report["training"]["epochs"] == 1
+    assert results.find_cached(out, cpu_run.run.path.name) is not None  # the first run is still there
+
+
+def test_use_cache_false_recomputes_and_replaces(cpu_run, tmp_path, monkeypatch):
+    out, request = _relocated(cpu_run, tmp_path)
+    key = cpu_run.run.path.name
+    (out / key / "stray.txt").write_text("marks the old directory")
+    monkeypatch.setattr(results, "find_cached", lambda *a: pytest.fail("the cache was consulted"))
+    run = run_pipeline(replace(request, use_cache=False))
+    assert not run.cached and run.path == out / key
+    assert not (out / key / "stray.txt").exists() and _hidden(out) == []
+    monkeypatch.undo()
+    assert results.find_cached(out, key) == out / key
+
+
+def test_run_key_depends_on_every_parameter(cpu_run):
+    from pipeline.config import config_hash
+
+    base = config_hash("abc", "cpu", None, None, SignalConfig(), VAEConfig())
+    variants = [("abd", "cpu", None, None, SignalConfig(), VAEConfig()),
+                ("abc", "gpu", None, None, SignalConfig(), VAEConfig()),
+                ("abc", "cpu", 360.0, None, SignalConfig(), VAEConfig()),
+                ("abc", "cpu", None, 1, SignalConfig(), VAEConfig()),
+                ("abc", "cpu", None, None, SignalConfig(threshold=0.3), VAEConfig()),
+                ("abc", "cpu", None, None, SignalConfig(), VAEConfig(seed=1))]
+    keys = {config_hash(*v) for v in variants}
+    assert base not in keys and len(keys) == len(variants)
+    assert config_hash("abc", "cpu", None, None, SignalConfig(), VAEConfig()) == base  # stable
+
+
+# --------------------------------------------------------------------------- failures
+def _broken_save(*args, **kwargs):
+    raise OSError("disk full")
+
+
+def test_failure_while_writing_leaves_nothing_behind(cpu_run, tmp_path, monkeypatch):
+    import torch
+
+    out, request = _relocated(cpu_run, tmp_path)
+    monkeypatch.setattr(torch, "save", _broken_save)  # fails half-way through write_run
+    with pytest.raises(OSError, match="disk full"):
+        run_pipeline(replace(request, vae=VAEConfig(epochs=1)))  # a new key: computed, then written
+    assert sorted(p.name for p in out.iterdir()) == [cpu_run.run.path.name]  # no partial run, no temp folder
+
+
+def test_failure_while_rewriting_leaves_the_old_run_untouched(cpu_run, tmp_path, monkeypatch):
+    import torch
+
+    out, request = _relocated(cpu_run, tmp_path)
+    key = cpu_run.run.path.name
+    _truncate(out / key / "embeddings.npy")  # damaged, so the run is recomputed and rewritten
+    before = {p.name: p.read_bytes() for p in (out / key).iterdir()}
+    monkeypatch.setattr(torch, "save", _broken_save)
+    with pytest.warns(PipelineWarning, match="is damaged"), pytest.raises(OSError, match="disk full"):
+        run_pipeline(request)
+    assert sorted(p.name for p in out.iterdir()) == [key]
+    assert {p.name: p.read_bytes() for p in (out / key).iterdir()} == before
+
+
+def test_too_few_beats_is_an_error(tmp_path):
+    from pipeline.run import RunRequest
+
+    t = np.arange(2000) / 250.0
+    path = tmp_path / "two_beats.npy"
+    signal = np.sin(2 * np.pi * 0.3 * t).astype(np.float32)  # slow waves, not heartbeats
+    signal[[600, 1400]] += 5.0
+    np.save(path, signal)
+    with pytest.raises(ValueError, match=r"two_beats\.npy: found \d+ beat candidate\(s\) and kept \d+; too few"):
+        run_pipeline(RunRequest(input=str(path), device="cpu", out=str(tmp_path / "runs"), vae=VAEConfig(epochs=1)))
+    assert not (tmp_path / "runs").exists() or _hidden(tmp_path / "runs") == []
+
+
+def test_missing_input_is_an_error(tmp_path):
+    from pipeline.run import RunRequest
+
+    with pytest.raises(ValueError, match="no such file"):
+        run_pipeline(RunRequest(input=str(tmp_path / "nope.csv"), device="cpu", out=str(tmp_path / "runs")))
