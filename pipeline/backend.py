@@ -127,20 +127,51 @@ def use_rmm_pool(initial_pool_bytes: int | None = None):
     return stats
 
 
-def peak_memory_bytes(device: str) -> dict:
-    """Peak memory so far: host RSS always, and RMM's peak on the GPU."""
-    out = {"host_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
-    if device == "gpu" and _POOL is not None:
-        counts = _POOL.allocation_counts  # a dict in older RMM releases, an object in newer ones
-        out["gpu_peak_bytes"] = int(counts["peak_bytes"] if isinstance(counts, dict) else counts.peak_bytes)
-    return out
+class PeakMemory:
+    """Peak memory of the work inside ``with PeakMemory(device) as peak:``; ``peak.read()`` any time.
+
+    GPU: RMM's statistics in a counter frame pushed on entry and popped on exit, so a long-lived
+    server measures each run alone. Host: the resident high-water mark (``VmHWM``), reset on entry
+    through ``/proc/self/clear_refs`` where Linux allows it; elsewhere the process's lifetime peak
+    (``ru_maxrss``), and ``host_peak_scope`` says which.
+    """
+
+    def __init__(self, device: str):
+        self.gpu = device == "gpu" and _POOL is not None
+        self.host_scope = "process"
+
+    def __enter__(self):
+        if self.gpu:
+            _POOL.push_counters()
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+            self.host_scope = "run"
+        except OSError:
+            pass
+        return self
+
+    def __exit__(self, *exc):
+        if self.gpu:
+            _POOL.pop_counters()
+
+    def read(self) -> dict:
+        out = {"host_peak_rss_bytes": _host_peak_bytes(), "host_peak_scope": self.host_scope}
+        if self.gpu:
+            counts = _POOL.allocation_counts  # a dict in older RMM releases, an object in newer ones
+            out["gpu_peak_bytes"] = int(counts["peak_bytes"] if isinstance(counts, dict) else counts.peak_bytes)
+        return out
 
 
-def reset_peak_memory(device: str) -> None:
-    """Start a fresh GPU peak count (host RSS peak cannot be reset)."""
-    if device == "gpu" and _POOL is not None:
-        # StatisticsResourceAdaptor keeps a stack: a pushed frame counts from zero.
-        _POOL.push_counters()
+def _host_peak_bytes() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 # --------------------------------------------------------------------------- hand-off ledger

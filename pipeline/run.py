@@ -77,12 +77,11 @@ def run_pipeline(request: RunRequest = RunRequest(), progress: Progress | None =
     with stages("warmup"), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Numba's low-occupancy notes about the tiny warm-up grid
         _warm_up(device, request.signal)
-    backend.reset_peak_memory(device)
-    with backend.recording_handoffs() as ledger:
+    with backend.PeakMemory(device) as memory, backend.recording_handoffs() as ledger:
         computed = _compute(input_path, request, device, stages)
         with stages("results"):
-            run = _write(input_path, input_hash, key, request, device, computed, stages, ledger)
-    return run
+            return _write(input_path, input_hash, key, request, device, computed, stages,
+                          ledger.as_dicts(), memory.read())
 
 
 # --------------------------------------------------------------------------- steps
@@ -135,7 +134,7 @@ def _compute(input_path: Path, request: RunRequest, device: str, stages: "_Stage
                 torch_version=torch.__version__)
 
 
-def _write(input_path, input_hash, key, request, device, c, stages, ledger) -> results.RunResult:
+def _write(input_path, input_hash, key, request, device, c, stages, handoffs, memory) -> results.RunResult:
     """Host copies happen here and only here: table, arrays, model, report."""
     recording, beats = c["recording"], c["beats"]
     host = backend.to_host
@@ -168,8 +167,8 @@ def _write(input_path, input_hash, key, request, device, c, stages, ledger) -> r
     embeddings, signal = host(beats.rows), host(recording.signal)
     report["stages_s"] = dict(stages.times)
     report["stages_s"]["results"] = round(stages.elapsed("results"), 6)  # host copies; file writes follow
-    report["memory"] = backend.peak_memory_bytes(device)
-    report["handoffs"] = ledger.as_dicts()
+    report["memory"] = memory
+    report["handoffs"] = handoffs
     report["segmentation_s"] = round(sum(stages.times.get(s, 0.0) for s in SEGMENTATION), 6)
     path = results.write_run(Path(request.out), key, report=report, beats=table, fiducials=host(c["positions"]),
                              signal=signal,
@@ -197,7 +196,7 @@ def _warm_up(device: str, cfg: SignalConfig) -> None:
 
         import cudf
 
-        cudf.read_csv(io.StringIO("0.0\n1.0\n"), header=None, dtype=["float32"])
+        cudf.read_csv(io.StringIO("0.0\n1.0\n"), header=None, dtype=["float32"], compression=None)
 
 
 def _synthetic_default(request: RunRequest, device: str, stages: "_StageClock") -> Path:

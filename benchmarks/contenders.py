@@ -1,0 +1,300 @@
+"""The contenders: what each one times, for one recording.
+
+Each contender has an id ``<stage>/<name>`` and a ``prepare(context, settings)`` that does the
+untimed set-up for one size (putting the signal on the device, cutting beats for the VAE) and
+returns a :class:`~benchmarks.measure.Prepared` whose ``run()`` is the timed work. GPU libraries
+(CuPy, cuDF) are imported inside the GPU contenders only, so the CPU path never needs them.
+
+========================  ============================================================================
+load/cudf                 ``cudf.read_csv`` → float32 column → CuPy (no copy), on the GPU
+load/pyarrow              ``pyarrow.csv.read_csv`` (float32, 16 MiB blocks) → NumPy
+load/pandas               ``pandas.read_csv`` (C engine, float32) → NumPy
+segmentation/gpu|cpu      the project's Ricker response + NMS fiducials refined to the R extremum +
+                          beat lengths and their histogram + pruning and embedding into rows
+                          (chained as ``run._compute`` does)
+segmentation/neurokit2    ``nk.ecg_peaks`` on the raw signal, default method ('neurokit'):
+                          R-peak detection only (no ``ecg_clean``, no pruning, no embedding)
+vae/gpu|cpu               ``train.fit_vae`` for a fixed number of epochs + ``score.score_beats``
+                          of every beat (the CPU one capped at ``settings.cpu_vae_beats``)
+end-to-end/gpu|cpu        ``run_pipeline`` from the CSV to a written run directory,
+                          ``use_cache=False``, the same epochs as vae/*
+========================  ============================================================================
+
+See Also
+--------
+benchmarks.recordings : the recordings.
+benchmarks.measure : how ``run()`` is timed.
+"""
+from __future__ import annotations
+
+import fnmatch
+import shutil
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from benchmarks.measure import Prepared, synchronize
+from benchmarks.recordings import Recording, size_label
+from pipeline import backend
+from pipeline.config import SignalConfig, VAEConfig
+
+STAGES = ("load", "segmentation", "vae", "end-to-end")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What every contender shares in one benchmark run."""
+
+    epochs: int = 3
+    cpu_vae_beats: int = 8192
+    signal: SignalConfig = field(default_factory=SignalConfig)
+    work_dir: Path = Path("runs")
+    gpu: bool = False                 # a GPU is in use: VAE beats are cut on it
+
+
+@dataclass(frozen=True)
+class Contender:
+    """``baseline``: a host-side contender, capped by ``--cap-s`` and dropped first when the
+    budget runs short (the GPU contenders are what the run is for)."""
+
+    id: str
+    device: str
+    baseline: bool
+    label: str
+    prepare: Callable[["SizeContext", Settings], Prepared]
+
+    @property
+    def stage(self) -> str:
+        return self.id.split("/")[0]
+
+
+class SizeContext:
+    """One recording and what the contenders derive from it untimed, made once and shared."""
+
+    def __init__(self, recording: Recording, settings: Settings):
+        self.recording, self.settings = recording, settings
+        self._signals: dict[str, object] = {}
+        self._beats = None
+
+    def signal(self, device: str):
+        """The recording loaded by the pipeline's loader onto ``device`` (float32)."""
+        if device not in self._signals:
+            from pipeline import load
+
+            self._signals[device] = load.load_ecg(self.recording.path, device=device,
+                                                  default_fs=self.recording.fs).signal
+        return self._signals[device]
+
+    def beats(self):
+        """The recording's embedded beats (on the GPU when one is in use, else on the CPU)."""
+        if self._beats is None:
+            device = "gpu" if self.settings.gpu else "cpu"
+            _, self._beats = segment(self.signal(device), self.recording.fs, self.settings.signal)
+        return self._beats
+
+    def release(self) -> None:
+        self._signals.clear()
+        self._beats = None
+
+
+def segment(signal, fs: float, cfg: SignalConfig):
+    """The project's segmentation, chained as in ``pipeline.run._compute``: (fiducials, Beats)."""
+    from pipeline import embed, peaks, wavelet
+
+    response = wavelet.ricker_response(signal, fs, cfg.ricker_width_s)
+    positions = peaks.fiducials(response, fs, refractory_s=cfg.refractory_s, threshold=cfg.threshold,
+                                level_block_s=cfg.level_block_s, level_blocks=cfg.level_blocks)
+    positions = peaks.refine_to_extremum(signal, positions, fs, search_s=cfg.refine_s)
+    del response
+    peaks.length_histogram(peaks.beat_lengths(positions), fs)
+    beats = embed.embed_beats(signal, positions, fs, width=cfg.window(fs), pre_fiducial=cfg.pre_fiducial,
+                              min_beat_s=cfg.min_beat_s, max_beat_s=cfg.max_beat_s)
+    return positions, beats
+
+
+def _clear_fft_plans(device: str) -> None:
+    """Empty CuPy's cuFFT plan cache, so that the next first run makes (and counts) its plan."""
+    if device == "gpu":
+        import cupy
+
+        cupy.fft.config.get_plan_cache().clear()
+
+
+def _check_length(n: int, recording: Recording, who: str) -> None:
+    if n != recording.samples:
+        raise RuntimeError(f"{who} read {n} values from {recording.path.name}; expected {recording.samples}")
+
+
+# --------------------------------------------------------------------------- load
+def _load_cudf(ctx: SizeContext, settings: Settings) -> Prepared:
+    import cudf
+
+    path = ctx.recording.path
+
+    def run():
+        frame = cudf.read_csv(path, header=None, dtype=["float32"])
+        values = backend.cudf_to_cupy(frame[frame.columns[0]])
+        _check_length(int(values.shape[0]), ctx.recording, "cudf.read_csv")
+        return {}
+
+    return Prepared(run)
+
+
+def _load_pyarrow(ctx: SizeContext, settings: Settings) -> Prepared:
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    read = pacsv.ReadOptions(autogenerate_column_names=True, block_size=1 << 24)
+    convert = pacsv.ConvertOptions(column_types={"f0": pa.float32()})
+    path = ctx.recording.path
+
+    def run():
+        values = pacsv.read_csv(path, read_options=read, convert_options=convert).column(0).to_numpy()
+        _check_length(values.shape[0], ctx.recording, "pyarrow.csv.read_csv")
+        return {}
+
+    return Prepared(run)
+
+
+def _load_pandas(ctx: SizeContext, settings: Settings) -> Prepared:
+    import pandas as pd
+
+    path = ctx.recording.path
+
+    def run():
+        values = pd.read_csv(path, header=None, dtype=np.float32, engine="c")[0].to_numpy()
+        _check_length(values.shape[0], ctx.recording, "pandas.read_csv")
+        return {}
+
+    return Prepared(run)
+
+
+# --------------------------------------------------------------------------- segmentation
+def _segmentation(device: str):
+    def prepare(ctx: SizeContext, settings: Settings) -> Prepared:
+        signal, fs = ctx.signal(device), ctx.recording.fs
+        _clear_fft_plans(device)
+
+        def run():
+            positions, beats = segment(signal, fs, settings.signal)
+            return {"fiducials": int(positions.shape[0]), "beats": int(beats.rows.shape[0])}
+
+        return Prepared(run)
+
+    return prepare
+
+
+def _neurokit2(ctx: SizeContext, settings: Settings) -> Prepared:
+    import neurokit2 as nk
+
+    signal, fs = ctx.signal("cpu"), ctx.recording.fs
+
+    def run():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _, info = nk.ecg_peaks(signal, sampling_rate=fs)
+        return {"r_peaks": int(len(info["ECG_R_Peaks"]))}
+
+    return Prepared(run)
+
+
+# --------------------------------------------------------------------------- VAE
+def _vae(device: str):
+    def prepare(ctx: SizeContext, settings: Settings) -> Prepared:
+        import torch
+
+        from pipeline import score, train
+
+        rows = ctx.beats().rows
+        n_all = int(rows.shape[0])
+        workload = None
+        if device == "cpu":
+            n = min(n_all, settings.cpu_vae_beats)
+            tensor = torch.from_numpy(np.ascontiguousarray(backend.to_host(rows[:n])))
+            if n < n_all:
+                workload = f"{n} beats (capped)"
+        else:
+            tensor = backend.to_torch(rows)
+        n = int(tensor.shape[0])
+        cfg = VAEConfig(epochs=settings.epochs)
+        is_train = train.split_train(n, cfg.train_fraction, cfg.seed)
+        n_train = int(is_train.sum())
+
+        def run():
+            started = time.perf_counter()
+            model, history = train.fit_vae(tensor, is_train, cfg)
+            synchronize(device)
+            trained = time.perf_counter()
+            score.score_beats(model, tensor)
+            synchronize(device)
+            scored = time.perf_counter()
+            train_s, score_s = trained - started, scored - trained
+            return {"beats": n, "beats_available": n_all, "train_beats": n_train, "epochs": cfg.epochs,
+                    "train_s": train_s, "score_s": score_s, "epoch_s": train_s / cfg.epochs,
+                    "train_beats_per_s": n_train * cfg.epochs / train_s, "score_beats_per_s": n / score_s,
+                    "final_loss": history[-1]}
+
+        return Prepared(run, workload=workload, info={"beats": n, "beats_available": n_all})
+
+    return prepare
+
+
+# --------------------------------------------------------------------------- end to end
+def _end_to_end(device: str):
+    def prepare(ctx: SizeContext, settings: Settings) -> Prepared:
+        from pipeline.run import RunRequest, run_pipeline
+
+        out = Path(settings.work_dir) / f"end-to-end-{device}-{size_label(ctx.recording.samples)}"
+        request = RunRequest(input=str(ctx.recording.path), device=device, out=str(out),
+                             signal=settings.signal, vae=VAEConfig(epochs=settings.epochs), use_cache=False)
+        _clear_fft_plans(device)
+
+        def run():
+            result = run_pipeline(request)
+            report = result.report
+            return {"beats": int(report["counts"]["beats"]), "stages_s": dict(report["stages_s"]),
+                    "segmentation_s": report.get("segmentation_s")}
+
+        return Prepared(run, after=lambda: shutil.rmtree(out, ignore_errors=True))
+
+    return prepare
+
+
+# --------------------------------------------------------------------------- registry
+CONTENDERS = (
+    Contender("load/cudf", "gpu", False, "cuDF read_csv (GPU)", _load_cudf),
+    Contender("load/pyarrow", "cpu", True, "pyarrow.csv (CPU)", _load_pyarrow),
+    Contender("load/pandas", "cpu", True, "pandas.read_csv (CPU)", _load_pandas),
+    Contender("segmentation/gpu", "gpu", False, "pipeline GPU", _segmentation("gpu")),
+    Contender("segmentation/cpu", "cpu", True, "pipeline CPU", _segmentation("cpu")),
+    Contender("segmentation/neurokit2", "cpu", True, "NeuroKit2 ecg_peaks (detection only)", _neurokit2),
+    Contender("vae/gpu", "gpu", False, "pipeline GPU", _vae("gpu")),
+    Contender("vae/cpu", "cpu", True, "pipeline CPU", _vae("cpu")),
+    Contender("end-to-end/gpu", "gpu", False, "run_pipeline GPU", _end_to_end("gpu")),
+    Contender("end-to-end/cpu", "cpu", True, "run_pipeline CPU", _end_to_end("cpu")),
+)
+
+
+def select(patterns: list[str] | None, gpu: bool) -> list[Contender]:
+    """Contenders matching any of ``patterns`` (ids, stage names, or globs such as ``*/cpu``), in
+    the registry's order. None: every contender this machine can run."""
+    available = [c for c in CONTENDERS if gpu or c.device == "cpu"]
+    if not patterns:
+        return available
+    valid = [c.id for c in CONTENDERS]
+    chosen = set()
+    for pattern in patterns:
+        matched = [c.id for c in CONTENDERS if c.stage == pattern or fnmatch.fnmatchcase(c.id, pattern)]
+        if not matched:
+            raise ValueError(f"contender {pattern!r} matches none of {', '.join(valid)} "
+                             f"(or the stages {', '.join(STAGES)})")
+        chosen.update(matched)
+    missing = [i for i in sorted(chosen) if not any(c.id == i for c in available)]
+    if missing:
+        raise ValueError(f"contender(s) {', '.join(missing)} need a GPU (CuPy and cuDF), and none is in use "
+                         "here; leave them out or run with --device gpu on a GPU machine")
+    return [c for c in available if c.id in chosen]
