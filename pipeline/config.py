@@ -37,7 +37,8 @@ class VAEConfig:
     channels: tuple[int, ...] = (8, 16, 32)
     hidden: int = 64
     epochs: int = 30
-    batch_size: int = 2048           # large: on the GPU a step costs ~5 ms whatever its size (launch-bound)
+    batch_size: int = 2048           # large: on the GPU a step costs ~5 ms whatever its size (launch-bound)...
+    min_steps_per_epoch: int = 16    # ...but smaller when there are few beats, so that short records still train
     learning_rate: float = 4e-3
     # Weight of the KL term against the summed squared error: 2σ² for a Gaussian likelihood with
     # σ ≈ 0.07 of the median beat amplitude. At 1.0 the posterior collapses (z ≈ 0 for every beat).

@@ -84,7 +84,9 @@ def _score_record(record: Path, run, neurokit: bool) -> dict:
     labelled = beats[beats["label"] != ""]
     row["abnormal_beats"] = int(labelled["abnormal"].sum())
     row["auroc"] = auroc(labelled["score"], labelled["abnormal"])
-    row["_scores"], row["_abnormal"] = labelled["score"].to_numpy(), labelled["abnormal"].to_numpy()
+    # Scores of different recordings share no scale: the total pools each beat's rank within its record.
+    row["_scores"] = labelled["score"].rank(pct=True).to_numpy()
+    row["_abnormal"] = labelled["abnormal"].to_numpy()
     return row
 
 
@@ -93,7 +95,6 @@ def _total(table: pd.DataFrame) -> pd.DataFrame:
     for column in table.columns:
         if column.startswith(("tp_", "fn_", "fp_", "nk_")) or column in ("reference_beats", "detected", "abnormal_beats"):
             total[column] = table[column].sum()
-    # Pooled AUROC: scores of different recordings share no scale, so this is a lower bound of sorts.
     total["auroc"] = auroc(np.concatenate(table["_scores"].to_list()), np.concatenate(table["_abnormal"].to_list()))
     return pd.DataFrame([total])
 

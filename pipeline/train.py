@@ -48,7 +48,7 @@ def fit_vae(rows: torch.Tensor, is_train: torch.Tensor, cfg: VAEConfig = VAEConf
     autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" and cfg.mixed_precision
                 else contextlib.nullcontext())
     generator = torch.Generator(device=device).manual_seed(cfg.seed)
-    batch = min(cfg.batch_size, n_train)
+    batch = max(1, min(cfg.batch_size, n_train // cfg.min_steps_per_epoch or n_train))
     steps = math.ceil(n_train / batch)
     history = []
     model.train()
