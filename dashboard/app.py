@@ -1,0 +1,235 @@
+"""The page: ``panel serve dashboard/app.py --args [--input X] [--device cpu] [--samples N] [--epochs E]``.
+
+The pipeline runs once per server process (:func:`dashboard.startup.process_job`, in a
+background thread). Every browser session gets an :class:`App`: while the run is going it shows
+the stage, percent and elapsed time, polling the shared progress from a periodic callback of its
+own document; once the run is ready it swaps in the dashboard (its own :class:`DataStore` and
+board over the shared, read-only run) without a reload. A failed run shows its one-line error and
+the server stays up.
+
+See Also
+--------
+dashboard.startup : arguments, the job, its progress.
+dashboard.views.layout : the dashboard body.
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+import traceback
+from pathlib import Path
+
+if __package__ in (None, "") and str(Path(__file__).resolve().parent.parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `panel serve dashboard/app.py`
+
+import holoviews as hv
+import panel as pn
+import param
+from panel.theme.fast import Fast
+
+from dashboard import startup
+from dashboard.data_store import DataStore, SharedRun
+from dashboard.views import ASSETS, STYLESHEET, SelectionSummary, ViewSpec, duration, hms, html, layout, status_line
+
+TITLE = "ECG explorer · abnormal heartbeats"
+POLL_MS = 400
+
+
+# The page must load nothing from outside this server (machines without internet, no third-party
+# requests): Panel's Fast design would fetch its web font from Google, so drop that one resource.
+Fast._resources = {kind: value for kind, value in Fast._resources.items() if kind != "font"}
+
+
+# --------------------------------------------------------------------------- renderer choice
+def resolve_board(board: str, run) -> str:
+    """``auto`` → ``cuxfilter`` for a GPU run when cuxfilter is installed, else ``holoviews``."""
+    gpu_run = run.report["device"]["name"] == "gpu"
+    if board == "auto":
+        return "cuxfilter" if gpu_run and importlib.util.find_spec("cuxfilter") is not None else "holoviews"
+    if board == "cuxfilter" and not gpu_run:
+        raise ValueError("board 'cuxfilter' needs a GPU run (--device gpu) with cuDF and cuxfilter installed; "
+                         "use --board holoviews")
+    return board
+
+
+def prepare(settings: startup.Settings):
+    """What the job does after the pipeline, once per process: the shared data of the chosen board."""
+    def _prepare(run) -> SharedRun:
+        shared = SharedRun.from_run(run)
+        board = resolve_board(settings.board, run)
+        shared.extras["board"] = board
+        if board == "cuxfilter":
+            from dashboard import cuxfilter_board  # cuDF and cuxfilter load here, never on the CPU path
+
+            cuxfilter_board.prepare(shared)
+            seconds = cuxfilter_board.warm_up(shared)
+        else:
+            from dashboard.holoviews_board import warm_up
+
+            seconds = warm_up(shared)
+        startup._log(f"ECG dashboard: views warmed up in {seconds:.1f} s")
+        return shared
+    return _prepare
+
+
+def make_board(store: DataStore):
+    if store.shared.extras.get("board") == "cuxfilter":
+        from dashboard import cuxfilter_board
+
+        return cuxfilter_board.CuxfilterBoard(store)
+    from dashboard.holoviews_board import HoloViewsBoard
+
+    return HoloViewsBoard(store)
+
+
+# --------------------------------------------------------------------------- progress and errors
+class ProgressView:
+    """Stage, percent and elapsed time of the shared run; updated in place on every poll (no new
+    models while the page waits, so nothing for the browser to re-create)."""
+
+    def __init__(self):
+        self.stage = html("", margin=(0, 10))
+        self.bar = pn.indicators.Progress(value=1, max=100, sizing_mode="stretch_width", bar_color="primary",
+                                          margin=(10, 10))
+        self.numbers = html("", margin=(0, 10))
+        self.done = html("", margin=(10, 10))
+        self.panel = pn.Column(
+            html("<div class='ecg-progress-title'>Preparing the recording…</div>"
+                 "<div class='ecg-muted'>The pipeline runs once for this server; the dashboard appears here "
+                 "when it is ready.</div>", margin=(10, 10)),
+            self.stage, self.bar, self.numbers, self.done, css_classes=["ecg-card", "ecg-progress"],
+            stylesheets=[STYLESHEET], sizing_mode="stretch_width", margin=(20, 10), max_width=900)
+
+    def show(self, progress: startup.Progress) -> None:
+        message = f" — {progress.message}" if progress.message else ""
+        done = "".join(f"<div>✓ {label} <b>{seconds:.1f} s</b></div>" for label, seconds in progress.done)
+        self.stage.object = f"<div class='ecg-progress-stage'>{progress.label}{message}</div>"
+        self.bar.value = max(progress.percent, 1)
+        self.numbers.object = (f"<div class='ecg-muted'><b>{progress.percent}%</b> · elapsed "
+                               f"{hms(progress.elapsed_s, 0)}</div>")
+        self.done.object = f"<div class='ecg-progress-done'>{done}</div>"
+
+
+def error_view(message: str) -> list:
+    return [
+        html("<div class='ecg-error-title'>The pipeline could not run</div>", margin=(10, 10)),
+        pn.pane.Alert(message, alert_type="danger", sizing_mode="stretch_width", margin=(10, 10)),
+        html("<div class='ecg-muted'>The input, device and sizes come from the server's arguments "
+             "(<code>--args --input … --device …</code>) or <code>ECG_*</code> environment variables; "
+             "fix them and restart the server.</div>", margin=(0, 10)),
+    ]
+
+
+# --------------------------------------------------------------------------- the page
+class App(pn.viewable.Viewer):
+    """One browser session: progress, then the dashboard (or the error)."""
+
+    state = param.String(default="waiting", doc="waiting | running | ready | error (as this page shows it)")
+
+    def __init__(self, job: startup.PipelineJob | None = None, error: str = "", **params):
+        super().__init__(**params)
+        self.job = job
+        self.store: DataStore | None = None
+        self.board = None
+        self.views: dict = {}
+        self._callback = None
+        self.progress: ProgressView | None = None
+        self.main = pn.Column(sizing_mode="stretch_width", css_classes=["ecg-main"])
+        self.sidebar = pn.Column(sizing_mode="stretch_width")
+        self.statusbar = html("", css_classes=["ecg-status"], margin=(0, 12))
+        if error or job is None:
+            self._show_error(error or "no pipeline job")
+        else:
+            self._poll()
+            if self.state not in ("ready", "error"):
+                # A session's own document polls the shared job (served pages only: without a
+                # server session there is no event loop to run it, and tests call _poll themselves).
+                doc = pn.state.curdoc
+                live = doc is not None and doc.session_context is not None
+                self._callback = pn.state.add_periodic_callback(self._poll, period=POLL_MS, start=live)
+
+    # ------------------------------------------------------------------ states
+    def _poll(self) -> None:
+        progress = self.job.snapshot()
+        if progress.state == "ready":
+            self._stop()
+            try:
+                self._show_dashboard(self.job.result)
+            except Exception as err:  # show it on the page; the server and other sessions go on
+                startup._log(traceback.format_exc())
+                self._show_error(f"the dashboard could not be built: {type(err).__name__}: {err}")
+        elif progress.state == "error":
+            self._stop()
+            self._show_error(progress.error)
+        else:
+            if self.progress is None:
+                self.progress = ProgressView()
+                self.main.objects = [self.progress.panel]
+            self.progress.show(progress)
+            self.state = "running"
+
+    def _stop(self) -> None:
+        if self._callback is not None:
+            self._callback.stop()
+            self._callback = None
+
+    def _show_error(self, message: str) -> None:
+        self.state = "error"
+        self.main.objects = [pn.Column(*error_view(message), css_classes=["ecg-card", "ecg-error"],
+                                       stylesheets=[STYLESHEET], sizing_mode="stretch_width", margin=(20, 10),
+                                       max_width=900)]
+
+    def _show_dashboard(self, shared: SharedRun) -> None:
+        self.store = DataStore(shared)
+        self.board = make_board(self.store)
+        body, self.views = layout(self.store, self.board)
+        summary = SelectionSummary(data_store=self.store, spec=ViewSpec("summary", "Selection", "summary"))
+        self.views["summary"] = summary
+        self.statusbar.object = status_line(shared)
+        self.sidebar.objects = [
+            html("<div class='ecg-card-title'>Selection</div>", margin=(10, 10, 0, 10)), summary,
+            html("<div class='ecg-card-title'>Filters</div>", margin=(14, 10, 0, 10)), self.store,
+            html("<div class='ecg-card-title'>How to explore</div>"
+                 "<div class='ecg-card-help'>Brush a range in the length or score histogram, or a box in "
+                 "the latent space: every beat view, the recording's markers and the outlier table follow. "
+                 "Zoom the recording to restrict everything to that stretch of time. Click an outlier to "
+                 "zoom to it and compare it with what the VAE reconstructs.</div>", margin=(14, 10, 0, 10)),
+            html(f"<div class='ecg-muted'>Renderer: {self.board.name} · input "
+                 f"{Path(shared.report['input']['path']).name} · "
+                 f"{duration(shared.duration_s)}</div>", margin=(14, 10)),
+        ]
+        self.main.objects = [self.statusbar, body]
+        self.state = "ready"
+
+    # ------------------------------------------------------------------ page
+    def template(self) -> pn.template.FastListTemplate:
+        template = pn.template.FastListTemplate(
+            title=TITLE, sidebar=[self.sidebar], main=[self.main], main_layout=None, sidebar_width=300,
+            header_background="#1d3557", accent_base_color="#2a9d8f", logo=str(ASSETS / "logo.svg"),
+            theme_toggle=False, main_max_width="1800px", font_url="",
+            font="'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif")
+        template.config.raw_css.append((ASSETS / "dashboard.css").read_text())
+        return template
+
+    def __panel__(self):
+        return pn.Column(self.sidebar, self.main, sizing_mode="stretch_width")
+
+
+def serve_page(argv: list[str] | None = None) -> App:
+    """Build this session's page from the server's arguments (never from the request)."""
+    try:
+        settings = startup.settings_from(sys.argv[1:] if argv is None else argv)
+    except ValueError as err:
+        return App(error=str(err))
+    return App(job=startup.process_job(settings, prepare=prepare(settings)))
+
+
+pn.extension("tabulator", notifications=False, sizing_mode="stretch_width")
+hv.extension("bokeh", logo=False)
+
+if __name__.startswith("bokeh_app"):
+    # `panel serve` runs this file afresh for every session; the objects that must outlive a
+    # session (the job, its prepare step) come from the imported module, which exists once.
+    from dashboard.app import serve_page as _serve_page
+
+    _serve_page().template().servable(title=TITLE)

@@ -1,0 +1,259 @@
+"""Once per server process: read the server's arguments, run the pipeline in a background thread,
+and publish its progress for every browser session to poll.
+
+The input path, device and sizes come only from the server's command line
+(``panel serve dashboard/app.py --args --input X --device cpu --samples N --epochs E``) or from
+environment variables (``ECG_INPUT``, ``ECG_DEVICE``, ``ECG_SAMPLES``, ``ECG_EPOCHS``, ``ECG_OUT``,
+``ECG_BOARD``); command-line values win. Nothing a page sends can change them.
+
+See Also
+--------
+pipeline.run.run_pipeline : what the job runs.
+dashboard.app.App : polls :meth:`PipelineJob.snapshot` and swaps the progress view for the dashboard.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from pipeline.config import SignalConfig, VAEConfig
+from pipeline.run import STAGES, RunRequest, run_pipeline
+
+BOARDS = ("auto", "holoviews", "cuxfilter")
+ENV = {"input": "ECG_INPUT", "device": "ECG_DEVICE", "samples": "ECG_SAMPLES", "epochs": "ECG_EPOCHS",
+       "out": "ECG_OUT", "board": "ECG_BOARD", "fs": "ECG_FS", "column": "ECG_COLUMN"}
+
+# Rough share of a first (uncached) run's time spent in each stage, for one overall progress bar.
+STAGE_WEIGHTS = {"synth": 8, "hash": 1, "warmup": 4, "load": 3, "wavelet": 2, "peaks": 1, "lengths": 0.5,
+                 "embed": 2, "train": 70, "score": 4, "results": 3}
+
+
+# --------------------------------------------------------------------------- settings
+@dataclass(frozen=True)
+class Settings:
+    """What the server was asked to show: the pipeline request and the renderer."""
+
+    request: RunRequest = field(default_factory=RunRequest)
+    board: str = "auto"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse would exit the server; raise instead
+        raise ValueError(f"server arguments: {message}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="panel serve dashboard/app.py --args", add_help=False)
+    p.add_argument("--input", help="CSV, WFDB (.hea), .npy or .parquet (default: the synthetic recording)")
+    p.add_argument("--device", help="auto, gpu or cpu")
+    p.add_argument("--samples", help="length of the synthetic default recording")
+    p.add_argument("--epochs", help="VAE training epochs")
+    p.add_argument("--out", help="folder of cached runs (default: runs)")
+    p.add_argument("--fs", help="sampling rate in Hz when the file has none")
+    p.add_argument("--column", help="CSV/Parquet column or WFDB lead")
+    p.add_argument("--board", help="renderer: holoviews (CPU), cuxfilter (GPU) or auto")
+    p.add_argument("--no-cache", action="store_true", help="recompute even when a cached run exists")
+    return p
+
+
+def settings_from(argv: list[str] | None = None, environ: dict | None = None) -> Settings:
+    """Settings from server arguments, falling back on ``ECG_*`` environment variables.
+
+    Raises ValueError with one line naming the bad argument.
+    """
+    import os
+
+    environ = os.environ if environ is None else environ
+    args, unknown = _parser().parse_known_args(list(argv or []))
+    if unknown:
+        raise ValueError(f"server arguments: unknown {' '.join(unknown)!r} "
+                         "(known: --input --device --samples --epochs --out --fs --column --board --no-cache)")
+    values = {}
+    for name, var in ENV.items():
+        value = getattr(args, name)
+        if value is None and environ.get(var, "") != "":
+            value = environ[var]
+        values[name] = value
+
+    def number(name, kind):
+        value = values[name]
+        if value is None:
+            return None
+        try:
+            number = kind(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be a{'n integer' if kind is int else ' number'}; got {value!r} "
+                             f"(from --{name} or {ENV[name]})") from None
+        if number <= 0:
+            raise ValueError(f"{name} must be positive; got {value!r} (from --{name} or {ENV[name]})")
+        return number
+
+    device = values["device"] or "auto"
+    if device not in ("auto", "gpu", "cpu"):
+        raise ValueError(f"device must be one of auto, gpu, cpu; got {device!r} (from --device or ECG_DEVICE)")
+    board = values["board"] or "auto"
+    if board not in BOARDS:
+        raise ValueError(f"board must be one of {', '.join(BOARDS)}; got {board!r} (from --board or ECG_BOARD)")
+    column = values["column"]
+    if isinstance(column, str) and column.isdigit():
+        column = int(column)
+    epochs = number("epochs", int)
+    request = RunRequest(input=values["input"] or None, device=device, out=values["out"] or "runs",
+                         fs=number("fs", float), column=column, samples=number("samples", int),
+                         signal=SignalConfig(),
+                         vae=replace(VAEConfig(), epochs=epochs) if epochs else VAEConfig(),
+                         use_cache=not args.no_cache)
+    return Settings(request=request, board=board)
+
+
+# --------------------------------------------------------------------------- progress
+@dataclass(frozen=True)
+class Progress:
+    """One reading of the job, safe to hand to any session.
+
+    ``state`` is ``waiting`` → ``running`` → ``ready`` | ``error``.
+    """
+
+    state: str = "waiting"
+    stage: str = ""
+    label: str = "Waiting to start"
+    message: str = ""
+    stage_fraction: float = 0.0
+    overall: float = 0.0
+    elapsed_s: float = 0.0
+    done: tuple = ()            # ((label, seconds), ...) of finished stages
+    error: str = ""
+
+    @property
+    def percent(self) -> int:
+        return int(round(100 * self.overall))
+
+
+class PipelineJob:
+    """Runs ``runner(request, progress)`` once in a daemon thread; ``prepare(run)`` then builds the
+    shared, read-only data for the views (still in that thread, so 'ready' means ready to draw).
+
+    Sessions call :meth:`snapshot` (cheap, thread-safe) from a periodic callback.
+    """
+
+    def __init__(self, settings: Settings, runner: Callable = run_pipeline,
+                 prepare: Callable | None = None, log: Callable[[str], None] | None = None):
+        self.settings = settings
+        self._runner, self._prepare = runner, prepare
+        self._log = log or _log
+        self._lock = threading.Lock()
+        self._progress = Progress()
+        self._started_at: float | None = None
+        self._stage_started: dict[str, float] = {}
+        self._done: dict[str, float] = {}
+        self._thread: threading.Thread | None = None
+        self._finished = threading.Event()
+        self.result = None          # what prepare returned (or the RunResult without prepare)
+        self.run = None
+
+    # ------------------------------------------------------------------ control
+    def start(self) -> "PipelineJob":
+        """Start the run once; later calls do nothing."""
+        with self._lock:
+            if self._thread is not None:
+                return self
+            self._started_at = time.perf_counter()
+            self._progress = replace(self._progress, state="running", label="Starting")
+            self._thread = threading.Thread(target=self._work, name="ecg-pipeline", daemon=True)
+            self._thread.start()
+        return self
+
+    def wait(self, timeout: float | None = None) -> Progress:
+        """Block until the job is ready or failed (or ``timeout`` passes); return the last reading."""
+        self._finished.wait(timeout)
+        return self.snapshot()
+
+    def snapshot(self) -> Progress:
+        with self._lock:
+            progress = self._progress
+            if progress.state == "running" and self._started_at is not None:
+                progress = replace(progress, elapsed_s=time.perf_counter() - self._started_at)
+            return progress
+
+    # ------------------------------------------------------------------ worker
+    def _work(self) -> None:
+        request = self.settings.request
+        self._log(f"ECG dashboard: running the pipeline (input={request.input or 'synthetic'}, "
+                  f"device={request.device}, samples={request.samples}, epochs={request.vae.epochs})")
+        try:
+            run = self._runner(request, progress=self._on_progress)
+            self.run = run
+            self._on_progress("results", 1.0, "Preparing the views")
+            self.result = self._prepare(run) if self._prepare else run
+        except Exception as err:  # the page shows it; the server stays up
+            message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            if not isinstance(err, ValueError):
+                message = f"{type(err).__name__}: {message}"
+                self._log(traceback.format_exc())
+            self._finish("error", error=message)
+            self._log(f"ECG dashboard: pipeline failed: {message}")
+            return
+        self._finish("ready")
+        self._log(f"ECG dashboard ready in {self.snapshot().elapsed_s:.1f} s "
+                  f"({'cached run ' if getattr(run, 'cached', False) else ''}{getattr(run, 'path', '')})")
+
+    def _finish(self, state: str, error: str = "") -> None:
+        with self._lock:
+            elapsed = time.perf_counter() - (self._started_at or time.perf_counter())
+            self._progress = replace(self._progress, state=state, error=error, elapsed_s=elapsed,
+                                     overall=1.0 if state == "ready" else self._progress.overall,
+                                     label="Ready" if state == "ready" else "Failed",
+                                     done=self._done_tuple())
+        self._finished.set()
+
+    def _on_progress(self, stage: str, fraction: float, message: str = "") -> None:
+        """The pipeline's progress callback (runs in the job's thread)."""
+        now = time.perf_counter()
+        with self._lock:
+            if stage not in self._stage_started:
+                self._stage_started[stage] = now
+            if fraction >= 1.0 and stage not in self._done:
+                self._done[stage] = now - self._stage_started[stage]
+            label = STAGES.get(stage, stage)
+            self._progress = replace(
+                self._progress, stage=stage, label=label,
+                message=message if message and message != label else "",
+                stage_fraction=min(max(float(fraction), 0.0), 1.0),
+                overall=self._overall(stage, fraction), done=self._done_tuple())
+
+    def _overall(self, stage: str, fraction: float) -> float:
+        order = list(STAGES)
+        if stage not in STAGE_WEIGHTS:
+            return self._progress.overall
+        total = sum(STAGE_WEIGHTS.values())
+        before = sum(STAGE_WEIGHTS[s] for s in order[:order.index(stage)])
+        value = (before + STAGE_WEIGHTS[stage] * min(max(fraction, 0.0), 1.0)) / total
+        return max(self._progress.overall, min(value, 1.0))
+
+    def _done_tuple(self) -> tuple:
+        return tuple((STAGES.get(s, s), round(t, 3)) for s, t in self._done.items())
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- the process's job
+_JOB: PipelineJob | None = None
+_JOB_LOCK = threading.Lock()
+
+
+def process_job(settings: Settings, prepare: Callable | None = None) -> PipelineJob:
+    """The one job of this server process, started on first use (every session shares it)."""
+    global _JOB
+    with _JOB_LOCK:
+        if _JOB is None:
+            _JOB = PipelineJob(settings, prepare=prepare).start()
+        elif _JOB.settings != settings:
+            _log("ECG dashboard: sessions asked for different settings; keeping the first run's")
+        return _JOB

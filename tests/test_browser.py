@@ -1,0 +1,246 @@
+"""The served dashboard in headless Chromium: progress → dashboard without a reload, no console
+errors, a brush in the length histogram filters the other views and the outlier table, a click
+on an outlier zooms the recording to that beat, and two sessions keep their own selections.
+
+Starts ``panel serve dashboard/app.py`` on a free localhost port with a tiny run (300k samples,
+3 epochs, a temporary cache folder). Screenshots go to ``test-artifacts/``.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+VIEWPORT = {"width": 1600, "height": 1250}
+READY_S = 240        # server start + tiny pipeline + warm-up, on a busy 2-core machine
+UPDATE_S = 45        # one interaction's round trip, generously
+
+if not Path(CHROMIUM).exists():
+    pytest.skip(f"{CHROMIUM} not found (apt-get install chromium)", allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api")
+
+
+# --------------------------------------------------------------------------- the server
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, tmp: Path):
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}/app"
+        self.log_path = tmp / "server.log"
+        self._log = open(self.log_path, "w")
+        cmd = [sys.executable, "-m", "panel", "serve", "dashboard/app.py", "--address", "127.0.0.1",
+               "--port", str(self.port), "--allow-websocket-origin", f"127.0.0.1:{self.port}", "--num-procs", "1",
+               "--warm", "--args", "--samples", "300000", "--epochs", "3", "--device", "cpu",
+               "--out", str(tmp / "runs")]
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, env=env)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_http(self, timeout: float) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"panel serve exited with {self.proc.returncode}:\n{self.log()[-3000:]}")
+            try:
+                with urllib.request.urlopen(self.url, timeout=5) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.5)
+        raise TimeoutError(f"no page at {self.url} after {timeout} s:\n{self.log()[-3000:]}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        self._log.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    ARTIFACTS.mkdir(exist_ok=True)
+    srv = Server(tmp_path_factory.mktemp("served"))
+    try:
+        srv.wait_http(120)
+        yield srv
+    finally:
+        srv.stop()
+        shutil.copy(srv.log_path, ARTIFACTS / "server.log")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+# --------------------------------------------------------------------------- page helpers
+class Page:
+    """One browser session of the dashboard, collecting console errors."""
+
+    def __init__(self, browser, url: str):
+        self.context = browser.new_context(viewport=VIEWPORT)
+        self.page = self.context.new_page()
+        self.errors: list[str] = []
+        self.page.on("console", lambda m: self.errors.append(f"{time.strftime('%X')} console: {m.text}")
+                     if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(f"{time.strftime('%X')} page error: {e}"))
+        self.page.goto(url)
+
+    def wait_dashboard(self, progress_shot: str | None = None) -> bool:
+        """Wait for the dashboard; True when the progress view was shown first."""
+        self.page.wait_for_selector(".ecg-progress, .ecg-dashboard", timeout=READY_S * 1000)
+        saw_progress = self.page.locator(".ecg-progress").count() > 0
+        if saw_progress and progress_shot:
+            self.page.wait_for_timeout(1500)
+            self.shot(progress_shot)
+        self.page.wait_for_selector(".ecg-dashboard", timeout=READY_S * 1000)
+        self.page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0 && "
+                                    "Bokeh.documents[0].get_model_by_name('ecg-signal') !== null",
+                                    timeout=UPDATE_S * 1000)
+        self.page.wait_for_selector(".ecg-view-outliers .tabulator-row", timeout=UPDATE_S * 1000)
+        self.page.wait_for_timeout(1500)  # let the rasters land
+        return saw_progress
+
+    def count(self) -> int:
+        text = self.page.locator(".ecg-count").first.inner_text()
+        return int(re.search(r"([\d,]+) of", text).group(1).replace(",", ""))
+
+    def rows(self) -> list[str]:
+        return self.page.locator(".ecg-view-outliers .tabulator-row").all_inner_texts()
+
+    def view_png(self, name: str) -> bytes:
+        return self.page.locator(f".ecg-view-{name}").first.screenshot()
+
+    def x_range(self) -> tuple[float, float]:
+        return tuple(self.page.evaluate(
+            "() => { const r = Bokeh.documents[0].get_model_by_name('ecg-signal').x_range;"
+            " return [r.start, r.end]; }"))
+
+    def brush(self, view: str, start: float, stop: float) -> None:
+        """Drag across a fraction [start, stop] of a chart's width (its active tool is a box/x select)."""
+        canvas = self.page.locator(f".ecg-view-{view} .bk-Canvas").first
+        canvas.scroll_into_view_if_needed()
+        box = canvas.bounding_box()
+        y = box["y"] + box["height"] * 0.5
+        x0, x1 = box["x"] + box["width"] * start, box["x"] + box["width"] * stop
+        self.page.mouse.move(x0, y)
+        self.page.mouse.down()
+        self.page.mouse.move((x0 + x1) / 2, y, steps=6)
+        self.page.mouse.move(x1, y, steps=6)
+        self.page.mouse.up()
+
+    def wait_until(self, predicate, what: str, timeout: float = UPDATE_S) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if predicate():
+                return
+            self.page.wait_for_timeout(250)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    def shot(self, name: str) -> None:
+        self.page.screenshot(path=str(ARTIFACTS / name), full_page=True)
+
+    def close(self) -> None:
+        self.context.close()
+
+
+def _seconds(hms: str) -> float:
+    h, m, s = hms.split(":")
+    return int(h) * 3600 + int(m) * 60 + float(s)
+
+
+# --------------------------------------------------------------------------- tests
+def test_brush_filters_the_views_and_a_click_zooms_to_the_beat(server, browser):
+    page = Page(browser, server.url)
+    try:
+        ready_before = "ECG dashboard ready" in server.log()
+        saw_progress = page.wait_dashboard(progress_shot="progress.png")
+        if not ready_before:
+            assert saw_progress, "the page should show the progress view while the pipeline runs"
+        page.shot("dashboard.png")
+
+        total, rows, x_whole = page.count(), page.rows(), page.x_range()
+        latent, scores = page.view_png("latent"), page.view_png("scores")
+        assert total > 500 and len(rows) > 0
+        assert x_whole[1] - x_whole[0] > 600   # the whole 20-minute recording
+
+        # Brush the tall part of the length histogram: fewer beats, another table, redrawn charts.
+        page.brush("lengths", 0.52, 0.60)
+        page.wait_until(lambda: page.count() < total, "the selection count to drop")
+        page.wait_until(lambda: page.rows() != rows, "the outlier table to change")
+        page.page.wait_for_timeout(1500)
+        selected = page.count()
+        assert 0 < selected < total
+        assert page.view_png("latent") != latent, "the latent space should show the selection"
+        assert page.view_png("scores") != scores, "the score distribution should show the selection"
+        page.shot("selection.png")
+
+        # Click the top outlier: the recording zooms to a few seconds around that beat.
+        row = page.page.locator(".ecg-view-outliers .tabulator-row").first
+        beat_time = _seconds(row.locator(".tabulator-cell[tabulator-field='time']").inner_text())
+        row.click()
+        page.wait_until(lambda: page.x_range()[1] - page.x_range()[0] < 30, "the recording to zoom in")
+        lo, hi = page.x_range()
+        assert lo < beat_time < hi and hi - lo < 30
+        page.page.wait_for_timeout(2000)
+        assert page.count() == selected, "zooming to a beat keeps the beat views' selection"
+        page.shot("zoomed.png")
+        assert not page.errors, "\n".join(page.errors)
+    finally:
+        page.close()
+
+
+def test_two_sessions_keep_their_own_selections(server, browser):
+    alice, bob = Page(browser, server.url), Page(browser, server.url)
+    try:
+        alice.wait_dashboard()
+        bob.wait_dashboard()
+        total = alice.count()
+        assert bob.count() == total
+        bob_rows = bob.rows()
+
+        alice.brush("lengths", 0.52, 0.60)
+        alice.wait_until(lambda: alice.count() < total, "Alice's selection")
+        alice_count = alice.count()
+        bob.page.wait_for_timeout(2000)
+        assert bob.count() == total and bob.rows() == bob_rows, "Bob must not see Alice's selection"
+
+        bob.brush("scores", 0.18, 0.4)
+        bob.wait_until(lambda: bob.count() < total, "Bob's selection")
+        alice.page.wait_for_timeout(2000)
+        assert bob.count() != alice_count
+        assert alice.count() == alice_count, "Alice must not see Bob's selection"
+        alice.shot("session-a.png")
+        bob.shot("session-b.png")
+        assert not alice.errors and not bob.errors, "\n".join(alice.errors + bob.errors)
+    finally:
+        alice.close()
+        bob.close()
