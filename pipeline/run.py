@@ -120,8 +120,7 @@ def _compute(input_path: Path, request: RunRequest, device: str, stages: "_Stage
     with stages("train") as report:
         rows = backend.to_torch(beats.rows)
         is_train = train.split_train(n_beats, request.vae.train_fraction, request.vae.seed)
-        model, history = train.fit_vae(rows, is_train, request.vae,
-                                       progress=lambda f, msg: report(f, msg))
+        model, history = train.fit_vae(rows, is_train, request.vae, progress=report)
     with stages("score"):
         scores, z = score.score_beats(model, rows)
         grid_z = score.latent_grid(z, request.vae.grid)
@@ -130,7 +129,7 @@ def _compute(input_path: Path, request: RunRequest, device: str, stages: "_Stage
         scores, z = backend.from_torch(scores, xp), backend.from_torch(z, xp)
     return dict(recording=recording, positions=positions, beats=beats, histogram=histogram, model=model,
                 history=history, is_train=is_train.numpy(), scores=scores, z=z,
-                grid_z=grid_z.cpu().numpy(), decoded=decoded.cpu().numpy(), width=width,
+                grid_z=grid_z, decoded=decoded, width=width,
                 torch_version=torch.__version__)
 
 
@@ -171,8 +170,8 @@ def _write(input_path, input_hash, key, request, device, c, stages, handoffs, me
     report["handoffs"] = handoffs
     report["segmentation_s"] = round(sum(stages.times.get(s, 0.0) for s in SEGMENTATION), 6)
     path = results.write_run(Path(request.out), key, report=report, beats=table, fiducials=host(c["positions"]),
-                             signal=signal,
-                             embeddings=embeddings, decoded_z=c["grid_z"], decoded=c["decoded"], checkpoint=checkpoint)
+                             signal=signal, embeddings=embeddings, decoded_z=c["grid_z"].cpu().numpy(),
+                             decoded=c["decoded"].cpu().numpy(), checkpoint=checkpoint)
     run = results.load_run(path)
     run.cached = False
     return run
