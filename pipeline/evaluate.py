@@ -121,8 +121,3 @@ def _se_pp(row: dict, prefix: str, ms: int) -> str:
     pp = 100 * tp / (tp + fp) if tp + fp else float("nan")
     return f"{se:>6.2f}{pp:>7.2f}"
 
-
-def detection_rates(row: dict, prefix: str = "", ms: int = 150) -> tuple[float, float]:
-    """(sensitivity, positive predictivity) as fractions from a table row."""
-    tp, fn, fp = row[f"{prefix}tp_{ms}"], row[f"{prefix}fn_{ms}"], row[f"{prefix}fp_{ms}"]
-    return tp / (tp + fn), tp / (tp + fp)
