@@ -232,16 +232,27 @@ class DataStore(pn.viewable.Viewer):
         index = np.flatnonzero(above)
         order = index[np.argsort(-scores[index], kind="stable")][:TABLE_LIMIT]
         outliers = shared.beats.iloc[order]
-        centre = decoded = mean_beat = None
-        if count:
-            selected = np.flatnonzero(mask)
-            centre = np.array([shared.columns["z1"][selected].mean(), shared.columns["z2"][selected].mean()],
-                              dtype=np.float32)
-            decoded = shared.decode(centre)[0]
-            mean_beat = shared.embeddings[selected].mean(axis=0)
+        centre, decoded, mean_beat = self._centre(mask, count)
         self.selection = Selection(version=next(self._versions), mask=mask, count=count, total=len(mask),
                                    threshold=float(self.threshold), outliers=outliers, n_outliers=n_out,
                                    centre_z=centre, centre_decoded=decoded, mean_beat=mean_beat)
+
+    def _centre(self, mask: np.ndarray, count: int) -> tuple:
+        """(centre_z, centre_decoded, mean_beat) of the selected beats.
+
+        When the selected beats did not change (e.g. only the threshold moved), the previous
+        selection's arrays are returned as they are: views compare them by identity to skip
+        redrawing what did not change."""
+        previous = self.selection
+        if previous is not None and np.array_equal(previous.mask, mask):
+            return previous.centre_z, previous.centre_decoded, previous.mean_beat
+        if not count:
+            return None, None, None
+        shared = self.shared
+        selected = np.flatnonzero(mask)
+        centre = np.array([shared.columns["z1"][selected].mean(), shared.columns["z2"][selected].mean()],
+                          dtype=np.float32)
+        return centre, shared.decode(centre)[0], shared.embeddings[selected].mean(axis=0)
 
     # ------------------------------------------------------------------ the focused beat
     def focus_window(self, beat_id: int | None = None, seconds: float = 4.0) -> tuple[float, float]:

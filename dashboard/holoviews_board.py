@@ -57,6 +57,30 @@ def _batch_stream_triggers() -> None:
 _batch_stream_triggers()
 
 
+def _cache_dask_lookup() -> None:
+    """Look Dask up once per process instead of on every HoloViews data access.
+
+    HoloViews calls ``holoviews.core.data.util.dask_array_module`` (``import dask.array``)
+    dozens of times per chart refresh; without Dask installed each failed import walks every
+    sys.path entry (~1 ms), some 60 ms per selection change. The answer cannot change while
+    the server runs, so it is cached in that function and in the modules that imported it by
+    name. Idempotent; returns the same module (or None) as before."""
+    from holoviews.core.data import grid, util, xarray
+    from holoviews.operation import element
+
+    lookup = util.dask_array_module
+    if getattr(lookup, "_ecg_cached", False):
+        return
+    cached = functools.cache(lookup)
+    cached._ecg_cached = True
+    for module in (util, grid, xarray, element):
+        if getattr(module, "dask_array_module", None) is lookup:
+            module.dask_array_module = cached
+
+
+_cache_dask_lookup()
+
+
 # --------------------------------------------------------------------------- brush <-> expression
 _COMPARISONS = {operator.ge: "lo", operator.gt: "lo", operator.le: "hi", operator.lt: "hi"}
 

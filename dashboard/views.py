@@ -295,10 +295,22 @@ class SelectionCentre(View):
     def __init__(self, **params):
         super().__init__(**params)
         self._t = beat_axis(self.data_store)
-        self.plot = hv.DynamicMap(self._plot, streams=[self.data_store.param.selection])
+        # The plot follows its own stream, not `selection`: a change that keeps the selected beats
+        # (e.g. the threshold) keeps the centre and mean arrays, and redrawing them would cost a
+        # full HoloViews plot update for nothing.
+        self._drawn = self.data_store.selection
+        self._stream = hv.streams.Stream.define("Centre", selection=self._drawn)()
+        self.plot = hv.DynamicMap(self._plot, streams=[self._stream])
         self.info = html("", css_classes=["ecg-caption"], margin=(0, 10))
         self._info(self.data_store.selection)
-        self.data_store.param.watch(lambda e: self._info(e.new), "selection")
+        self.data_store.param.watch(self._update, "selection")
+
+    def _update(self, event) -> None:
+        sel, drawn = event.new, self._drawn
+        if sel.mean_beat is not drawn.mean_beat or sel.centre_decoded is not drawn.centre_decoded:
+            self._drawn = sel
+            self._stream.event(selection=sel)
+        self._info(sel)
 
     def _info(self, sel: Selection) -> None:
         self.rendered = sel.version
