@@ -25,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,6 +60,20 @@ class Server:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def wait_http(self, timeout: float) -> None:
+        """Until the page answers HTTP 200 (the progress view, while the pipeline still runs)."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"panel serve exited with {self.proc.returncode}:\n{self.log()[-3000:]}")
+            try:
+                with urllib.request.urlopen(self.url, timeout=5) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.5)
+        raise TimeoutError(f"no page at {self.url} after {timeout} s:\n{self.log()[-3000:]}")
 
     def wait_ready(self, timeout: float) -> float:
         """Seconds from start until the log says the dashboard is ready; raises on failure/timeout."""
@@ -116,8 +131,6 @@ def pull_dashboard(url: str) -> dict:
 
 
 def http_get(url: str, timeout: float = 60.0) -> tuple[int, int]:
-    import urllib.request
-
     with urllib.request.urlopen(url, timeout=timeout) as response:
         return response.status, len(response.read())
 

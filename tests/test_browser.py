@@ -7,17 +7,14 @@ Starts ``panel serve dashboard/app.py`` on a free localhost port with a tiny run
 """
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+
+from dashboard.bench_selection import Server
 
 pytestmark = pytest.mark.browser
 
@@ -36,55 +33,14 @@ sync_api = pytest.importorskip("playwright.sync_api")
 
 
 # --------------------------------------------------------------------------- the server
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    def __init__(self, tmp: Path):
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}/app"
-        self.log_path = tmp / "server.log"
-        self._log = open(self.log_path, "w")
-        cmd = [sys.executable, "-m", "panel", "serve", "dashboard/app.py", "--address", "127.0.0.1",
-               "--port", str(self.port), "--allow-websocket-origin", f"127.0.0.1:{self.port}", "--num-procs", "1",
-               "--warm", "--args", "--samples", "300000", "--epochs", "3", "--device", "cpu",
-               "--out", str(tmp / "runs")]
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, env=env)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_http(self, timeout: float) -> None:
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"panel serve exited with {self.proc.returncode}:\n{self.log()[-3000:]}")
-            try:
-                with urllib.request.urlopen(self.url, timeout=5) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.5)
-        raise TimeoutError(f"no page at {self.url} after {timeout} s:\n{self.log()[-3000:]}")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-        self._log.close()
+APP_ARGS = ["--samples", "300000", "--epochs", "3", "--device", "cpu"]
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     ARTIFACTS.mkdir(exist_ok=True)
-    srv = Server(tmp_path_factory.mktemp("served"))
+    tmp = tmp_path_factory.mktemp("served")
+    srv = Server([*APP_ARGS, "--out", str(tmp / "runs")], tmp / "server.log")
     try:
         srv.wait_http(120)
         yield srv
