@@ -24,7 +24,7 @@ NeuroKit2 travels as wheels in ``.whl``), in one command of at most 10 minutes (
 
     python3 .gpupack/meta/load.py && . .gpupack/meta/env.sh &&
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl &&
-    PYTHONPATH=/tmp/site:.:$PYTHONPATH python3 -m benchmarks.run --out $OUT
+    PYTHONPATH=/tmp/site:.:$PYTHONPATH python3 -m benchmarks.run --out benchmarks/results
 
 See Also
 --------
