@@ -97,13 +97,17 @@ def _reader_for(path: Path):
 
 
 # --------------------------------------------------------------------------- CSV
+def _open(path: Path, mode: str, **kwargs):
+    """Open a CSV as it is stored: gzip-compressed when it ends in .gz."""
+    import gzip
+
+    return (gzip.open if path.name.lower().endswith(".gz") else open)(path, mode, **kwargs)
+
+
 def _sniff_csv(path: Path) -> tuple[str, list[str] | None, int]:
     """Delimiter, header names (None without a header) and field count, from the first few KiB.
     Rejects binary content."""
-    import gzip
-
-    opener = gzip.open if path.name.lower().endswith(".gz") else open
-    with opener(path, "rb") as f:
+    with _open(path, "rb") as f:
         head = f.read(4096)
     if b"\0" in head:
         raise ValueError(f"{path.name} is not a text file (binary content); expected one number per line")
@@ -213,11 +217,8 @@ def _describe_arrow_error(err, path: Path, index: int, delimiter: str, has_heade
 def _line_of(path: Path, index: int, delimiter: str, has_header: bool, value: str) -> int | None:
     """1-based line number (as an editor shows it) of the first data row whose field ``index`` is
     ``value``. Only called to word an error, so a plain scan of the text is fine."""
-    import gzip
-
-    opener = gzip.open if path.name.lower().endswith(".gz") else open
     wanted = value.strip().strip('"')
-    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+    with _open(path, "rt", encoding="utf-8", errors="replace") as f:
         for number, line in enumerate(f, start=1):
             if number == 1 and has_header:
                 continue
