@@ -1,9 +1,12 @@
 """The cross-filtered dashboard: ``panel serve dashboard/app.py`` (or ``./run.sh``).
 
-startup.py       server arguments, the one pipeline run per server process, its progress
-data_store.py    SharedRun (read-only data of the run) and DataStore (one browser session's selections)
-views.py         the views described once, and the renderer-independent ones (table, decoded beats, status)
-holoviews_board  renders the charts with HoloViews link_selections + Datashader (pandas; the CPU default)
-cuxfilter_board  renders them with cuxfilter over cuDF (GPU)
-app.py           App: progress view, then the dashboard; ``.servable()``
+startup.py        server arguments, the one pipeline run per server process, its progress
+data_store.py     SharedRun (read-only data of the run, on its device) and DataStore (one session's selections)
+spec.py           the views described once (what, which columns, which links, where), colours, formats
+bins.py           bin indexes of the linked charts, computed once per run
+signal_raster.py  levels of detail of the recording and their Datashader rasters
+charts.py         the linked charts drawn straight into Bokeh (the default board)
+cuxfilter_board   the same linked charts drawn by cuxfilter over cuDF (GPU runs, on request)
+views.py          the views every board shares (table, beat, decoded grid, centre, summary) and the layout
+app.py            App: progress view, then the dashboard; ``.servable()``
 """

@@ -16,70 +16,83 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import time
 import traceback
 from pathlib import Path
 
 if __package__ in (None, "") and str(Path(__file__).resolve().parent.parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `panel serve dashboard/app.py`
 
-import holoviews as hv
 import panel as pn
 import param
-from panel.theme.fast import Fast
 
 from dashboard import startup
 from dashboard.data_store import DataStore, SharedRun
-from dashboard.views import ASSETS, STYLESHEET, SelectionSummary, ViewSpec, duration, hms, html, layout, status_line
+from dashboard.spec import ASSETS, STYLESHEET, duration, hms
+from dashboard.views import SelectionSummary, html, layout, status_line
 
 TITLE = "ECG explorer · abnormal heartbeats"
 POLL_MS = 400
+PAGE_CSS = (ASSETS / "dashboard.css").read_text()
+LOGO = (ASSETS / "logo.svg").read_text()
 
 
-# The page must load nothing from outside this server (machines without internet, no third-party
-# requests): Panel's Fast design would fetch its web font from Google, so drop that one resource.
-Fast._resources = {kind: value for kind, value in Fast._resources.items() if kind != "font"}
-
-
-# --------------------------------------------------------------------------- renderer choice
+# --------------------------------------------------------------------------- boards
 def resolve_board(board: str, run) -> str:
-    """``auto`` → ``cuxfilter`` for a GPU run when cuxfilter is installed, else ``holoviews``."""
-    gpu_run = run.report["device"]["name"] == "gpu"
+    """``auto`` → ``bokeh`` (the linked charts drawn straight into Bokeh, on either device: it
+    meets the latency targets); ``cuxfilter`` on request for a GPU run."""
     if board == "auto":
-        return "cuxfilter" if gpu_run and importlib.util.find_spec("cuxfilter") is not None else "holoviews"
-    if board == "cuxfilter" and not gpu_run:
+        return "bokeh"
+    if board == "cuxfilter" and (run.report["device"]["name"] != "gpu" or importlib.util.find_spec("cuxfilter") is None):
         raise ValueError("board 'cuxfilter' needs a GPU run (--device gpu) with cuDF and cuxfilter installed; "
-                         "use --board holoviews")
+                         "use --board bokeh")
     return board
+
+
+def make_board(store: DataStore):
+    if store.shared.extras.get("board") == "cuxfilter":
+        from dashboard import cuxfilter_board   # cuDF and cuxfilter load here, never on the CPU path
+
+        return cuxfilter_board.CuxfilterBoard(store)
+    from dashboard.charts import BokehBoard
+
+    return BokehBoard(store)
+
+
+def warm_up(shared: SharedRun) -> float:
+    """Build a throwaway dashboard and brush it once, so that the per-run data the views share
+    (bin indexes, raster levels) and any compilation exist before the first user arrives.
+    Returns the seconds it took."""
+    from bokeh.document import Document
+    from panel.io.state import set_curdoc
+
+    started = time.perf_counter()
+    doc = Document()
+    with set_curdoc(doc):
+        store = DataStore(shared)
+        body, views = layout(store, make_board(store))
+        root = body.get_root(doc)
+        doc.add_root(root)
+        lo, hi = shared.extent("length_s")
+        store.update(brush={"length_s": (lo, lo + (hi - lo) / 2)}, time_range=(0.0, shared.duration_s / 2))
+        store.update(brush={}, time_range=None, focus=0)
+        body._cleanup(root)
+    return time.perf_counter() - started
 
 
 def prepare(settings: startup.Settings):
     """What the job does after the pipeline, once per process: the shared data of the chosen board."""
     def _prepare(run) -> SharedRun:
-        shared = SharedRun.from_run(run)
         board = resolve_board(settings.board, run)
+        shared = SharedRun.from_run(run)
         shared.extras["board"] = board
         if board == "cuxfilter":
-            from dashboard import cuxfilter_board  # cuDF and cuxfilter load here, never on the CPU path
+            from dashboard import cuxfilter_board
 
             cuxfilter_board.prepare(shared)
-            seconds = cuxfilter_board.warm_up(shared)
-        else:
-            from dashboard.holoviews_board import warm_up
-
-            seconds = warm_up(shared)
-        startup._log(f"ECG dashboard: views warmed up in {seconds:.1f} s")
+        startup._log(f"ECG dashboard: views warmed up in {warm_up(shared):.1f} s ({board} board)")
         return shared
     return _prepare
-
-
-def make_board(store: DataStore):
-    if store.shared.extras.get("board") == "cuxfilter":
-        from dashboard import cuxfilter_board
-
-        return cuxfilter_board.CuxfilterBoard(store)
-    from dashboard.holoviews_board import HoloViewsBoard
-
-    return HoloViewsBoard(store)
 
 
 # --------------------------------------------------------------------------- progress and errors
@@ -135,7 +148,7 @@ class App(pn.viewable.Viewer):
         self._callback = None
         self.progress: ProgressView | None = None
         self.main = pn.Column(sizing_mode="stretch_width", css_classes=["ecg-main"])
-        self.sidebar = pn.Column(sizing_mode="stretch_width")
+        self.sidebar = pn.Column(width=290, css_classes=["ecg-sidebar"], stylesheets=[STYLESHEET])
         self.statusbar = html("", css_classes=["ecg-status"], margin=(0, 12))
         if error or job is None:
             self._show_error(error or "no pipeline job")
@@ -183,7 +196,7 @@ class App(pn.viewable.Viewer):
         self.store = DataStore(shared)
         self.board = make_board(self.store)
         body, self.views = layout(self.store, self.board)
-        summary = SelectionSummary(data_store=self.store, spec=ViewSpec("summary", "Selection", "summary"))
+        summary = SelectionSummary(self.store)
         self.views["summary"] = summary
         self.statusbar.object = status_line(shared)
         self.sidebar.objects = [
@@ -191,10 +204,11 @@ class App(pn.viewable.Viewer):
             html("<div class='ecg-card-title'>Filters</div>", margin=(14, 10, 0, 10)), self.store,
             html("<div class='ecg-card-title'>How to explore</div>"
                  "<div class='ecg-card-help'>Brush a range in the length or score histogram, or a box in "
-                 "the latent space: every beat view, the recording's markers and the outlier table follow. "
-                 "Zoom the recording to restrict everything to that stretch of time. Click an outlier to "
-                 "zoom to it and compare it with what the VAE reconstructs.</div>", margin=(14, 10, 0, 10)),
-            html(f"<div class='ecg-muted'>Renderer: {self.board.name} · input "
+                 "the latent space: every beat view, the recording's markers and the outlier table follow "
+                 "(each chart shows what the other charts' brushes select). Double-click a chart to clear its "
+                 "brush. Zoom the recording to restrict everything to that stretch of time. Click an outlier "
+                 "to zoom to it and compare it with what the VAE reconstructs.</div>", margin=(14, 10, 0, 10)),
+            html(f"<div class='ecg-muted'>Board: {self.board.name} · input "
                  f"{Path(shared.report['input']['path']).name} · "
                  f"{duration(shared.duration_s)}</div>", margin=(14, 10)),
         ]
@@ -202,14 +216,13 @@ class App(pn.viewable.Viewer):
         self.state = "ready"
 
     # ------------------------------------------------------------------ page
-    def template(self) -> pn.template.FastListTemplate:
-        template = pn.template.FastListTemplate(
-            title=TITLE, sidebar=[self.sidebar], main=[self.main], main_layout=None, sidebar_width=300,
-            header_background="#1d3557", accent_base_color="#2a9d8f", logo=str(ASSETS / "logo.svg"),
-            theme_toggle=False, main_max_width="1800px", font_url="",
-            font="'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif")
-        template.config.raw_css.append((ASSETS / "dashboard.css").read_text())
-        return template
+    def page(self) -> pn.Column:
+        """The whole page: a header, the sidebar and the main area (no template: fewer models and
+        resources for every new session)."""
+        header = html(f"<div class='ecg-header'>{LOGO}<span>{TITLE}</span></div>", margin=0,
+                      css_classes=["ecg-header-bar"])
+        return pn.Column(header, pn.Row(self.sidebar, self.main, sizing_mode="stretch_width"),
+                         sizing_mode="stretch_width", css_classes=["ecg-page"])
 
     def __panel__(self):
         return pn.Column(self.sidebar, self.main, sizing_mode="stretch_width")
@@ -224,12 +237,11 @@ def serve_page(argv: list[str] | None = None) -> App:
     return App(job=startup.process_job(settings, prepare=prepare(settings)))
 
 
-pn.extension("tabulator", notifications=False, sizing_mode="stretch_width")
-hv.extension("bokeh", logo=False)
+pn.extension(notifications=False, sizing_mode="stretch_width", raw_css=[PAGE_CSS])
 
 if __name__.startswith("bokeh_app"):
     # `panel serve` runs this file afresh for every session; the objects that must outlive a
     # session (the job, its prepare step) come from the imported module, which exists once.
     from dashboard.app import serve_page as _serve_page
 
-    _serve_page().template().servable(title=TITLE)
+    _serve_page().page().servable(title=TITLE)

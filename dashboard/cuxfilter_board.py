@@ -5,8 +5,8 @@ Each session gets its own ``cuxfilter.DashBoard`` over the one shared cuDF frame
 cuxfilter filters one DataFrame per dashboard and keeps its selection state on chart objects,
 so sharing charts between sessions would share selections. The charts' box selections are
 mirrored into the session's :class:`~dashboard.data_store.DataStore` as brush ranges, and back;
-the recording view is the HoloViews/Datashader one (:class:`~dashboard.holoviews_board.SignalView`)
-drawn from a cuDF frame of the signal.
+the recording view is the default board's (:class:`~dashboard.charts.SignalChart`, Datashader on
+cuDF frames of the signal).
 
 cuxfilter details this relies on (read from its 26.06 source): ``DashBoard._query_str_dict``
 (per instance) and ``_query_local_variables_dict`` (a *class* attribute, shared by every
@@ -16,8 +16,8 @@ Node.js ≥ 18 because importing cuxfilter registers a TypeScript Bokeh model (:
 
 See Also
 --------
-dashboard.views : what is drawn (``VIEWS``, ``LINKED``).
-dashboard.holoviews_board : the same charts with HoloViews on pandas (CPU).
+dashboard.spec : what is drawn (``VIEWS``, ``LINKED``).
+dashboard.charts : the default board, which draws the same charts straight into Bokeh.
 """
 from __future__ import annotations
 
@@ -33,9 +33,9 @@ import holoviews as hv
 import numpy as np
 import panel as pn
 
-from dashboard.data_store import DataStore, frozen
-from dashboard.holoviews_board import LOG_FLOOR, SignalView, _log_floor, warm_up as _warm_up
-from dashboard.views import LINKED, OUTLIER_COLOR, SCORE_CMAP, SIGNAL_COLOR, VIEWS, ViewSpec, tidy_toolbar
+from dashboard.charts import LOG_FLOOR, SignalChart, signal_raster, version_marker
+from dashboard.data_store import DataStore, one_patch
+from dashboard.spec import LINKED, OUTLIER_COLOR, SCORE_CMAP, SIGNAL_COLOR, VIEWS, ViewSpec
 
 CHART_COLUMNS = ["beat_id", "time_s", "length_s", "z1", "z2", "score", "is_test"]
 NODE_MIN = 18
@@ -84,11 +84,24 @@ def prepare(shared) -> None:
 
     beats = shared.beats[CHART_COLUMNS].copy()
     shared.extras["cudf_beats"] = cudf.from_pandas(beats)
-    shared.extras["cudf_signal"] = cudf.from_pandas(shared.signal_frame)
 
 
-def warm_up(shared) -> float:
-    return _warm_up(shared, board_class=CuxfilterBoard)
+def tidy_toolbar(plot, element) -> None:
+    """HoloViews hook: no Bokeh logo, no lasso (brushes are ranges and boxes)."""
+    from bokeh.models import LassoSelectTool
+
+    toolbar = plot.state.toolbar
+    toolbar.logo = None
+    tools = [t for t in toolbar.tools if not isinstance(t, LassoSelectTool)]
+    if len(tools) != len(toolbar.tools):
+        toolbar.tools = tools
+
+
+def _log_floor(plot, element) -> None:
+    """Bars of a log-count histogram start at LOG_FLOOR, not at 0 (which a log axis cannot draw)."""
+    glyph = plot.handles.get("glyph")
+    if glyph is not None and hasattr(glyph, "bottom"):
+        glyph.bottom = LOG_FLOOR
 
 
 def _empty_safe(reload_chart):
@@ -138,7 +151,6 @@ class CuxfilterBoard:
         if "cudf_beats" not in shared.extras:
             prepare(shared)
         self.frame = shared.extras["cudf_beats"]
-        self.signal_frame = shared.extras["cudf_signal"]
         self.charts = {name: self._make_chart(cuxfilter, VIEWS[name]) for name in LINKED}
         with _quiet_cuxfilter():
             self.dashboard = cuxfilter.DataFrame.from_dataframe(self.frame).dashboard(
@@ -153,6 +165,7 @@ class CuxfilterBoard:
         self.dashboard._reload_charts = self._reload_and_pull
         self._pushing = self._pulling = False
         self.views: dict = {}
+        self.version = version_marker(store)
         store.param.watch(self._push_brush, "brush")
         store.param.watch(self._push_window, ["time_range", "follow_window", "split"])
         self._push_window()
@@ -163,7 +176,7 @@ class CuxfilterBoard:
         if spec.kind == "histogram":
             return cuxfilter.charts.bar(spec.x, data_points=spec.bins, step_size_type=float, title=spec.title,
                                         unselected_alpha=0.15, color=SIGNAL_COLOR if not spec.threshold else "#6d597a")
-        if spec.kind == "scatter":
+        if spec.kind == "latent":
             return cuxfilter.charts.scatter(x=spec.x, y=spec.y, aggregate_col=spec.color, aggregate_fn="mean",
                                             color_palette=SCORE_CMAP, point_size=3, pixel_shade_type="linear",
                                             title=spec.title, unselected_alpha=0.15, legend=True,
@@ -172,7 +185,7 @@ class CuxfilterBoard:
 
     def chart(self, spec: ViewSpec):
         if spec.kind == "signal":
-            view = SignalView(data_store=self.store, spec=spec, frame=self.signal_frame, line_width=0)
+            view = SignalChart(self.store, spec, signal_raster(self.store.shared))
         elif spec.name in self.charts:
             plot = self.charts[spec.name].chart.view().opts(
                 hv.opts.Overlay(responsive=True, height=spec.height, title="", xlabel=spec.xlabel,
@@ -266,7 +279,7 @@ class CuxfilterBoard:
     def _reload_charts(self) -> None:
         self._pushing = True
         try:
-            with frozen():
+            with one_patch():
                 self.dashboard._reload_charts()
         finally:
             self._pushing = False
@@ -277,4 +290,9 @@ class CuxfilterBoard:
         return int(len(d._query(d._generate_query_str())))
 
 
-__all__ = ["CuxfilterBoard", "prepare", "use_node", "warm_up"]
+    def extras(self) -> list:
+        """Models the page must carry besides the charts (the hidden version marker)."""
+        return [pn.pane.Bokeh(self.version, visible=False)]
+
+
+__all__ = ["CuxfilterBoard", "prepare", "use_node"]

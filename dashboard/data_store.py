@@ -1,85 +1,95 @@
 """The data behind the views: one shared, read-only run and one :class:`DataStore` per browser session.
 
-:class:`SharedRun` is built once per server process from the pipeline's ``RunResult`` (host
-copies of the beats table, the signal and the embedded beats, the CPU model); every session
-reads it and nobody writes it. :class:`DataStore` holds one session's selections (linked brush
-ranges, the visible time window, the held-out filter, the outlier threshold, the focused beat)
-and publishes one immutable :class:`Selection` per change, which the views only present.
+:class:`SharedRun` is built once per server process from the pipeline's ``RunResult``: the beats
+table on the host, the columns the selections read as arrays on the run's device (CuPy on a GPU
+run, NumPy otherwise), and a memo of derived data that every session shares (bin indexes, the
+signal's raster levels). Nobody writes it. :class:`DataStore` holds one session's selections
+(linked brush ranges, the visible time window, the held-out filter, the outlier threshold, the
+focused beat) and publishes one immutable :class:`Selection` per change, which the views only
+present.
 
 See Also
 --------
 pipeline.results.RunResult : what a run holds.
-dashboard.views : the views that read a DataStore.
+dashboard.views, dashboard.charts : the views that read a DataStore.
 """
 from __future__ import annotations
 
 import contextlib
 import itertools
+import threading
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import pandas as pd
 import panel as pn
 import param
 
+from pipeline import backend
+
 BRUSH_COLUMNS = ("length_s", "z1", "z2", "score", "time_s")
 SPLITS = {"All beats": "all", "Training 75%": "train", "Held-out 25%": "test"}
 OUTLIER_QUANTILE = 0.98     # default threshold: the top 2% of scores
-TABLE_LIMIT = 2000          # rows the ranked outlier table holds at most
+TABLE_LIMIT = 500           # rows the ranked outlier table holds at most
 
 
 @contextlib.contextmanager
-def frozen(doc=None):
-    """Defer the Bokeh document's model-graph recomputation to the end of the block.
+def one_patch():
+    """Everything changed inside reaches the browser as one message (Panel's ``hold`` of the
+    session's document), and Bokeh does not re-validate the arrays we hand it (it checks every
+    element of a list-like property value, which costs more than computing them)."""
+    from bokeh.core.property.validation import validate
 
-    Every HoloViews plot update freezes the document and, when it thaws, walks all of its
-    models again; one selection updates several plots, so without an outer freeze the page pays
-    that walk once per plot. Inside this block it pays it once. ``doc`` defaults to the current
-    session's document; without one this does nothing.
-    """
-    doc = doc if doc is not None else pn.state.curdoc
-    if doc is None or not hasattr(doc, "models"):
-        yield
-        return
-    with doc.models.freeze():
+    with pn.io.hold(), validate(False):
         yield
 
 
 # --------------------------------------------------------------------------- shared, read-only
 @dataclass(eq=False)
 class SharedRun:
-    """Host data of one finished run, shared read-only by every session of the server.
+    """Data of one finished run, shared read-only by every session of the server.
 
-    ``beats`` is the run's table plus ``peak`` (the signal at the fiducial, where view 1 puts
-    its markers) and ``is_test`` (1 for the held-out 25%). ``signal_frame`` has one row per
-    sample: ``t`` (seconds) and ``amplitude``.
+    ``beats`` is the run's table plus ``peak`` (the signal at the fiducial, where the recording
+    view puts its markers) and ``is_test`` (1 for the held-out 25%). ``columns`` holds the
+    brushable columns in float64 and ``is_test`` as arrays of ``xp`` (CuPy for a GPU run, so
+    that masks, counts and means of a brush run where the data is); ``embeddings`` likewise.
     """
 
     run: object
     beats: pd.DataFrame
-    signal_frame: pd.DataFrame
-    embeddings: np.ndarray
-    model: object
+    signal: np.ndarray
     fs: float
-    columns: dict = field(default_factory=dict)      # column name -> numpy array (for fast masks)
+    xp: object
+    columns: dict
+    embeddings: object
     extras: dict = field(default_factory=dict)       # renderer-specific shared data (e.g. cuDF frames)
+    _derived: dict = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
-    def from_run(cls, run) -> "SharedRun":
+    def from_run(cls, run, device: str | None = None) -> "SharedRun":
+        """``device`` 'gpu' puts the selection columns on the GPU; default: the run's own device."""
+        device = device or run.report["device"]["name"]
+        xp = backend.xp_for(device)
         signal = np.asarray(run.signal, dtype=np.float32)
         beats = run.beats.copy()
         beats["peak"] = signal[beats["fiducial"].to_numpy()]
         beats["is_test"] = (beats["split"] == "test").astype(np.int8)
-        signal_frame = pd.DataFrame({"t": np.arange(signal.shape[0], dtype=np.float64) / run.fs,
-                                     "amplitude": signal})
         # Brushable columns in float64: with NumPy 2 a float32 array compared with a Python float
         # compares in float32, so a brush edge within half a float32 step of a value would select
         # differently from pandas/cuDF queries, which compare in float64.
-        columns = {c: beats[c].to_numpy(dtype=np.float64) for c in BRUSH_COLUMNS}
-        columns.update({c: beats[c].to_numpy() for c in ("is_test", "beat_id")})
-        return cls(run=run, beats=beats, signal_frame=signal_frame,
-                   embeddings=np.array(run.embeddings, dtype=np.float32),  # in RAM, writable
-                   model=run.model("cpu"), fs=float(run.fs), columns=columns)
+        columns = {c: xp.asarray(beats[c].to_numpy(dtype=np.float64)) for c in BRUSH_COLUMNS}
+        columns["is_test"] = xp.asarray(beats["is_test"].to_numpy())
+        return cls(run=run, beats=beats, signal=signal, fs=float(run.fs), xp=xp, columns=columns,
+                   embeddings=xp.asarray(np.asarray(run.embeddings, dtype=np.float32)))
+
+    def derived(self, name: str, build: Callable[[], object]):
+        """``build()``'s result, computed once per run and shared by every session (thread-safe)."""
+        with self._lock:
+            if name not in self._derived:
+                self._derived[name] = build()
+            return self._derived[name]
 
     # ------------------------------------------------------------------ facts for the views
     @property
@@ -87,21 +97,33 @@ class SharedRun:
         return self.run.report
 
     @property
+    def n_beats(self) -> int:
+        return len(self.beats)
+
+    @property
     def duration_s(self) -> float:
-        return len(self.signal_frame) / self.fs
+        return len(self.signal) / self.fs
 
     @property
     def has_labels(self) -> bool:
         return "label" in self.beats
 
     def extent(self, column: str) -> tuple[float, float]:
-        values = self.columns[column] if column in self.columns else self.beats[column].to_numpy()
+        values = self.beats[column].to_numpy()
         return float(np.min(values)), float(np.max(values))
 
     def default_threshold(self) -> float:
-        return float(np.quantile(self.columns["score"], OUTLIER_QUANTILE))
+        return float(np.quantile(self.beats["score"].to_numpy(dtype=np.float64), OUTLIER_QUANTILE))
+
+    def host(self, column: str) -> np.ndarray:
+        """A selection column as a host array."""
+        return backend.to_host(self.columns[column])
 
     # ------------------------------------------------------------------ the model (CPU)
+    @property
+    def model(self):
+        return self.run.model("cpu")
+
     def decode(self, z: np.ndarray) -> np.ndarray:
         """Decoder output at latent points ``z`` (n, 2) → (n, width)."""
         import torch
@@ -121,10 +143,17 @@ class SharedRun:
 # --------------------------------------------------------------------------- one session
 @dataclass(frozen=True, eq=False)
 class Selection:
-    """What one session currently selects; a new one replaces it on every change."""
+    """What one session currently selects; a new one replaces it on every change.
+
+    ``mask`` (a device array, like the shared columns) is the intersection of ``base`` (the
+    visible window and the split) and every brush; :meth:`others` gives a chart the beats that
+    the *other* charts' brushes select (crossfilter semantics).
+    """
 
     version: int
-    mask: np.ndarray                 # bool per beat: brush ∩ time window ∩ split
+    mask: object                     # bool per beat: base ∩ every brush
+    base: object                     # bool per beat: time window ∩ split
+    brush_masks: dict                # column -> bool per beat
     count: int
     total: int
     threshold: float
@@ -136,15 +165,23 @@ class Selection:
 
     @property
     def ids(self) -> np.ndarray:
-        return np.flatnonzero(self.mask)
+        return np.flatnonzero(backend.to_host(self.mask))
+
+    def others(self, columns: tuple[str, ...]):
+        """Beats in the base that every brush *not* on ``columns`` selects."""
+        mask = self.base
+        for column, brushed in self.brush_masks.items():
+            if column not in columns:
+                mask = mask & brushed
+        return mask
 
 
 class DataStore(pn.viewable.Viewer):
     """One browser session's selections over a :class:`SharedRun`.
 
     Set ``brush`` (``{column: (lo, hi)}``, intersected), ``time_range``, ``split``,
-    ``threshold`` or ``focus``; read ``selection``. Renderers mirror ``brush`` to and from their
-    linked charts; everything else only reads.
+    ``threshold`` or ``focus``; read ``selection``. Charts set ``brush``; everything else only
+    reads.
     """
 
     shared = param.ClassSelector(class_=SharedRun, constant=True, doc="the run, read-only")
@@ -165,13 +202,14 @@ class DataStore(pn.viewable.Viewer):
         super().__init__(shared=shared, **params)
         self.param.threshold.bounds = (lo, hi)
         self.param.threshold.softbounds = (lo, hi)
-        self._window_cache: tuple | None = None
+        self._base_cache: tuple | None = None
+        self._brush_cache: dict = {}
         self._refresh()
 
     # ------------------------------------------------------------------ actions
     def update(self, **changes) -> None:
-        """Set several parameters at once; the views update once, in one document freeze."""
-        with frozen():
+        """Set several parameters at once: one new selection, one document patch for the browser."""
+        with one_patch():
             self.param.update(**changes)
 
     def select_range(self, column: str, lo: float | None, hi: float | None = None) -> None:
@@ -180,7 +218,7 @@ class DataStore(pn.viewable.Viewer):
         if lo is None:
             brush.pop(column, None)
         else:
-            brush[column] = (lo, hi)
+            brush[column] = (float(lo), float(hi))
         self.update(brush=brush)
 
     def clear(self) -> None:
@@ -188,32 +226,35 @@ class DataStore(pn.viewable.Viewer):
         self.update(brush={})
 
     # ------------------------------------------------------------------ masks
-    def window_mask(self) -> np.ndarray:
-        """Beats in the visible window and split (what the linked charts are drawn from)."""
+    def window_mask(self):
+        """Beats in the visible window and split (what the charts draw as their background)."""
         key = (self.time_range if self.follow_window else None, self.split)
-        if self._window_cache is not None and self._window_cache[0] == key:
-            return self._window_cache[1]
-        cols = self.shared.columns
-        mask = np.ones(len(cols["beat_id"]), dtype=bool)
+        if self._base_cache is not None and self._base_cache[0] == key:
+            return self._base_cache[1]
+        cols, xp = self.shared.columns, self.shared.xp
+        mask = xp.ones(self.shared.n_beats, dtype=bool)
         if key[0] is not None:
             t = cols["time_s"]
             mask &= (t >= key[0][0]) & (t <= key[0][1])
         if self.split != "all":
             mask &= cols["is_test"] == (1 if self.split == "test" else 0)
-        self._window_cache = (key, mask)
+        self._base_cache = (key, mask)
         return mask
 
-    def brush_mask(self, brush: dict | None = None) -> np.ndarray:
-        cols = self.shared.columns
-        mask = np.ones(len(cols["beat_id"]), dtype=bool)
-        for column, (lo, hi) in (self.brush if brush is None else brush).items():
-            values = cols[column]
-            mask &= (values >= lo) & (values <= hi)
+    def _column_mask(self, column: str, bounds: tuple[float, float]):
+        cached = self._brush_cache.get(column)
+        if cached is not None and cached[0] == bounds:
+            return cached[1]
+        values = self.shared.columns[column]
+        mask = (values >= bounds[0]) & (values <= bounds[1])
+        self._brush_cache[column] = (bounds, mask)
         return mask
 
-    def window_frame(self) -> pd.DataFrame:
-        mask = self.window_mask()
-        return self.shared.beats if mask.all() else self.shared.beats[mask]
+    def brush_mask(self, brush: dict | None = None):
+        mask = self.shared.xp.ones(self.shared.n_beats, dtype=bool)
+        for column, bounds in (self.brush if brush is None else brush).items():
+            mask &= self._column_mask(column, tuple(bounds))
+        return mask
 
     # ------------------------------------------------------------------ refresh
     @param.depends("brush", "time_range", "follow_window", "split", "threshold", watch=True)
@@ -223,36 +264,48 @@ class DataStore(pn.viewable.Viewer):
                 raise ValueError(f"brush column must be one of {', '.join(BRUSH_COLUMNS)}; got {column!r}")
             if len(bounds) != 2 or not bounds[0] <= bounds[1]:
                 raise ValueError(f"brush on {column} must be (lo, hi) with lo <= hi; got {bounds!r}")
-        shared = self.shared
-        mask = self.brush_mask() & self.window_mask()
-        count = int(mask.sum())
-        scores = shared.columns["score"]
-        above = mask & (scores > self.threshold)
-        n_out = int(above.sum())
-        index = np.flatnonzero(above)
-        order = index[np.argsort(-scores[index], kind="stable")][:TABLE_LIMIT]
-        outliers = shared.beats.iloc[order]
+        base = self.window_mask()
+        brush_masks = {c: self._column_mask(c, tuple(b)) for c, b in self.brush.items()}
+        mask = base
+        for brushed in brush_masks.values():
+            mask = mask & brushed
+        count = int(mask.sum())                                     # sync point (GPU): one scalar
+        top, n_out = self._ranked_outliers(mask)
         centre, decoded, mean_beat = self._centre(mask, count)
-        self.selection = Selection(version=next(self._versions), mask=mask, count=count, total=len(mask),
-                                   threshold=float(self.threshold), outliers=outliers, n_outliers=n_out,
+        self.selection = Selection(version=next(self._versions), mask=mask, base=base, brush_masks=brush_masks,
+                                   count=count, total=self.shared.n_beats, threshold=float(self.threshold),
+                                   outliers=self.shared.beats.iloc[top], n_outliers=n_out,
                                    centre_z=centre, centre_decoded=decoded, mean_beat=mean_beat)
 
-    def _centre(self, mask: np.ndarray, count: int) -> tuple:
+    def _ranked_outliers(self, mask) -> tuple[np.ndarray, int]:
+        """Host indices of the selected beats above the threshold, highest score first (ties by
+        beat order), at most TABLE_LIMIT of them; and how many there are in all."""
+        xp, scores = self.shared.xp, self.shared.columns["score"]
+        index = xp.flatnonzero(mask & (scores > self.threshold))
+        n_out = int(index.shape[0])
+        if n_out > TABLE_LIMIT:  # keep the top scores (ties at the cut included) before sorting
+            cut = xp.partition(scores[index], n_out - TABLE_LIMIT)[n_out - TABLE_LIMIT]
+            index = index[scores[index] >= cut]
+        order = xp.lexsort(xp.stack([index, -scores[index]]))
+        return backend.to_host(index[order][:TABLE_LIMIT]), n_out
+
+    def _centre(self, mask, count: int) -> tuple:
         """(centre_z, centre_decoded, mean_beat) of the selected beats.
 
         When the selected beats did not change (e.g. only the threshold moved), the previous
         selection's arrays are returned as they are: views compare them by identity to skip
         redrawing what did not change."""
         previous = self.selection
-        if previous is not None and np.array_equal(previous.mask, mask):
+        if previous is not None and (previous.mask is mask or bool(self.shared.xp.array_equal(previous.mask, mask))):
             return previous.centre_z, previous.centre_decoded, previous.mean_beat
         if not count:
             return None, None, None
         shared = self.shared
-        selected = np.flatnonzero(mask)
-        centre = np.array([shared.columns["z1"][selected].mean(), shared.columns["z2"][selected].mean()],
+        centre = np.array([float(shared.columns["z1"][mask].mean()), float(shared.columns["z2"][mask].mean())],
                           dtype=np.float32)
-        return centre, shared.decode(centre)[0], shared.embeddings[selected].mean(axis=0)
+        rows = shared.embeddings if count == shared.n_beats else shared.embeddings[mask]
+        mean_beat = backend.to_host(rows.mean(axis=0, dtype=np.float64)).astype(np.float32)
+        return centre, shared.decode(centre)[0], mean_beat
 
     # ------------------------------------------------------------------ the focused beat
     def focus_window(self, beat_id: int | None = None, seconds: float = 4.0) -> tuple[float, float]:
@@ -265,12 +318,12 @@ class DataStore(pn.viewable.Viewer):
         """(beat row, embedded beat, its reconstruction decode(mu)) of the focused beat, or None."""
         if self.focus is None:
             return None
-        row = self.shared.embeddings[self.focus]
+        row = np.array(backend.to_host(self.shared.embeddings[self.focus]))  # a copy torch may write
         return self.shared.beats.iloc[self.focus], row, self.shared.reconstruct(row)[0]
 
     # ------------------------------------------------------------------ controls
     def _link(self, widget, name: str):
-        """Widget <-> parameter, each widget change applied through :meth:`update` (one freeze)."""
+        """Widget <-> parameter, each widget change applied through :meth:`update` (one patch)."""
         widget.param.watch(lambda event: self.update(**{name: event.new}), "value")
         self.param.watch(lambda event: setattr(widget, "value", event.new), name)
         return widget

@@ -24,7 +24,7 @@ from typing import Callable
 from pipeline.config import SignalConfig, VAEConfig
 from pipeline.run import STAGES, RunRequest, run_pipeline
 
-BOARDS = ("auto", "holoviews", "cuxfilter")
+BOARDS = ("auto", "bokeh", "cuxfilter")
 ENV = {"input": "ECG_INPUT", "device": "ECG_DEVICE", "samples": "ECG_SAMPLES", "epochs": "ECG_EPOCHS",
        "out": "ECG_OUT", "board": "ECG_BOARD", "fs": "ECG_FS", "column": "ECG_COLUMN"}
 
@@ -56,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="folder of cached runs (default: runs)")
     p.add_argument("--fs", help="sampling rate in Hz when the file has none")
     p.add_argument("--column", help="CSV/Parquet column or WFDB lead")
-    p.add_argument("--board", help="renderer: holoviews (CPU), cuxfilter (GPU) or auto")
+    p.add_argument("--board", help="linked charts drawn by: bokeh (default), cuxfilter (GPU runs) or auto")
     p.add_argument("--no-cache", action="store_true", help="recompute even when a cached run exists")
     return p
 

@@ -1,141 +1,36 @@
-"""The views, described once: what each shows, from which columns, as which kind of chart, and
-which of them are linked. Renderers (``holoviews_board``, ``cuxfilter_board``) draw the linked
-charts (kinds ``signal``, ``histogram``, ``scatter``); the views below, which only read a
-:class:`~dashboard.data_store.DataStore`, are the same for both.
+"""The views that only read a :class:`~dashboard.data_store.DataStore` (the ranked outlier table,
+the focused beat, the decoded grid, the selection centre, the summary), and the page's layout.
+They are the same whichever board draws the linked charts, and they are plain Bokeh models whose
+data sources get small binary arrays on each change.
 
 See Also
 --------
-dashboard.data_store.DataStore : what the views read.
-dashboard.holoviews_board, dashboard.cuxfilter_board : the two renderers of the linked charts.
+dashboard.spec : what each view shows.
+dashboard.charts, dashboard.cuxfilter_board : the boards that draw the linked charts.
 dashboard.app.App : puts :func:`layout` on the page.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-
-import holoviews as hv
 import numpy as np
-import pandas as pd
 import panel as pn
-import param
-from bokeh.models import CustomJSTickFormatter
+from bokeh.models import (ColumnDataSource, DataTable, HTMLTemplateFormatter, Legend, LegendItem, Line, MultiLine,
+                          NumberFormatter, Range1d, TableColumn, Text)
 
+from dashboard.charts import add, figure
 from dashboard.data_store import TABLE_LIMIT, DataStore, Selection
+from dashboard.spec import (CENTRE_COLOR, LAYOUT, MEAN_COLOR, MUTED, RENDERED_BY_BOARD, SIGNAL_COLOR, STYLESHEET,
+                            VIEWS, ViewSpec, duration, hms)
 
-if "bokeh" not in hv.Store.renderers:  # the views are drawn with Bokeh, also outside `panel serve`
-    hv.extension("bokeh", logo=False)
-
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
-STYLESHEET = (ASSETS / "components.css").read_text()
-
-# --------------------------------------------------------------------------- colours
-SIGNAL_COLOR = "#1d3557"
-SELECTED_COLOR = "#2a9d8f"
-OUTLIER_COLOR = "#e63946"
-CENTRE_COLOR = "#e76f51"
-MEAN_COLOR = "#457b9d"
-MUTED = "#9aa5b1"
-SCORE_CMAP = ["#fde0c5", "#facba6", "#f8b58b", "#f59e72", "#f2855d", "#ef6a4c", "#eb4a40", "#c52a3f", "#8f1d3f"]
-
-# Seconds → H:MM:SS on time axes (a plain JS function, nothing to compile).
-HMS_CODE = """
-    const s = Math.abs(tick), sign = tick < 0 ? '-' : '';
-    const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), sec = s % 60;
-    const span = ticks.length > 1 ? Math.abs(ticks[1] - ticks[0]) : 60;
-    const secs = span < 1 ? sec.toFixed(2).padStart(5, '0') : Math.floor(sec).toString().padStart(2, '0');
-    return sign + h + ':' + m.toString().padStart(2, '0') + ':' + secs;
-"""
-
-
-def hms_formatter() -> CustomJSTickFormatter:
-    """A new formatter for each plot (a Bokeh model belongs to one document, i.e. one session)."""
-    return CustomJSTickFormatter(code=HMS_CODE)
-
-
-def tidy_toolbar(plot, element) -> None:
-    """HoloViews hook: no Bokeh logo, no lasso (brushes are ranges and boxes)."""
-    from bokeh.models import LassoSelectTool
-
-    toolbar = plot.state.toolbar
-    toolbar.logo = None
-    tools = [t for t in toolbar.tools if not isinstance(t, LassoSelectTool)]
-    if len(tools) != len(toolbar.tools):
-        toolbar.tools = tools
-
-
-# --------------------------------------------------------------------------- the description
-@dataclass(frozen=True)
-class ViewSpec:
-    """One view: its kind, the beat columns it reads, and what a brush on it selects."""
-
-    name: str
-    title: str
-    kind: str                      # signal | histogram | scatter | table | beat | decoded | centre
-    x: str | None = None
-    y: str | None = None
-    color: str | None = None       # column that colours a scatter
-    bins: int = 60
-    brush: tuple[str, ...] = ()    # columns a brush on this view selects (linked views)
-    xlabel: str = ""
-    ylabel: str = ""
-    logy: bool = False
-    threshold: bool = False        # draws the outlier threshold
-    controls: tuple[str, ...] = ()  # DataStore parameters with a widget on this view's card
-    height: int = 280
-    help: str = ""
-
-
-VIEWS = {v.name: v for v in (
-    ViewSpec("signal", "The whole recording", "signal", x="t", y="amplitude", xlabel="time (h:mm:ss)",
-             ylabel="amplitude", height=300,
-             help="Scroll to zoom (down to single samples), drag to pan. Green dots: selected beats; "
-                  "red triangles: outliers above the threshold. Zooming filters the beat views to the window."),
-    ViewSpec("lengths", "Heartbeat length", "histogram", x="length_s", bins=60, brush=("length_s",),
-             xlabel="beat length (s)", ylabel="beats", help="Drag across bars to select a length range."),
-    ViewSpec("latent", "VAE latent space", "scatter", x="z1", y="z2", color="score", brush=("z1", "z2"),
-             xlabel="z1", ylabel="z2", controls=("split",),
-             help="Colour: mean outlier score. Drag a box to select beats. Show all beats, the 75% the VAE "
-                  "trained on, or the 25% it never saw."),
-    ViewSpec("scores", "Outlier score", "histogram", x="score", bins=80, brush=("score",),
-             xlabel="outlier score (negative ELBO)", ylabel="beats", logy=True, threshold=True,
-             controls=("threshold",),
-             help="Drag across bars to select a score range; the red line is the outlier threshold."),
-    ViewSpec("outliers", "Ranked outliers in the selection", "table", height=390,
-             help="Selected beats above the threshold, highest score first. Click a row to inspect it."),
-    ViewSpec("beat", "Beat and its reconstruction", "beat", height=330),
-    ViewSpec("decoded", "Decoder outputs over the latent plane", "decoded", height=300,
-             help="decode(z) on a 3 × 3 grid spanning the central 90% of the beats' latent positions."),
-    ViewSpec("centre", "Selection centre", "centre", height=300,
-             help="decode(mean z of the selected beats) beside the mean of the selected beats themselves."),
-)}
-LINKED = tuple(name for name, v in VIEWS.items() if v.brush)   # brushes here filter every beat view
-LAYOUT = (("signal",), ("lengths", "latent", "scores"), ("outliers", "beat"), ("decoded", "centre"))
-RENDERED_BY_BOARD = ("signal", "histogram", "scatter")
-
-
-# --------------------------------------------------------------------------- helpers
-def hms(seconds: float, decimals: int = 1) -> str:
-    sign = "-" if seconds < 0 else ""
-    s = round(abs(float(seconds)), decimals)
-    h, rest = divmod(s, 3600)
-    m, sec = divmod(rest, 60)
-    width = 3 + decimals if decimals else 2
-    return f"{sign}{int(h)}:{int(m):02d}:{sec:0{width}.{decimals}f}"
-
-
-def duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    h, m = divmod(int(round(seconds / 60)), 60)
-    return f"{h} h {m:02d} min" if h else f"{m} min"
+# A table cell's seconds as H:MM:SS.s, formatted in the browser (the column travels as float64).
+_HMS_CELL = ("<%= (function (s) { const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60);"
+             " return h + ':' + String(m).padStart(2, '0') + ':' + (s % 60).toFixed(1).padStart(4, '0'); })(value) %>")
 
 
 def beat_axis(store: DataStore) -> np.ndarray:
     """Time (ms) of each column of an embedded beat, 0 at the fiducial."""
     width = store.shared.embeddings.shape[1]
     pre = int(round(store.shared.report["config"]["signal"]["pre_fiducial"] * width))
-    return (np.arange(width) - pre) / store.shared.fs * 1000.0
+    return ((np.arange(width) - pre) / store.shared.fs * 1000.0).astype(np.float32)
 
 
 def html(text: str = "", **params) -> pn.pane.HTML:
@@ -144,100 +39,103 @@ def html(text: str = "", **params) -> pn.pane.HTML:
     return pn.pane.HTML(text, stylesheets=[STYLESHEET], **params)
 
 
-BEAT_T = hv.Dimension("beat_ms", label="ms from the fiducial")
-BEAT_Y = hv.Dimension("beat_amplitude", label="amplitude (scaled)")
-
-
-def _fit(*rows) -> tuple[float, float]:
-    """y-limits that fit the finite values of ``rows``, with a margin."""
-    values = np.concatenate([np.asarray(r, dtype=float).ravel() for r in rows])
-    values = values[np.isfinite(values)]
-    if not values.size:
-        return (-1.0, 1.0)
-    lo, hi = float(values.min()), float(values.max())
-    pad = 0.08 * ((hi - lo) or 1.0)
-    return (lo - pad, hi + pad)
-
-
-def _curve_opts(**extra):
-    return dict(responsive=True, show_grid=True, toolbar="above", default_tools=["pan", "wheel_zoom", "reset", "save"],
-                hooks=[tidy_toolbar], **extra)
-
-
-# --------------------------------------------------------------------------- views every renderer shares
 class View(pn.viewable.Viewer):
-    """Base: a view reads ``data_store`` and only presents."""
+    """Base: a view reads ``store`` and only presents; ``rendered`` is the last selection drawn."""
 
-    data_store = param.ClassSelector(class_=DataStore)
-    spec = param.ClassSelector(class_=ViewSpec)
-    rendered = param.Integer(default=0, doc="Selection.version last drawn (for tests and benchmarks)")
+    def __init__(self, store: DataStore, spec: ViewSpec):
+        super().__init__()
+        self.store, self.spec = store, spec
+        self.rendered = 0
 
 
+def _curves(spec: ViewSpec, source: ColumnDataSource, curves: dict):
+    """A figure of beat-shaped curves: ``{column: (label, colour, dash, width)}`` over ``t``; the
+    y axis is fitted by :func:`_fit_y` whenever the curves change."""
+    t = source.data["t"]
+    p = figure(spec, ["pan", "wheel_zoom", "reset", "save"], x_axis_label="ms from the fiducial",
+               y_axis_label="amplitude (scaled)", x_range=Range1d(float(t[0]), float(t[-1])), y_range=Range1d(-1, 1))
+    items = [LegendItem(label=label, renderers=[add(p, source, Line(x="t", y=column, line_color=colour,
+                                                                    line_dash=dash, line_width=width))])
+             for column, (label, colour, dash, width) in curves.items()]
+    p.add_layout(Legend(items=items, location="top_right", label_text_font_size="11px", background_fill_alpha=0.7))
+    return p
+
+
+def _fit_y(p, *curves) -> None:
+    """Fit ``p``'s y axis to the finite values of ``curves``, with a margin."""
+    values = np.concatenate([np.asarray(c, dtype=float).ravel() for c in curves])
+    values = values[np.isfinite(values)]
+    if values.size:
+        lo, hi = float(values.min()), float(values.max())
+        pad = 0.08 * ((hi - lo) or 1.0)
+        p.y_range.update(start=lo - pad, end=hi + pad)
+
+
+# --------------------------------------------------------------------------- the ranked outliers
 class OutlierTable(View):
-    """Ranked outliers of the selection (Tabulator); a click focuses the beat."""
+    """Ranked outliers of the selection (a Bokeh DataTable); a click on a row focuses the beat."""
 
-    def __init__(self, **params):
-        super().__init__(**params)
-        shared = self.data_store.shared
-        self._labels = shared.has_labels
-        titles = {"beat_id": "beat", "time": "time", "length_s": "length (s)", "score": "score",
-                  "split": "split", "label": "reference"}
-        from bokeh.models.widgets.tables import NumberFormatter
-
-        self.table = pn.widgets.Tabulator(
-            self._frame(self.data_store.selection), pagination="remote", page_size=10, selectable=1,
-            show_index=False, disabled=True, sizing_mode="stretch_width", height=self.spec.height,
-            titles=titles, layout="fit_data_stretch", text_align={"time": "right"},
-            formatters={"score": NumberFormatter(format="0.00"), "length_s": NumberFormatter(format="0.000")},
-            css_classes=["ecg-table"])
-        self.table.on_click(self._clicked)
+    def __init__(self, store: DataStore, spec: ViewSpec):
+        super().__init__(store, spec)
+        columns = [("beat_id", "beat", None), ("time_s", "time", HTMLTemplateFormatter(template=_HMS_CELL)),
+                   ("length_s", "length (s)", NumberFormatter(format="0.000")),
+                   ("score", "score", NumberFormatter(format="0.00")), ("split", "split", None)]
+        if store.shared.has_labels:
+            columns.append(("label", "reference", None))
+        self.source = ColumnDataSource(self._data(store.selection))
+        self.table = DataTable(
+            source=self.source, height=spec.height - 40, sizing_mode="stretch_width", index_position=None,
+            reorderable=False,
+            name="ecg-outliers", columns=[TableColumn(field=f, title=t, **({"formatter": fmt} if fmt else {}))
+                                          for f, t, fmt in columns])
+        self.source.selected.on_change("indices", self._clicked)
         self.caption = html("", css_classes=["ecg-caption"], margin=(0, 10))
-        self._caption(self.data_store.selection)
-        self.data_store.param.watch(self._update, "selection")
+        self._draw(store.selection)
+        store.param.watch(lambda event: self._draw(event.new), "selection")
 
-    def _frame(self, sel: Selection) -> pd.DataFrame:
+    def _data(self, sel: Selection) -> dict:
         out = sel.outliers
-        frame = pd.DataFrame({"beat_id": out["beat_id"].to_numpy(),
-                              "time": [hms(t) for t in out["time_s"].to_numpy()],
-                              "length_s": out["length_s"].to_numpy(),
-                              "score": out["score"].to_numpy(),
-                              "split": out["split"].astype(str).to_numpy()})
-        if self._labels:
-            frame["label"] = out["label"].to_numpy()
-        return frame
+        data = {"beat_id": out["beat_id"].to_numpy(dtype=np.int32), "time_s": out["time_s"].to_numpy(dtype=np.float64),
+                "length_s": out["length_s"].to_numpy(dtype=np.float32), "score": out["score"].to_numpy(dtype=np.float32),
+                "split": out["split"].astype(str).to_numpy()}
+        if self.store.shared.has_labels:
+            data["label"] = out["label"].to_numpy()
+        return data
 
-    def _caption(self, sel: Selection) -> None:
+    def _draw(self, sel: Selection) -> None:
+        if self.source.selected.indices:
+            self.source.selected.indices = []
+        self.source.data = self._data(sel)
         shown = f" (top {TABLE_LIMIT:,} listed)" if sel.n_outliers > TABLE_LIMIT else ""
         self.caption.object = (f"<b>{sel.n_outliers:,}</b> outliers above <b>{sel.threshold:.2f}</b> "
                                f"among <b>{sel.count:,}</b> selected beats{shown}")
-
-    def _update(self, event) -> None:
-        sel = event.new
-        self.table.value = self._frame(sel)
-        self._caption(sel)
         self.rendered = sel.version
 
-    def _clicked(self, event) -> None:
-        if event.row is None or event.row >= len(self.table.value):
-            return
-        self.data_store.update(focus=int(self.table.value["beat_id"].iloc[event.row]))
+    def _clicked(self, attr, old, new) -> None:
+        if new:
+            self.store.update(focus=int(self.source.data["beat_id"][new[0]]))
 
     def __panel__(self):
-        return pn.Column(self.caption, self.table, sizing_mode="stretch_width")
+        return pn.Column(self.caption, pn.pane.Bokeh(self.table, sizing_mode="stretch_width"),
+                         sizing_mode="stretch_width")
 
 
+# --------------------------------------------------------------------------- one beat
 class BeatDetail(View):
     """The focused beat (as the VAE saw it) and its reconstruction decode(mu)."""
 
-    def __init__(self, **params):
-        super().__init__(**params)
-        self._t = beat_axis(self.data_store)
-        self.plot = hv.DynamicMap(self._plot, streams=[self.data_store.param.focus])
+    def __init__(self, store: DataStore, spec: ViewSpec):
+        super().__init__(store, spec)
+        t = beat_axis(store)
+        nan = np.full(t.shape, np.nan, dtype=np.float32)
+        self.source = ColumnDataSource({"t": t, "beat": nan, "recon": nan})
+        self.figure = _curves(spec, self.source, {"beat": ("beat", SIGNAL_COLOR, "solid", 2),
+                                                  "recon": ("reconstruction decode(μ)", CENTRE_COLOR, "dashed", 2)})
         self.info = html(self._info(), css_classes=["ecg-caption"], margin=(0, 10))
-        self.data_store.param.watch(lambda e: setattr(self.info, "object", self._info()), "focus")
+        store.param.watch(self._draw, "focus")
 
     def _info(self) -> str:
-        focused = self.data_store.focused()
+        focused = self.store.focused()
         if focused is None:
             return "Click a row of the outlier table to see that beat here and zoom the recording to it."
         beat = focused[0]
@@ -245,96 +143,93 @@ class BeatDetail(View):
         return (f"Beat <b>{int(beat['beat_id'])}</b> at <b>{hms(beat['time_s'])}</b> · length "
                 f"{beat['length_s'] * 1000:.0f} ms · score <b>{beat['score']:.2f}</b> · {beat['split']}{label}")
 
-    def _plot(self, focus=None):
-        focused = self.data_store.focused()
-        t = self._t
-        if focused is None:
-            beat = recon = np.full(t.shape, np.nan)
-        else:
+    def _draw(self, event=None) -> None:
+        focused = self.store.focused()
+        if focused is not None:
             _, beat, recon = focused
-        return (hv.Curve((t, beat), BEAT_T, BEAT_Y, label="beat").opts(color=SIGNAL_COLOR, line_width=2,
-                                                                        framewise=True)
-                * hv.Curve((t, recon), BEAT_T, BEAT_Y, label="reconstruction decode(μ)").opts(
-                    color=CENTRE_COLOR, line_width=2, line_dash="dashed", framewise=True)
-                ).opts(**_curve_opts(legend_position="top_right", ylim=_fit(beat, recon), height=self.spec.height))
+            self.source.data.update(beat=beat.astype(np.float32), recon=recon.astype(np.float32))
+            _fit_y(self.figure, beat, recon)
+        self.info.object = self._info()
 
     def __panel__(self):
-        return pn.Column(self.info, pn.pane.HoloViews(self.plot, sizing_mode="stretch_width", linked_axes=False),
+        return pn.Column(self.info, pn.pane.Bokeh(self.figure, sizing_mode="stretch_width"),
                          sizing_mode="stretch_width")
+
+
+# --------------------------------------------------------------------------- the decoder
+def decoded_tiles(store: DataStore) -> dict:
+    """The 3 × 3 decoder outputs of the run laid out as tiles at their places in the latent plane:
+    ``xs``/``ys`` (one curve each) and ``labels`` (x, y, text); once per run."""
+    def build():
+        run = store.shared.run
+        rows, zs = np.asarray(run.decoded), np.asarray(run.decoded_z)
+        n = int(round(np.sqrt(len(rows))))
+        t = beat_axis(store)
+        span = float(t[-1] - t[0])
+        lo, hi = float(np.nanmin(rows)), float(np.nanmax(rows))
+        height = (hi - lo) or 1.0
+        xs, ys, lx, ly, text = [], [], [], [], []
+        for k, (row, z) in enumerate(zip(rows, zs)):
+            r, c = divmod(k, n)
+            x = (t - t[0] + c * span * 1.12).astype(np.float32)
+            y = (row - lo - r * height * 1.35).astype(np.float32)
+            xs.append(x)
+            ys.append(y)
+            lx.append(float(x[0] + span * 0.02))
+            ly.append(float(np.nanmax(y)) if np.isfinite(y).any() else 0.0)
+            text.append(f"z=({z[0]:.2f}, {z[1]:.2f})")
+        return {"xs": xs, "ys": ys, "labels": {"x": lx, "y": ly, "text": text}}
+    return store.shared.derived("decoded-tiles", build)
 
 
 class DecodedGrid(View):
     """The 3 × 3 decoder outputs of the run (static): each tile at its place in the latent plane."""
 
     def __panel__(self):
-        shared = self.data_store.shared
-        rows, zs = np.asarray(shared.run.decoded), np.asarray(shared.run.decoded_z)
-        n = int(round(np.sqrt(len(rows))))
-        t = beat_axis(self.data_store)
-        span = t[-1] - t[0]
-        lo, hi = float(np.nanmin(rows)), float(np.nanmax(rows))
-        height = (hi - lo) or 1.0
-        curves, labels = [], []
-        for k, (row, z) in enumerate(zip(rows, zs)):
-            r, c = divmod(k, n)
-            x = t - t[0] + c * span * 1.12
-            y = row - lo - r * height * 1.35
-            curves.append(hv.Curve((x, y), "x", "y").opts(color=SIGNAL_COLOR, line_width=1.8))
-            labels.append((x[0] + span * 0.02, y.max() if np.isfinite(y).any() else 0, f"z=({z[0]:.2f}, {z[1]:.2f})"))
-        text = hv.Labels(labels, ["x", "y"], "text").opts(text_font_size="8pt", text_color=MUTED,
-                                                           text_align="left", text_baseline="bottom")
-        plot = hv.Overlay(curves + [text]).opts(
-            responsive=True, height=self.spec.height, xaxis=None, yaxis=None, show_grid=False, toolbar=None,
-            default_tools=[], title="z1 increases →, z2 increases ↑")
-        return pn.pane.HoloViews(plot, sizing_mode="stretch_width", linked_axes=False)
+        tiles = decoded_tiles(self.store)
+        p = figure(self.spec, [], title="z1 increases →, z2 increases ↑", toolbar_location=None,
+                   x_axis_location=None, y_axis_location=None)
+        p.grid.visible = False
+        add(p, ColumnDataSource({"xs": tiles["xs"], "ys": tiles["ys"]}),
+            MultiLine(xs="xs", ys="ys", line_color=SIGNAL_COLOR, line_width=1.8))
+        add(p, ColumnDataSource(tiles["labels"]), Text(x="x", y="y", text="text", text_font_size="8pt",
+                                                       text_color=MUTED, text_baseline="bottom"))
+        return pn.pane.Bokeh(p, sizing_mode="stretch_width")
 
 
 class SelectionCentre(View):
     """decode(mean z of the selection) beside the mean of the selected embedded beats."""
 
-    def __init__(self, **params):
-        super().__init__(**params)
-        self._t = beat_axis(self.data_store)
-        # The plot follows its own stream, not `selection`: a change that keeps the selected beats
-        # (e.g. the threshold) keeps the centre and mean arrays, and redrawing them would cost a
-        # full HoloViews plot update for nothing.
-        self._drawn = self.data_store.selection
-        self._stream = hv.streams.Stream.define("Centre", selection=self._drawn)()
-        self.plot = hv.DynamicMap(self._plot, streams=[self._stream])
+    def __init__(self, store: DataStore, spec: ViewSpec):
+        super().__init__(store, spec)
+        t = beat_axis(store)
+        nan = np.full(t.shape, np.nan, dtype=np.float32)
+        self.source = ColumnDataSource({"t": t, "mean": nan, "decoded": nan})
+        self.figure = _curves(spec, self.source, {"mean": ("mean of selected beats", MEAN_COLOR, "solid", 3),
+                                                  "decoded": ("decode(mean z)", CENTRE_COLOR, "dashed", 2)})
         self.info = html("", css_classes=["ecg-caption"], margin=(0, 10))
-        self._info(self.data_store.selection)
-        self.data_store.param.watch(self._update, "selection")
+        self._drawn = None
+        self._draw(store.selection)
+        store.param.watch(lambda event: self._draw(event.new), "selection")
 
-    def _update(self, event) -> None:
-        sel, drawn = event.new, self._drawn
-        if sel.mean_beat is not drawn.mean_beat or sel.centre_decoded is not drawn.centre_decoded:
+    def _draw(self, sel: Selection) -> None:
+        # A change that keeps the selected beats (e.g. the threshold) keeps the arrays: nothing to send.
+        if self._drawn is None or sel.mean_beat is not self._drawn.mean_beat:
+            nan = np.full(self.source.data["t"].shape, np.nan, dtype=np.float32)
+            mean = nan if sel.mean_beat is None else sel.mean_beat.astype(np.float32)
+            decoded = nan if sel.centre_decoded is None else sel.centre_decoded.astype(np.float32)
+            self.source.data.update(mean=mean, decoded=decoded)
+            _fit_y(self.figure, mean, decoded)
             self._drawn = sel
-            self._stream.event(selection=sel)
-        self._info(sel)
-
-    def _info(self, sel: Selection) -> None:
-        self.rendered = sel.version
         if sel.centre_z is None:
             self.info.object = "No beats selected."
         else:
             self.info.object = (f"<b>{sel.count:,}</b> selected beats · mean z = "
                                 f"({sel.centre_z[0]:.3f}, {sel.centre_z[1]:.3f})")
-
-    def _plot(self, selection: Selection | None = None):
-        sel = selection or self.data_store.selection
-        t = self._t
-        nan = np.full(t.shape, np.nan)
-        mean = sel.mean_beat if sel.mean_beat is not None else nan
-        decoded = sel.centre_decoded if sel.centre_decoded is not None else nan
         self.rendered = sel.version
-        return (hv.Curve((t, mean), BEAT_T, BEAT_Y, label="mean of selected beats").opts(
-                    color=MEAN_COLOR, line_width=3, alpha=0.8, framewise=True)
-                * hv.Curve((t, decoded), BEAT_T, BEAT_Y, label="decode(mean z)").opts(
-                    color=CENTRE_COLOR, line_width=2, line_dash="dashed", framewise=True)
-                ).opts(**_curve_opts(legend_position="top_right", ylim=_fit(mean, decoded), height=self.spec.height))
 
     def __panel__(self):
-        return pn.Column(self.info, pn.pane.HoloViews(self.plot, sizing_mode="stretch_width", linked_axes=False),
+        return pn.Column(self.info, pn.pane.Bokeh(self.figure, sizing_mode="stretch_width"),
                          sizing_mode="stretch_width")
 
 
@@ -361,13 +256,13 @@ def status_line(shared) -> str:
 class SelectionSummary(View):
     """One line: how many beats this session selects, in which window."""
 
-    def __init__(self, **params):
-        super().__init__(**params)
-        self.text = html(self._text(self.data_store.selection), css_classes=["ecg-summary"], margin=(5, 10))
-        self.data_store.param.watch(self._update, ["selection"])
+    def __init__(self, store: DataStore, spec: ViewSpec | None = None):
+        super().__init__(store, spec or ViewSpec("summary", "Selection", "summary"))
+        self.text = html(self._text(store.selection), css_classes=["ecg-summary"], margin=(5, 10))
+        store.param.watch(self._update, "selection")
 
     def _text(self, sel: Selection) -> str:
-        store = self.data_store
+        store = self.store
         window = ""
         if store.time_range is not None and store.follow_window:
             window = f"<br>window {hms(store.time_range[0], 0)} – {hms(store.time_range[1], 0)}"
@@ -406,9 +301,9 @@ def layout(store: DataStore, board) -> tuple[pn.Column, dict]:
             if spec.kind in RENDERED_BY_BOARD:
                 view = board.chart(spec)
             else:
-                view = SHARED_VIEWS[spec.kind](data_store=store, spec=spec)
+                view = SHARED_VIEWS[spec.kind](store, spec)
             views[name] = view
             controls = [store.widget(c, sizing_mode="stretch_width", margin=(2, 10)) for c in spec.controls]
             cells.append(card(spec, view, controls))
         rows.append(pn.Row(*cells, sizing_mode="stretch_width") if len(cells) > 1 else cells[0])
-    return pn.Column(*rows, sizing_mode="stretch_width", css_classes=["ecg-dashboard"]), views
+    return pn.Column(*rows, *board.extras(), sizing_mode="stretch_width", css_classes=["ecg-dashboard"]), views

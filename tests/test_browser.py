@@ -1,6 +1,7 @@
 """The served dashboard in headless Chromium: progress → dashboard without a reload, no console
-errors, a brush in the length histogram filters the other views and the outlier table, a click
-on an outlier zooms the recording to that beat, and two sessions keep their own selections.
+errors, a brush in the length histogram filters the other views and the outlier table, a box in
+the latent plane too and a double-click clears it, a click on an outlier zooms the recording to
+that beat, and two sessions keep their own selections.
 
 Starts ``panel serve dashboard/app.py`` on a free localhost port with a tiny run (300k samples,
 3 epochs, a temporary cache folder). Screenshots go to ``test-artifacts/``.
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dashboard.bench_selection import Server
+from benchmarks.served import Server
 
 pytestmark = pytest.mark.browser
 
@@ -81,7 +82,7 @@ class Page:
         self.page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0 && "
                                     "Bokeh.documents[0].get_model_by_name('ecg-signal') !== null",
                                     timeout=UPDATE_S * 1000)
-        self.page.wait_for_selector(".ecg-view-outliers .tabulator-row", timeout=UPDATE_S * 1000)
+        self.page.wait_for_selector(".ecg-view-outliers .slick-row", timeout=UPDATE_S * 1000)
         self.page.wait_for_timeout(1500)  # let the rasters land
         return saw_progress
 
@@ -90,7 +91,11 @@ class Page:
         return int(re.search(r"([\d,]+) of", text).group(1).replace(",", ""))
 
     def rows(self) -> list[str]:
-        return self.page.locator(".ecg-view-outliers .tabulator-row").all_inner_texts()
+        return self.page.locator(".ecg-view-outliers .slick-row").all_inner_texts()
+
+    def version(self) -> str:
+        """The selection version every view shows (changes in the same message as the views)."""
+        return self.page.evaluate("() => Bokeh.documents[0].get_model_by_name('ecg-version').text")
 
     def view_png(self, name: str) -> bytes:
         return self.page.locator(f".ecg-view-{name}").first.screenshot()
@@ -100,18 +105,26 @@ class Page:
             "() => { const r = Bokeh.documents[0].get_model_by_name('ecg-signal').x_range;"
             " return [r.start, r.end]; }"))
 
-    def brush(self, view: str, start: float, stop: float) -> None:
-        """Drag across a fraction [start, stop] of a chart's width (its active tool is a box/x select)."""
+    def canvas_box(self, view: str) -> dict:
         canvas = self.page.locator(f".ecg-view-{view} .bk-Canvas").first
         canvas.scroll_into_view_if_needed()
-        box = canvas.bounding_box()
-        y = box["y"] + box["height"] * 0.5
+        return canvas.bounding_box()
+
+    def brush(self, view: str, start: float, stop: float, top: float = 0.5, bottom: float = 0.5) -> None:
+        """Drag across a fraction [start, stop] of a chart's width (and [top, bottom] of its
+        height: a box in the latent plane); the chart's active drag tool is its box select."""
+        box = self.canvas_box(view)
         x0, x1 = box["x"] + box["width"] * start, box["x"] + box["width"] * stop
-        self.page.mouse.move(x0, y)
+        y0, y1 = box["y"] + box["height"] * top, box["y"] + box["height"] * bottom
+        self.page.mouse.move(x0, y0)
         self.page.mouse.down()
-        self.page.mouse.move((x0 + x1) / 2, y, steps=6)
-        self.page.mouse.move(x1, y, steps=6)
+        self.page.mouse.move((x0 + x1) / 2, (y0 + y1) / 2, steps=6)
+        self.page.mouse.move(x1, y1, steps=6)
         self.page.mouse.up()
+
+    def double_click(self, view: str) -> None:
+        box = self.canvas_box(view)
+        self.page.mouse.dblclick(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
 
     def wait_until(self, predicate, what: str, timeout: float = UPDATE_S) -> None:
         deadline = time.time() + timeout
@@ -159,10 +172,18 @@ def test_brush_filters_the_views_and_a_click_zooms_to_the_beat(server, browser):
         assert page.view_png("scores") != scores, "the score distribution should show the selection"
         page.shot("selection.png")
 
+        # A box in the latent plane narrows the selection further; a double-click there clears it.
+        brushes = page.page.locator(".ecg-summary .ecg-muted").first
+        page.brush("latent", 0.3, 0.8, top=0.2, bottom=0.8)          # inside the plot's frame
+        page.wait_until(lambda: "z1:" in brushes.inner_text(), "the latent brush")
+        page.double_click("latent")
+        page.wait_until(lambda: "z1:" not in brushes.inner_text(), "the latent brush to clear")
+        page.wait_until(lambda: page.count() == selected, "the length brush alone again")
+
         # Click the top outlier: the recording zooms to a few seconds around that beat.
-        row = page.page.locator(".ecg-view-outliers .tabulator-row").first
-        beat_time = _seconds(row.locator(".tabulator-cell[tabulator-field='time']").inner_text())
-        row.click()
+        row = page.page.locator(".ecg-view-outliers .slick-row").first
+        beat_time = _seconds(row.locator(".slick-cell.l1").inner_text())
+        row.locator(".slick-cell.l0").click()
         page.wait_until(lambda: page.x_range()[1] - page.x_range()[0] < 30, "the recording to zoom in")
         lo, hi = page.x_range()
         assert lo < beat_time < hi and hi - lo < 30

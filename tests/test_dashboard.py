@@ -1,5 +1,7 @@
-"""Tests of the dashboard without a server: DataStore selections, the views that read it, the
-HoloViews board's brush sync, the startup job's progress states and the error page.
+"""Tests of the dashboard without a server: DataStore selections, the linked charts' counts against
+independent NumPy histograms (crossfilter semantics), brushes from the browser's model, the
+recording's raster against Datashader on the raw samples, the startup job's progress states and
+the error page.
 
 One tiny pipeline run (300k samples, 3 epochs, in a temporary folder) is shared by the module.
 """
@@ -41,6 +43,21 @@ def store(shared) -> DataStore:
     return DataStore(shared)
 
 
+@pytest.fixture
+def page(shared):
+    """One session's whole dashboard (store, board, views) in a Bokeh document."""
+    from dashboard.app import make_board
+    from dashboard.views import layout
+
+    doc = Document()
+    with set_curdoc(doc):
+        store = DataStore(shared)
+        board = make_board(store)
+        body, views = layout(store, board)
+        doc.add_root(body.get_root(doc))
+        yield store, board, views
+
+
 def f64(frame: pd.DataFrame) -> pd.DataFrame:
     """The beats table with float columns in float64: the DataStore compares brush edges in float64
     (NumPy 2 would compare a float32 column with a Python float in float32)."""
@@ -58,13 +75,9 @@ def expected_outliers(beats: pd.DataFrame, mask, threshold) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------- selections
-def test_length_brush_filters_table_and_views(shared, store):
-    from dashboard.views import VIEWS, OutlierTable, SelectionCentre, SelectionSummary
-
-    table = OutlierTable(data_store=store, spec=VIEWS["outliers"])
-    centre = SelectionCentre(data_store=store, spec=VIEWS["centre"])
-    summary = SelectionSummary(data_store=store, spec=VIEWS["outliers"])
-    rows_before = table.table.value.copy()
+def test_length_brush_filters_table_and_views(shared, page):
+    store, board, views = page
+    table, centre, rows_before = views["outliers"], views["centre"], dict(views["outliers"].source.data)
     mean_before = store.selection.mean_beat.copy()
 
     beats = f64(pd.read_parquet(shared.run.path / "beats.parquet"))      # from disk, not from the store
@@ -78,14 +91,16 @@ def test_length_brush_filters_table_and_views(shared, store):
     assert np.array_equal(sel.mask, mask)
     want = expected_outliers(beats, mask, store.threshold)
     assert sel.n_outliers == int((mask & (beats["score"] > store.threshold)).sum())
-    assert table.table.value["beat_id"].tolist() == want["beat_id"].tolist()
-    assert table.table.value["score"].is_monotonic_decreasing
-    assert not table.table.value.equals(rows_before)
-    assert f"{sel.count:,}</b> of" in summary.text.object
+    assert table.source.data["beat_id"].tolist() == want["beat_id"].tolist()
+    assert np.all(np.diff(table.source.data["score"]) <= 0)
+    assert table.source.data["beat_id"].tolist() != rows_before["beat_id"].tolist()
+    assert table.source.data["beat_id"].dtype == np.int32 and table.source.data["score"].dtype == np.float32
     assert f"{sel.count:,}</b> selected beats" in centre.info.object
     assert not np.allclose(sel.mean_beat, mean_before)
     np.testing.assert_allclose(sel.mean_beat, shared.embeddings[mask].mean(axis=0), rtol=1e-5, atol=1e-6)
-    assert table.rendered == centre.rendered == summary.rendered == sel.version
+    np.testing.assert_allclose(centre.source.data["mean"], sel.mean_beat, rtol=1e-6)
+    assert all(v.rendered == sel.version for v in views.values() if hasattr(v, "rendered") and v.spec.kind not in ("beat", "decoded"))
+    assert board.version.text == str(sel.version)
 
     store.clear()
     assert store.selection.count == len(beats)
@@ -144,6 +159,14 @@ def test_threshold_changes_the_outlier_set(shared, store):
     assert set(few.outliers["beat_id"]) < set(many.outliers["beat_id"])
 
 
+def test_outlier_table_keeps_the_top_scores_when_there_are_too_many(shared, store):
+    store.update(threshold=float(shared.beats["score"].min()))            # all but the lowest are outliers
+    sel = store.selection
+    want = expected_outliers(f64(shared.beats), np.ones(len(shared.beats), bool), store.threshold)
+    assert sel.n_outliers == int((f64(shared.beats)["score"] > store.threshold).sum()) > TABLE_LIMIT
+    assert sel.outliers["beat_id"].tolist() == want["beat_id"].tolist()
+
+
 def test_decoded_centre_is_the_decoder_at_the_mean_latent_position(run, shared, store):
     lo, hi = middle_range(shared.beats["score"], 0.0, 0.5)
     store.select_range("score", lo, hi)
@@ -159,78 +182,176 @@ def test_decoded_centre_is_the_decoder_at_the_mean_latent_position(run, shared, 
     assert store.selection.count == 0 and store.selection.centre_decoded is None
 
 
-def test_focused_beat_and_its_reconstruction(run, shared, store):
-    from dashboard.views import VIEWS, BeatDetail
-
-    detail = BeatDetail(data_store=store, spec=VIEWS["beat"])
+def test_focused_beat_and_its_reconstruction(run, shared, page):
+    store, board, views = page
+    detail = views["beat"]
     assert "Click a row" in detail.info.object
     beat_id = int(store.selection.outliers["beat_id"].iloc[0])
-    store.update(focus=beat_id)
+    views["outliers"].source.selected.indices = [0]                     # a click on the table's first row
+    assert store.focus == beat_id
     beat, row, recon = store.focused()
     assert int(beat["beat_id"]) == beat_id and f"Beat <b>{beat_id}</b>" in detail.info.object
     with torch.no_grad():
         mu, _ = run.model("cpu").encode(torch.tensor(np.asarray(run.embeddings[beat_id])[None, :]))
         want = run.model("cpu").decode(mu).numpy()[0]
     np.testing.assert_allclose(recon, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(detail.source.data["recon"], want, rtol=1e-5, atol=1e-6)
     lo, hi = store.focus_window(beat_id, 4.0)
     assert lo < beat["time_s"] < hi and hi - lo == pytest.approx(4.0)
+    signal = board.charts["signal"]
+    assert (signal.figure.x_range.start, signal.figure.x_range.end) == pytest.approx((lo, hi))
+    assert store.time_range is None, "zooming to a beat keeps the beat views' window"
 
 
-# --------------------------------------------------------------------------- the HoloViews board
-def test_holoviews_board_mirrors_brushes_both_ways(shared):
-    import holoviews as hv
-
-    from dashboard.holoviews_board import HoloViewsBoard, expr_from_ranges, ranges_from_expr
-    from dashboard.views import layout
-
-    doc = Document()
-    with set_curdoc(doc):
-        store = DataStore(shared)
-        board = HoloViewsBoard(store)
-        body, views = layout(store, board)
-        doc.add_root(body.get_root(doc))
-        assert set(views) == {"signal", "lengths", "latent", "scores", "outliers", "beat", "decoded", "centre"}
-
-        lo, hi = middle_range(shared.beats["length_s"])
-        store.select_range("length_s", lo, hi)          # store -> link_selections
-        assert ranges_from_expr(board.links.selection_expr) == {"length_s": (lo, hi)}
-
-        z = {"z1": middle_range(shared.beats["z1"]), "z2": middle_range(shared.beats["z2"])}
-        board.links.selection_expr = expr_from_ranges(z)  # a chart's brush -> store
-        assert store.brush == z
-        mask = np.ones(len(shared.beats), bool)
-        for column, (a, b) in z.items():
-            mask &= f64(shared.beats)[column].between(a, b).to_numpy()
-        assert store.selection.count == int(mask.sum())
-        assert views["outliers"].table.value["beat_id"].isin(shared.beats["beat_id"][mask]).all()
-
-        markers = views["signal"]._markers(None, store.selection)   # view 1's selected-beat markers
-        assert set(markers.data["beat_id"]) <= set(shared.beats["beat_id"][mask])
-
-        store.clear()
-        assert board.links.selection_expr is None
-        assert ranges_from_expr(hv.dim("z1").isin([1, 2])) is None   # not a range: ignored
+# --------------------------------------------------------------------------- linked charts
+def _histogram(values, edges, mask) -> np.ndarray:
+    """np.histogram with the charts' rule: the last bin includes its right edge, nothing is lost."""
+    return np.histogram(np.clip(values[mask], edges[0], edges[-1]), bins=edges)[0]
 
 
-def test_ranges_and_expressions_round_trip():
-    from dashboard.holoviews_board import expr_from_ranges, ranges_from_expr
+def test_each_chart_counts_what_the_other_brushes_select(shared, page):
+    store, board, views = page
+    beats = f64(shared.beats)
+    length, score = middle_range(beats["length_s"], 0.2, 0.8), middle_range(beats["score"], 0.0, 0.7)
+    store.update(brush={"length_s": length, "score": score}, split="train")
+    base = (beats["split"] == "train").to_numpy()
+    by_length = beats["length_s"].between(*length).to_numpy()
+    by_score = beats["score"].between(*score).to_numpy()
 
-    ranges = {"length_s": (0.5, 0.9), "z1": (-1.0, 2.0), "z2": (0.0, 0.25)}
-    assert ranges_from_expr(expr_from_ranges(ranges)) == ranges
-    assert ranges_from_expr(None) == {} and expr_from_ranges({}) is None
+    lengths, scores = views["lengths"], views["scores"]
+    edges = np.linspace(*shared.extent("length_s"), lengths.spec.bins + 1)
+    assert np.array_equal(np.nan_to_num(lengths.source.data["selected"]),
+                          _histogram(beats["length_s"].to_numpy(), edges, base & by_score))   # not its own brush
+    assert np.array_equal(lengths.source.data["all"], _histogram(beats["length_s"].to_numpy(), edges, base))
+    edges = np.linspace(*shared.extent("score"), scores.spec.bins + 1)
+    want = _histogram(beats["score"].to_numpy(), edges, base & by_length).astype(float)
+    want[want < 0.5] = np.nan                                                # empty bars on a log axis
+    np.testing.assert_array_equal(scores.source.data["selected"], want)
+    assert lengths.box.visible and (lengths.box.left, lengths.box.right) == length
+
+    latent = views["latent"]
+    (x0, x1), (y0, y1) = latent.home
+    counts, _, _ = np.histogram2d(beats["z2"][base & by_length & by_score], beats["z1"][base & by_length & by_score],
+                                  bins=latent.bins.shape, range=[[y0, y1], [x0, x1]])
+    image = latent.foreground.data["image"][0]
+    assert image.shape == latent.bins.shape
+    assert np.array_equal(image > 0, counts > 0), "drawn pixels are where the selected beats are"
+
+
+def test_brush_from_the_browser_reaches_the_store_and_back(shared, page):
+    store, board, views = page
+    lengths, latent = board.charts["lengths"], board.charts["latent"]
+    lo, hi = middle_range(shared.beats["length_s"])
+    lengths.brush.bounds = [hi, lo]                                       # a right-to-left drag
+    assert store.brush == {"length_s": (lo, hi)}
+    z1, z2 = middle_range(shared.beats["z1"]), middle_range(shared.beats["z2"])
+    latent.brush.bounds = [*z1, *z2]
+    assert store.brush == {"length_s": (lo, hi), "z1": z1, "z2": z2}
+    assert latent.box.visible and (latent.box.bottom, latent.box.top) == z2
+    lengths.brush.bounds = None                                           # a double-click clears it
+    assert store.brush == {"z1": z1, "z2": z2} and not lengths.box.visible
+    store.clear()
+    assert not latent.box.visible
+
+
+def test_zooming_the_latent_plane_rebins_it(shared, page):
+    store, board, views = page
+    latent = board.charts["latent"]
+    beats = f64(shared.beats)
+    z1, z2 = middle_range(beats["z1"], 0.1, 0.6), middle_range(beats["z2"], 0.2, 0.9)
+    latent.figure.x_range.update(start=z1[0], end=z1[1])
+    latent.figure.y_range.update(start=z2[0], end=z2[1])
+    assert latent.bins_view == (z1, z2)
+    inside = beats["z1"].between(*z1) & beats["z2"].between(*z2)
+    counts, _, _ = np.histogram2d(beats["z2"][inside], beats["z1"][inside], bins=latent.bins.shape, range=[z2, z1])
+    assert np.array_equal(latent.background.data["image"][0] > 0, counts > 0)
+    assert latent.foreground.data["x"] == [z1[0]] and latent.foreground.data["dw"] == [pytest.approx(z1[1] - z1[0])]
+
+
+def test_zooming_the_recording_filters_the_beat_views(shared, page):
+    store, board, views = page
+    signal = board.charts["signal"]
+    t0, t1 = shared.duration_s * 0.25, shared.duration_s * 0.5
+    signal.figure.x_range.update(start=t0, end=t1)
+    assert store.time_range == (t0, t1)
+    assert store.selection.count == int(f64(shared.beats)["time_s"].between(t0, t1).sum())
+    assert signal.image.data["x"] == [t0] and signal.image.data["image"][0].shape[0] > 1
+    signal.zoom(*signal._extent)
+    assert store.time_range is None and store.selection.count == len(shared.beats)
+
+
+def test_recording_view_draws_single_samples_when_zoomed_in(shared, page):
+    store, board, views = page
+    signal = board.charts["signal"]
+    signal.zoom(10.0, 12.0)
+    t, y = signal.samples.data["t"], signal.samples.data["y"]
+    first = int(np.ceil(10.0 * shared.fs))
+    assert t[1] == pytest.approx(first / shared.fs) and np.array_equal(y[1:-1], shared.signal[first:first + len(y) - 2])
+
+
+# --------------------------------------------------------------------------- the raster
+def test_min_max_trace_keeps_each_blocks_extremes_in_order():
+    from dashboard.signal_raster import min_max_trace
+
+    rng = np.random.default_rng(3)
+    signal = rng.standard_normal(1000).astype(np.float32)
+    t, y = min_max_trace(signal, 16, fs=100.0)
+    blocks = signal[:992].reshape(-1, 16)
+    assert np.array_equal(np.minimum(y[0::2], y[1::2]), blocks.min(axis=1))
+    assert np.array_equal(np.maximum(y[0::2], y[1::2]), blocks.max(axis=1))
+    assert np.all(np.diff(t) > 0)
+
+
+def test_raster_levels_draw_the_same_pixels_as_the_raw_samples():
+    """The level a render picks never goes beyond the raw samples' lowest and highest value in any
+    pixel column and reaches them in nearly every column (a block straddling two columns gives its
+    extremes to one of them); and its raster covers the same rows as Datashader's rendering of
+    every raw sample (the reference) within one pixel in nearly every column."""
+    import datashader as ds
+
+    from dashboard.signal_raster import SignalRaster
+    from pipeline.synth import SynthConfig, synthesize
+
+    ecg = synthesize(SynthConfig(n_samples=400_000, seed=5))
+    signal = ecg.signal.astype(np.float32)
+    raster = SignalRaster(signal, ecg.fs)
+    width, height, x0, x1 = 800, 200, 100.0, 1500.0
+    level = raster.level_for(x0, x1, width)
+    assert level.block > 1 and len(raster.levels) > 2
+
+    column_of = lambda t: np.floor((t - x0) / (x1 - x0) * width).astype(int)   # noqa: E731
+    raw_t = np.arange(len(signal)) / ecg.fs
+    inside = (raw_t >= x0) & (raw_t < x1)
+    frame = level.frame[(level.frame["t"] >= x0) & (level.frame["t"] < x1)]
+    raw = pd.Series(signal[inside]).groupby(column_of(raw_t[inside])).agg(["min", "max"])
+    got = frame["y"].groupby(column_of(frame["t"].to_numpy())).agg(["min", "max"])
+    assert got.index.equals(raw.index)
+    assert (got["min"] >= raw["min"]).all() and (got["max"] <= raw["max"]).all()
+    assert ((got["min"] == raw["min"]) & (got["max"] == raw["max"])).mean() > 0.97
+
+    image = raster.render(x0, x1, width, height)[::-1]                    # row 0 at the top, like Datashader
+    reference = ds.Canvas(plot_width=width, plot_height=height, x_range=(x0, x1), y_range=raster.y_range).line(
+        pd.DataFrame({"t": raw_t, "y": signal}), "t", "y", agg=ds.count()).data > 0
+    drawn = (image >> 24) > 0                                              # opaque pixels
+    same = [abs(np.flatnonzero(drawn[:, c]).min() - np.flatnonzero(reference[:, c]).min()) <= 1
+            and abs(np.flatnonzero(drawn[:, c]).max() - np.flatnonzero(reference[:, c]).max()) <= 1
+            for c in range(width)]
+    assert np.mean(same) > 0.95
 
 
 # --------------------------------------------------------------------------- startup
 def test_settings_come_from_arguments_then_environment():
     env = {"ECG_INPUT": "/data/rec.csv", "ECG_DEVICE": "cpu", "ECG_SAMPLES": "1000", "ECG_EPOCHS": "2"}
-    s = startup.settings_from(["--samples", "5000", "--board", "holoviews"], env)
+    s = startup.settings_from(["--samples", "5000", "--board", "bokeh"], env)
     assert s.request.input == "/data/rec.csv" and s.request.device == "cpu"
-    assert s.request.samples == 5000 and s.request.vae.epochs == 2 and s.board == "holoviews"
+    assert s.request.samples == 5000 and s.request.vae.epochs == 2 and s.board == "bokeh"
     assert startup.settings_from([], {}).request == RunRequest()
     with pytest.raises(ValueError, match="samples must be an integer; got 'many'"):
         startup.settings_from(["--samples", "many"], {})
     with pytest.raises(ValueError, match="device must be one of"):
         startup.settings_from([], {"ECG_DEVICE": "tpu"})
+    with pytest.raises(ValueError, match="board must be one of auto, bokeh, cuxfilter"):
+        startup.settings_from(["--board", "holoviews"], {})
     with pytest.raises(ValueError, match="unknown"):
         startup.settings_from(["--inptu", "x"], {})
 
@@ -321,15 +442,16 @@ def test_app_shows_progress_then_the_dashboard_without_reload(shared):
         job.progress = dataclasses.replace(job.progress, state="ready", overall=1.0)
         page._poll()                                   # what the periodic callback does
         assert page.state == "ready" and page._callback is None
-        assert page.store is not None and page.board.name == "holoviews"
+        assert page.store is not None and page.board.name == "bokeh"
         assert "Beats kept" in page.statusbar.object and "Device</b> cpu" in page.statusbar.object
-        template = page.template()
-        assert isinstance(template, pn.template.FastListTemplate)
+        root = page.page().get_root(doc)
+        doc.add_root(root)
+        assert len(doc.models) < 400, f"a session's page should stay small; it has {len(doc.models)} models"
 
 
 def test_cpu_dashboard_never_imports_gpu_libraries(run):
-    """The CPU path (app, DataStore, HoloViews board, a brush) loads no cuDF/cuxfilter/CuPy/RMM;
-    checked in a fresh process."""
+    """The CPU path (app, DataStore, board, a brush) loads no cuDF/cuxfilter/CuPy/RMM; checked in a
+    fresh process."""
     import json
     import subprocess
     import sys
@@ -341,14 +463,13 @@ from bokeh.document import Document
 from panel.io.state import set_curdoc
 import dashboard.app
 from dashboard.data_store import DataStore, SharedRun
-from dashboard.holoviews_board import HoloViewsBoard
 from dashboard.views import layout
 from pipeline.results import load_run
 shared = SharedRun.from_run(load_run({str(run.path)!r}))
 doc = Document()
 with set_curdoc(doc):
     store = DataStore(shared)
-    body, views = layout(store, HoloViewsBoard(store))
+    body, views = layout(store, dashboard.app.make_board(store))
     doc.add_root(body.get_root(doc))
     store.select_range("length_s", *shared.extent("length_s"))
 gpu = ("cupy", "cupyx", "cudf", "rmm", "dask_cudf", "cuxfilter")

@@ -1,0 +1,126 @@
+"""A real ``panel serve dashboard/app.py`` in a subprocess, for browser tests and benchmarks, and a
+``bokeh.client`` pull of its page (for machines without a browser).
+
+See Also
+--------
+benchmarks.interaction : the interaction benchmark that drives it.
+tests.test_browser : the browser tests that drive it.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+# --------------------------------------------------------------------------- the server
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_command(port: int, app_args: list[str], python: str = sys.executable) -> list[str]:
+    return [python, "-m", "panel", "serve", "dashboard/app.py", "--address", "127.0.0.1", "--port", str(port),
+            "--allow-websocket-origin", f"127.0.0.1:{port}", "--num-procs", "1", "--warm", "--args", *app_args]
+
+
+class Server:
+    """``panel serve dashboard/app.py`` in a subprocess, its output in a log file."""
+
+    def __init__(self, app_args: list[str], log_path: Path, port: int | None = None, env: dict | None = None):
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}/app"
+        self.log_path = Path(log_path)
+        self._log = open(self.log_path, "w")
+        self.started = time.perf_counter()
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+        self.proc = subprocess.Popen(server_command(self.port, app_args), cwd=ROOT, stdout=self._log,
+                                     stderr=subprocess.STDOUT, env=env)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_http(self, timeout: float) -> None:
+        """Until the page answers HTTP 200 (the progress view, while the pipeline still runs)."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"panel serve exited with {self.proc.returncode}:\n{self.log()[-3000:]}")
+            try:
+                with urllib.request.urlopen(self.url, timeout=5) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.5)
+        raise TimeoutError(f"no page at {self.url} after {timeout} s:\n{self.log()[-3000:]}")
+
+    def wait_ready(self, timeout: float) -> float:
+        """Seconds from start until the log says the dashboard is ready; raises on failure/timeout."""
+        deadline = self.started + timeout
+        while time.perf_counter() < deadline:
+            text = self.log()
+            if "ECG dashboard ready" in text:
+                return time.perf_counter() - self.started
+            if "pipeline failed" in text:
+                raise RuntimeError("the pipeline failed:\n" + text[-3000:])
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"panel serve exited with {self.proc.returncode}:\n{text[-3000:]}")
+            time.sleep(0.2)
+        raise TimeoutError(f"not ready after {timeout:.0f} s:\n{self.log()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._log.close()
+
+
+def register_panel_models() -> None:
+    """Import every Panel Bokeh model, so a bokeh.client session can decode the documents."""
+    import importlib
+    import pkgutil
+
+    import panel.models
+
+    import dashboard.charts  # noqa: F401  (the dashboard's own data model, Brush)
+
+    for module in pkgutil.iter_modules(panel.models.__path__):
+        with contextlib.suppress(Exception):
+            importlib.import_module(f"panel.models.{module.name}")
+
+
+def pull_dashboard(url: str) -> dict:
+    """Pull a fresh session's document; describe it (needs the dashboard, not the progress view)."""
+    from bokeh.client import pull_session
+    from bokeh.models import Plot
+
+    register_panel_models()
+    started = time.perf_counter()
+    with pull_session(url=url) as session:
+        doc = session.document
+        models = list(doc.models)
+        classes = {c for m in models for c in (getattr(m, "css_classes", None) or [])}
+        return {"seconds": time.perf_counter() - started, "models": len(models),
+                "plots": sum(1 for _ in doc.select({"type": Plot})),
+                "signal_figure": doc.get_model_by_name("ecg-signal") is not None,
+                "dashboard": "ecg-dashboard" in classes, "error": "ecg-error" in classes,
+                "views": sorted(c[len("ecg-view-"):] for c in classes if c.startswith("ecg-view-"))}
+
+
+def http_get(url: str, timeout: float = 60.0) -> tuple[int, int]:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return response.status, len(response.read())

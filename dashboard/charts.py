@@ -1,0 +1,572 @@
+"""The linked charts, drawn straight into Bokeh from the run's bin indexes (the default board).
+
+A brush travels as one small model property: the chart's box-select tool reports its geometry to
+a :class:`Brush` in the browser, Bokeh syncs that one property to the server, and the session's
+:class:`~dashboard.data_store.DataStore` turns it into a new selection. Each chart then draws what
+the *other* charts' brushes select (crossfilter semantics; the unselected beats faint behind it)
+from a mask and a ``bincount`` over its precomputed bin index, and replaces one column of its data
+source with a small float32 array. The latent plane is an image (density of the beats coloured by
+score), so it costs the same for 10k or 1M beats. Every change of one interaction happens inside
+one held document: the browser receives it as one message.
+
+The recording view (:class:`SignalChart`) shows a Datashader raster of the visible window
+(:mod:`dashboard.signal_raster`), redrawn when the window changes, and the raw samples as a line
+once zoomed in to single samples.
+
+See Also
+--------
+dashboard.spec : what each chart shows.
+dashboard.data_store : selections and the shared run.
+dashboard.cuxfilter_board : the same linked charts drawn by cuxfilter (GPU, on request).
+"""
+from __future__ import annotations
+
+import numpy as np
+import panel as pn
+from bokeh.core.properties import Float, List, Nullable
+from bokeh.model import DataModel
+from bokeh.models import (BoxAnnotation, BoxSelectTool, BoxZoomTool, ColorBar, ColumnDataSource, CustomJS, Div,
+                          HoverTool, ImageRGBA, Line, LinearColorMapper, PanTool, Quad, Range1d, ResetTool, SaveTool,
+                          Scatter, Span, WheelZoomTool)
+from bokeh.plotting import figure as bokeh_figure
+
+from dashboard.bins import BinIndex, grid_index, histogram_index
+from dashboard.data_store import DataStore, Selection, one_patch
+from dashboard.signal_raster import SignalRaster
+from dashboard.spec import (CLASS_COLORS, OUTLIER_COLOR, SCORE_CMAP, SELECTED_COLOR, SIGNAL_COLOR,
+                            UNSELECTED_COLOR, ViewSpec, aami_class, hms_tick_formatter)
+from pipeline import backend
+
+LOG_FLOOR = 0.5             # where bars of a log-count histogram start
+LATENT_GRID = (120, 160)    # latent plane image: rows (z2) × columns (z1)
+MAX_MARKERS = 3000          # selected-beat markers drawn in the recording view at most (evenly thinned beyond)
+MAX_OUTLIER_MARKERS = 1000  # outlier markers drawn at most (highest scores first)
+FOCUS_SECONDS = 4.0
+RASTER_HEIGHT = 240         # pixels of the recording's raster (the plot's inner height, roughly)
+DEFAULT_WIDTH = 1400        # raster width until the browser reports the plot's real width
+
+
+class Brush(DataModel):
+    """A chart's brush as the browser reports it: ``[x0, x1]`` or ``[x0, x1, y0, y1]`` in data
+    units, or None once cleared. One property, so one change reaches the server per gesture."""
+
+    bounds = Nullable(List(Float))
+
+
+# The browser side of a brush: the final geometry of a box selection, or None on a double-click or
+# a reset. Nothing else runs in the browser.
+_BRUSH_JS = """
+if (cb_obj.event_name === 'selectiongeometry') {
+    if (!cb_obj.final) { return; }
+    const g = cb_obj.geometry;
+    brush.bounds = two_d ? [g.x0, g.x1, g.y0, g.y1] : [g.x0, g.x1];
+} else {
+    brush.bounds = null;
+}
+"""
+
+
+def figure(spec: ViewSpec, tools: list, **kwargs):
+    """A plain Bokeh figure with the dashboard's look: no logo, light grid, the given tools only."""
+    kwargs.setdefault("height", spec.height)
+    kwargs.setdefault("title", None)
+    kwargs.setdefault("toolbar_location", "above")
+    kwargs.setdefault("x_axis_label", spec.xlabel or None)
+    kwargs.setdefault("y_axis_label", spec.ylabel or None)
+    p = bokeh_figure(sizing_mode="stretch_width", tools=tools, **kwargs)
+    p.toolbar.logo = None
+    p.outline_line_color = None
+    p.grid.grid_line_alpha = 0.35
+    p.axis.axis_label_text_font_style = "normal"
+    p.axis.axis_label_text_font_size = "12px"
+    p.min_border_left = 50
+    return p
+
+
+def add(p, source: ColumnDataSource, glyph):
+    """Draw ``glyph`` from ``source`` on ``p``: one renderer without the selection and muted copies
+    of the glyph that Bokeh's plotting API adds (models every session would build and send)."""
+    return p.add_glyph(source, glyph)
+
+
+IMAGE = dict(image="image", x="x", y="y", dw="dw", dh="dh")
+
+
+def _rgba(rgb_hex: str) -> np.uint32:
+    """'#rrggbb' → the RGB part of a little-endian RGBA uint32 pixel (alpha 0)."""
+    r, g, b = (int(rgb_hex[i:i + 2], 16) for i in (1, 3, 5))
+    return np.uint32(r | g << 8 | b << 16)
+
+
+def _palette_rgba(colors: list[str], n: int = 256) -> np.ndarray:
+    """``n`` RGB pixels interpolated along ``colors`` (alpha 0), for colouring images."""
+    stops = np.array([[int(c[i:i + 2], 16) for i in (1, 3, 5)] for c in colors], dtype=float)
+    at = np.linspace(0, len(colors) - 1, n)
+    rgb = np.stack([np.interp(at, np.arange(len(colors)), stops[:, k]) for k in range(3)], axis=1).round()
+    rgb = rgb.astype(np.uint32)
+    return rgb[:, 0] | rgb[:, 1] << 8 | rgb[:, 2] << 16
+
+
+SCORE_PALETTE = _palette_rgba(SCORE_CMAP)
+
+
+# --------------------------------------------------------------------------- linked charts
+class LinkedChart(pn.viewable.Viewer):
+    """What the brushable charts share: a :class:`Brush`, its box on the chart, and a redraw of the
+    chart's counts on every new selection."""
+
+    def __init__(self, store: DataStore, spec: ViewSpec):
+        super().__init__()
+        self.store, self.spec = store, spec
+        self.rendered = 0
+        self.brush = Brush()
+        self.box = BoxAnnotation(fill_color=SELECTED_COLOR, fill_alpha=0.10, line_color=SELECTED_COLOR,
+                                 line_alpha=0.8, line_dash="dashed", visible=False)
+        self._base = None
+        self.figure = self._figure()
+        self.figure.add_layout(self.box)
+        self._listen()
+        self.draw(store.selection)
+        store.param.watch(lambda event: self.draw(event.new), "selection")
+
+    def _listen(self) -> None:
+        two_d = len(self.spec.brush) == 2
+        code = CustomJS(args={"brush": self.brush, "two_d": two_d}, code=_BRUSH_JS)
+        for event in ("selectiongeometry", "doubletap", "reset"):
+            self.figure.js_on_event(event, code)
+        self.brush.on_change("bounds", self._brushed)
+
+    def _brushed(self, attr, old, new) -> None:
+        """The browser's brush → the session's brush ranges (unless it already says so)."""
+        brush = {c: r for c, r in self.store.brush.items() if c not in self.spec.brush}
+        if new is not None:
+            for k, column in enumerate(self.spec.brush):
+                lo, hi = new[2 * k], new[2 * k + 1]
+                brush[column] = (min(lo, hi), max(lo, hi))
+        if brush != self.store.brush:
+            self.store.update(brush=brush)
+
+    def _show_box(self) -> None:
+        brush = self.store.brush
+        mine = [brush.get(c) for c in self.spec.brush]
+        if not any(mine):
+            self.box.visible = False
+            return
+        x = mine[0]
+        self.box.update(left=x[0] if x else None, right=x[1] if x else None, visible=True)
+        if len(mine) == 2:
+            y = mine[1]
+            self.box.update(bottom=y[0] if y else None, top=y[1] if y else None)
+
+    def draw(self, sel: Selection) -> None:
+        if sel.base is not self._base:      # the window or split moved: the faint background too
+            self._base = sel.base
+            self.draw_background(sel)
+        self.draw_selected(sel, sel.others(self.spec.brush))
+        self._show_box()
+        self.rendered = sel.version
+
+    def __panel__(self):
+        return pn.pane.Bokeh(self.figure, sizing_mode="stretch_width")
+
+
+class HistogramChart(LinkedChart):
+    """Beats per bin of one column: the beats in the window faint, those the other brushes select on top."""
+
+    def __init__(self, store: DataStore, spec: ViewSpec):
+        shared = store.shared
+        lo, hi = shared.extent(spec.x)
+        self.bins: BinIndex = shared.derived(
+            f"bins/{spec.name}", lambda: histogram_index(shared.columns[spec.x], lo, hi, spec.bins))
+        edges = self.bins.edges[0].astype(np.float32)
+        zeros = np.zeros(spec.bins, dtype=np.float32)
+        self.source = ColumnDataSource({"left": edges[:-1], "right": edges[1:], "all": zeros, "selected": zeros})
+        self.threshold = None
+        super().__init__(store, spec)
+        if spec.threshold:
+            store.param.watch(lambda event: setattr(self.threshold, "location", event.new), "threshold")
+
+    def _figure(self):
+        spec, pad = self.spec, 0.01 * (self.source.data["right"][-1] - self.source.data["left"][0])
+        select = BoxSelectTool(dimensions="width", renderers=[])   # reports geometry; selects no glyphs
+        hover = HoverTool(tooltips=[("range", "@left{0.000} – @right{0.000}"), ("selected", "@selected{0,0}"),
+                                    ("in window", "@all{0,0}")], mode="vline")
+        p = figure(spec, [select, hover, ResetTool(), SaveTool()],
+                   x_range=Range1d(self.source.data["left"][0] - pad, self.source.data["right"][-1] + pad),
+                   y_axis_type="log" if spec.logy else "linear")
+        p.toolbar.active_drag = select
+        bottom = LOG_FLOOR if spec.logy else 0
+        add(p, self.source, Quad(left="left", right="right", top="all", bottom=bottom, fill_color=UNSELECTED_COLOR,
+                                 fill_alpha=0.6, line_color=None))
+        bars = add(p, self.source, Quad(left="left", right="right", top="selected", bottom=bottom, line_color=None,
+                                        fill_color="#6d597a" if spec.threshold else SIGNAL_COLOR))
+        hover.renderers = [bars]
+        if spec.threshold:
+            self.threshold = Span(location=self.store.threshold, dimension="height", line_color=OUTLIER_COLOR,
+                                  line_width=2, line_dash="dashed")
+            p.add_layout(self.threshold)
+        return p
+
+    def draw_background(self, sel: Selection) -> None:
+        self.source.data["all"] = self._heights(self.bins.counts(sel.base))
+
+    def draw_selected(self, sel: Selection, mask) -> None:
+        self.source.data["selected"] = self._heights(self.bins.counts(mask))
+
+    def _heights(self, counts: np.ndarray) -> np.ndarray:
+        heights = counts.astype(np.float32)
+        if self.spec.logy:   # empty bars must not fall below the log axis' floor
+            heights[heights < LOG_FLOOR] = np.nan
+        return heights
+
+
+class LatentChart(LinkedChart):
+    """The VAE's latent plane as two images: the beats in the window in grey, and those the other
+    brushes select coloured by their mean outlier-score percentile (or by reference class), both
+    with opacity rising with density. Zooming or panning re-bins the beats for the new view."""
+
+    def __init__(self, store: DataStore, spec: ViewSpec):
+        shared = store.shared
+        self.home = shared.derived("latent-home", lambda: (_robust_extent(shared.columns[spec.x]),
+                                                           _robust_extent(shared.columns[spec.y])))
+        self.bins: BinIndex = shared.derived("bins/latent", lambda: grid_index(
+            shared.columns[spec.x], shared.columns[spec.y], *self.home, LATENT_GRID))
+        self.percentile = shared.derived("score-percentile", lambda: _percentile_rank(shared.columns["score"]))
+        self.colour_by = "score"
+        empty = np.zeros(LATENT_GRID, dtype=np.uint32)
+        geometry = _image_geometry(*self.home)
+        self.background = ColumnDataSource(dict(image=[empty], **geometry))
+        self.foreground = ColumnDataSource(dict(image=[empty.copy()], **geometry))
+        super().__init__(store, spec)
+        on_range_change(self.figure, [self.figure.x_range, self.figure.y_range], self._rebin)
+
+    def _figure(self):
+        spec = self.spec
+        select = BoxSelectTool(renderers=[])
+        p = figure(spec, [select, WheelZoomTool(), PanTool(), ResetTool(), SaveTool()],
+                   x_range=Range1d(*self.home[0]), y_range=Range1d(*self.home[1]))
+        p.toolbar.active_drag = select
+        add(p, self.background, ImageRGBA(**IMAGE))
+        add(p, self.foreground, ImageRGBA(**IMAGE))
+        mapper = LinearColorMapper(palette=SCORE_CMAP, low=50, high=100)
+        p.add_layout(ColorBar(color_mapper=mapper, width=8, title="score pct", title_text_font_size="10px",
+                              major_label_text_font_size="10px", padding=2), "right")
+        return p
+
+    def _rebin(self) -> None:
+        """The view moved: bin the beats over what is visible now (the run's index for the home view)."""
+        view = ((self.figure.x_range.start, self.figure.x_range.end), (self.figure.y_range.start, self.figure.y_range.end))
+        if view == self.bins_view:
+            return
+        shared = self.store.shared
+        if view == self.home:
+            self.bins = shared.derived("bins/latent", lambda: None)
+        else:
+            self.bins = grid_index(shared.columns[self.spec.x], shared.columns[self.spec.y], *view, LATENT_GRID)
+        geometry = _image_geometry(*view)
+        self.background.data.update(geometry)
+        self.foreground.data.update(geometry)
+        self._base = None
+        self.draw(self.store.selection)
+
+    @property
+    def bins_view(self) -> tuple:
+        edges = self.bins.edges
+        return (float(edges[0][0]), float(edges[0][-1])), (float(edges[1][0]), float(edges[1][-1]))
+
+    def set_colour(self, colour_by: str) -> None:
+        """'score' (mean score percentile) or 'label' (most common reference class per pixel)."""
+        if colour_by not in ("score", "label"):
+            raise ValueError(f"colour_by must be 'score' or 'label'; got {colour_by!r}")
+        self.colour_by = colour_by
+        sel = self.store.selection
+        with one_patch():
+            self.draw_selected(sel, sel.others(self.spec.brush))
+
+    def draw_background(self, sel: Selection) -> None:
+        counts = self.bins.counts(sel.base)
+        self.background.data["image"] = [_density_image(counts, np.full(counts.shape, _rgba(UNSELECTED_COLOR)),
+                                                        alpha=(60, 200))]
+
+    def draw_selected(self, sel: Selection, mask) -> None:
+        counts = self.bins.counts(mask)
+        if self.colour_by == "label" and self.store.shared.has_labels:
+            rgb = self._class_colours(mask)
+        else:
+            mean = self.bins.counts(mask, weights=self.percentile) / np.maximum(counts, 1)
+            # The palette spans percentiles 50–100: the upper half is where outliers stand out.
+            at = np.clip((mean - 0.5) * 2, 0, 1)
+            rgb = SCORE_PALETTE[(at * (len(SCORE_PALETTE) - 1)).astype(int)]
+        self.foreground.data["image"] = [_density_image(counts, rgb, alpha=(150, 255))]
+
+    def _class_colours(self, mask) -> np.ndarray:
+        classes = self.store.shared.derived("aami-classes", lambda: _class_codes(self.store.shared))
+        per_class = np.stack([self.bins.counts(mask & (classes == k)) for k in range(len(CLASS_COLORS))])
+        colours = np.array([_rgba(c) for c in CLASS_COLORS.values()], dtype=np.uint32)
+        return colours[per_class.argmax(axis=0)]
+
+
+def _robust_extent(values, share: float = 0.995, margin: float = 0.25) -> tuple[float, float]:
+    """The range holding the central ``share`` of ``values``, widened by ``margin`` of its width on
+    each side: a few far-off beats do not squeeze everybody else into a corner (zoom out to see them)."""
+    xp = backend.xp_of(values)
+    lo, hi = (float(v) for v in xp.quantile(values, xp.asarray([(1 - share) / 2, (1 + share) / 2])))
+    pad = margin * ((hi - lo) or 1.0)
+    return max(lo - pad, float(values.min())), min(hi + pad, float(values.max()))
+
+
+def _image_geometry(x_range, y_range) -> dict:
+    return dict(x=[x_range[0]], y=[y_range[0]], dw=[x_range[1] - x_range[0]], dh=[y_range[1] - y_range[0]])
+
+
+def on_range_change(p, ranges: list, callback) -> None:
+    """Call ``callback()`` (in one patch) once per tick after any of ``ranges`` moved: a zoom or pan
+    reports start and end as separate changes, and several of them may arrive at once."""
+    pending = []
+
+    def run():
+        pending.clear()
+        with one_patch():
+            callback()
+
+    def moved(attr, old, new):
+        if pending:
+            return
+        doc = pn.state.curdoc
+        if doc is None or doc.session_context is None:   # no event loop (tests): at once
+            run()
+            return
+        pending.append(True)
+        doc.add_next_tick_callback(run)
+
+    for r in ranges:
+        r.on_change("start", moved)
+        r.on_change("end", moved)
+
+
+def _percentile_rank(scores):
+    """Each beat's score as its rank in the recording, 0..1 (device array of the scores' type)."""
+    xp = backend.xp_of(scores)
+    order = xp.argsort(scores)
+    rank = xp.empty(scores.shape[0], dtype=xp.float64)
+    rank[order] = xp.arange(scores.shape[0]) / max(scores.shape[0] - 1, 1)
+    return rank
+
+
+def _class_codes(shared):
+    """Each beat's AAMI class as a code into CLASS_COLORS (device array)."""
+    names = list(CLASS_COLORS)
+    codes = np.array([names.index(aami_class(s)) for s in shared.beats["label"].to_numpy()], dtype=np.int8)
+    return shared.xp.asarray(codes)
+
+
+def _density_image(counts: np.ndarray, rgb: np.ndarray, alpha: tuple[int, int]) -> np.ndarray:
+    """RGBA pixels (uint32): ``rgb`` where there are beats, opacity from ``alpha[0]`` to ``alpha[1]``
+    with the log of the count; transparent elsewhere."""
+    image = np.zeros(counts.shape, dtype=np.uint32)
+    filled = counts > 0
+    if filled.any():
+        level = np.log1p(counts[filled])
+        a = alpha[0] + (alpha[1] - alpha[0]) * level / level.max()
+        image[filled] = (a.astype(np.uint32) << 24) | rgb[filled]
+    return image
+
+
+# --------------------------------------------------------------------------- the recording
+class SignalChart(pn.viewable.Viewer):
+    """The whole recording: a Datashader raster of the visible window (raw samples once zoomed in
+    to them), markers for the selected beats and the outliers, the focused beat shaded.
+
+    The visible window goes to ``store.time_range``; a click in the outlier table
+    (``store.focus``) zooms here without moving that filter.
+    """
+
+    def __init__(self, store: DataStore, spec: ViewSpec, raster: SignalRaster):
+        super().__init__()
+        self.store, self.spec, self.raster = store, spec, raster
+        self.rendered = 0
+        self.renders = 0
+        self._focus_range = None
+        self._shown = None
+        shared = store.shared
+        self._extent = (0.0, raster.duration_s)
+        peaks = shared.beats["peak"].to_numpy()
+        self._marker_offset = 0.12 * float(np.subtract(*np.quantile(peaks, [0.99, 0.01]))) if len(peaks) else 0.0
+        self.image = ColumnDataSource(dict(image=[np.zeros((1, 1), np.uint32)], x=[0.0], y=[raster.y_range[0]],
+                                           dw=[1.0], dh=[raster.y_range[1] - raster.y_range[0]]), name="ecg-raster")
+        self.samples = ColumnDataSource(dict(t=np.zeros(0), y=np.zeros(0, np.float32)))
+        self.selected = ColumnDataSource(dict(t=np.zeros(0), y=np.zeros(0, np.float32)))
+        self.outliers = ColumnDataSource(dict(t=np.zeros(0), y=np.zeros(0, np.float32),
+                                              beat_id=np.zeros(0, np.int32), score=np.zeros(0, np.float32)))
+        self.focus_box = BoxAnnotation(fill_color=OUTLIER_COLOR, fill_alpha=0.12, line_color=None, visible=False)
+        self.figure = self._figure()
+        self.render(*self._extent)
+        self.draw_markers(store.selection)
+        store.param.watch(lambda event: self.draw_markers(event.new), "selection")
+        store.param.watch(self._focus_changed, "focus")
+        self.whole = pn.widgets.Button(name="Show the whole recording", button_type="light", width=200,
+                                       margin=(0, 10))
+        self.whole.on_click(lambda _: self.zoom(*self._extent))
+
+    def _figure(self):
+        spec, raster = self.spec, self.raster
+        wheel, pan = WheelZoomTool(dimensions="width"), PanTool(dimensions="width")
+        hover = HoverTool(tooltips=[("beat", "@beat_id"), ("score", "@score{0.00}")])
+        p = figure(spec, [wheel, pan, BoxZoomTool(dimensions="width"), hover, ResetTool(), SaveTool()],
+                   x_range=Range1d(*self._extent, bounds=self._extent, min_interval=4 / raster.fs),
+                   y_range=Range1d(*raster.y_range), name="ecg-signal")
+        p.toolbar.active_scroll, p.toolbar.active_drag = wheel, pan
+        p.xaxis.formatter = hms_tick_formatter()
+        add(p, self.image, ImageRGBA(**IMAGE))
+        add(p, self.samples, Line(x="t", y="y", line_color=SIGNAL_COLOR, line_width=1.2))
+        add(p, self.selected, Scatter(x="t", y="y", size=5, fill_color=SELECTED_COLOR, fill_alpha=0.55, line_color=None))
+        flagged = add(p, self.outliers, Scatter(x="t", y="y", marker="inverted_triangle", size=11,
+                                                fill_color=OUTLIER_COLOR, line_color="white"))
+        hover.renderers = [flagged]
+        p.add_layout(self.focus_box)
+        on_range_change(p, [p.x_range], self._redraw)
+        return p
+
+    # ------------------------------------------------------------------ raster
+    def _width(self) -> int:
+        from bokeh.core.property.descriptors import UnsetValueError
+
+        try:   # known once the browser has laid the plot out
+            width = self.figure.inner_width
+        except UnsetValueError:
+            return DEFAULT_WIDTH
+        return int(width) if width and width > 50 else DEFAULT_WIDTH
+
+    def render(self, x0: float, x1: float) -> None:
+        """Draw the window [x0, x1]: raw samples when zoomed in to them, else a raster."""
+        width = self._width()
+        raw = self.raster.raw_samples(x0, x1, width)
+        if raw is not None:
+            self.samples.data = {"t": raw[0], "y": raw[1]}
+            self.image.data["image"] = [np.zeros((1, 1), np.uint32)]
+        else:
+            image = self.raster.render(x0, x1, width, RASTER_HEIGHT)
+            if len(self.samples.data["t"]):
+                self.samples.data = {"t": np.zeros(0), "y": np.zeros(0, np.float32)}
+            self.image.data.update(image=[image], x=[x0], dw=[x1 - x0])
+        self._shown = (x0, x1)
+        self.renders += 1
+
+    def _redraw(self) -> None:
+        """The window moved (zoom, pan, or :meth:`zoom`): a new raster, then the beat views."""
+        x0, x1 = float(self.figure.x_range.start), float(self.figure.x_range.end)
+        if self._shown == (x0, x1):
+            return
+        self.render(x0, x1)
+        self._window_changed(x0, x1)
+
+    def _window_changed(self, lo: float, hi: float) -> None:
+        """The visible window filters the beat views, unless this is our own zoom to a focused beat."""
+        if self._focus_range is not None and np.allclose((lo, hi), self._focus_range, atol=1e-3):
+            self.draw_markers(self.store.selection)   # new window, same selection
+            return
+        self._focus_range = None
+        sample = 1.0 / self.raster.fs
+        whole = lo <= self._extent[0] + sample and hi >= self._extent[1] - sample
+        window = None if whole else (lo, hi)
+        if window != self.store.time_range:
+            self.store.update(time_range=window)
+        else:
+            self.draw_markers(self.store.selection)
+
+    # ------------------------------------------------------------------ markers
+    def draw_markers(self, sel: Selection) -> None:
+        shared = self.store.shared
+        xp = shared.xp
+        t = shared.columns["time_s"]
+        lo, hi = self._shown or self._extent
+        visible = (t >= lo) & (t <= hi)
+        beats = shared.beats
+        if sel.count < sel.total:       # something chosen: mark it
+            index = backend.to_host(xp.flatnonzero(sel.mask & visible))
+            if len(index) > MAX_MARKERS:
+                index = index[np.linspace(0, len(index) - 1, MAX_MARKERS).astype(int)]
+        else:
+            index = np.zeros(0, dtype=np.int64)
+        self.selected.data = {"t": beats["time_s"].to_numpy()[index], "y": beats["peak"].to_numpy()[index]}
+        scores = shared.columns["score"]
+        flagged = xp.flatnonzero(sel.mask & (scores > sel.threshold) & visible)
+        if flagged.shape[0] > MAX_OUTLIER_MARKERS:
+            flagged = flagged[xp.argsort(-scores[flagged])[:MAX_OUTLIER_MARKERS]]
+        flagged = backend.to_host(flagged)
+        self.outliers.data = {"t": beats["time_s"].to_numpy()[flagged],
+                              "y": (beats["peak"].to_numpy()[flagged] + self._marker_offset).astype(np.float32),
+                              "beat_id": beats["beat_id"].to_numpy()[flagged].astype(np.int32),
+                              "score": beats["score"].to_numpy()[flagged].astype(np.float32)}
+        self.rendered = sel.version
+
+    # ------------------------------------------------------------------ focus and zoom
+    def _focus_changed(self, event) -> None:
+        if event.new is None:
+            self.focus_box.visible = False
+            return
+        beat = self.store.shared.beats.iloc[event.new]
+        start = float(beat["start"]) / self.store.shared.fs
+        self.focus_box.update(left=start, right=start + float(beat["length_s"]), visible=True)
+        lo, hi = self.store.focus_window(event.new, FOCUS_SECONDS)
+        self._focus_range = (lo, hi)
+        self.zoom(lo, hi, focus=True)
+
+    def zoom(self, lo: float, hi: float, focus: bool = False) -> None:
+        """Show [lo, hi] seconds: the browser's axis follows, the raster and markers are redrawn."""
+        if not focus:
+            self._focus_range = None
+        with one_patch():
+            self.figure.x_range.update(start=lo, end=hi)
+            self._redraw()
+
+    def __panel__(self):
+        return pn.Column(pn.pane.Bokeh(self.figure, sizing_mode="stretch_width"), self.whole,
+                         sizing_mode="stretch_width")
+
+
+# --------------------------------------------------------------------------- the board
+def signal_raster(shared) -> SignalRaster:
+    """The run's raster levels (once per run): built from the signal on the run's device."""
+    def build():
+        if shared.xp is np:
+            return SignalRaster(shared.signal, shared.fs)
+        import cudf
+
+        return SignalRaster(shared.xp.asarray(shared.signal), shared.fs, frame_type=cudf.DataFrame)
+    return shared.derived("signal-raster", build)
+
+
+def version_marker(store: DataStore) -> Div:
+    """A hidden model holding the version of the selection the page shows: it changes in the same
+    patch as every view, so tests and benchmarks in the browser know when a change has landed."""
+    marker = Div(text=str(store.selection.version), name="ecg-version", visible=False)
+    store.param.watch(lambda event: setattr(marker, "text", str(event.new.version)), "selection")
+    return marker
+
+
+class BokehBoard:
+    """One session's linked charts, drawn straight into Bokeh (see the module's docstring)."""
+
+    name = "bokeh"
+
+    def __init__(self, store: DataStore):
+        self.store = store
+        self.charts: dict = {}
+        self.version = version_marker(store)
+
+    def chart(self, spec: ViewSpec):
+        if spec.kind == "signal":
+            view = SignalChart(self.store, spec, signal_raster(self.store.shared))
+        elif spec.kind == "histogram":
+            view = HistogramChart(self.store, spec)
+        elif spec.kind == "latent":
+            view = LatentChart(self.store, spec)
+        else:
+            raise ValueError(f"the bokeh board draws kinds signal, histogram, latent; got {spec.kind!r}")
+        self.charts[spec.name] = view
+        return view
+
+    def extras(self) -> list:
+        """Models the page must carry besides the charts (the hidden version marker)."""
+        return [pn.pane.Bokeh(self.version, visible=False)]

@@ -1,0 +1,140 @@
+"""The recording as a raster, at any zoom: Datashader draws the samples in the visible window.
+
+A 20M-sample line drawn whole costs hundreds of milliseconds on a CPU even in Datashader, and
+most of it is wasted: a screen a few thousand pixels wide shows at most a minimum and a maximum
+per pixel column. So the signal is kept at several levels of detail, each a min/max trace (per
+block of ``4**k`` samples, the block's minimum and maximum in the order they occur, which draws
+nearly the same pixels as the samples themselves once several blocks fit in a pixel column: only a
+block that straddles two columns gives its extremes to one of them). A render picks
+the coarsest level that still has a few points per pixel and draws only the visible slice; deep
+zooms draw the raw samples, down to single samples. Levels are built once per run on the run's
+device (CuPy on a GPU), and drawn from pandas or cuDF frames.
+
+See Also
+--------
+dashboard.charts.SignalChart : shows the raster and asks for new ones on zoom and pan.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline import backend
+
+LINE_RGB = (0x1D, 0x35, 0x57)   # the dashboard's signal colour
+POINTS_PER_PIXEL = 4       # the coarsest level used still has this many points per pixel column
+BLOCK_GROWTH = 4           # each level's blocks are this many times the previous level's
+MIN_LEVEL_POINTS = 8_000   # no level coarser than this: 4 points per pixel of a 2000-pixel-wide screen
+
+
+@dataclass(frozen=True, eq=False)
+class Level:
+    """One level of detail: a frame with columns ``t`` (s) and ``y``; ``block`` samples per pair."""
+
+    block: int
+    frame: object   # pandas or cuDF DataFrame
+
+    def __len__(self) -> int:
+        return len(self.frame)
+
+
+def min_max_trace(signal, block: int, fs: float):
+    """(t, y) of each block's minimum and maximum, in the order they occur (device arrays).
+
+    A trailing partial block is dropped from the trace; the caller keeps the raw level for it.
+    """
+    xp = backend.xp_of(signal)
+    n = (signal.shape[0] // block) * block
+    blocks = signal[:n].reshape(-1, block)
+    lo, hi = blocks.argmin(axis=1), blocks.argmax(axis=1)
+    first, second = xp.minimum(lo, hi), xp.maximum(lo, hi)
+    starts = xp.arange(blocks.shape[0]) * block
+    index = xp.stack([starts + first, starts + second], axis=1).ravel()
+    return index / fs, signal[index]
+
+
+class SignalRaster:
+    """Levels of detail of one recording, and a Datashader render of any window of it."""
+
+    def __init__(self, signal, fs: float, frame_type=None):
+        """``signal``: a 1-D float32 array (NumPy, or CuPy to build the levels on the GPU);
+        ``frame_type``: ``pandas.DataFrame`` (default) or ``cudf.DataFrame`` for the renders."""
+        import pandas as pd
+
+        self.fs = float(fs)
+        self.n = int(signal.shape[0])
+        self._frame = frame_type or pd.DataFrame
+        xp = backend.xp_of(signal)
+        self.levels = [self._level(1, xp.arange(self.n) / self.fs, signal)]
+        coarsest = signal
+        block = BLOCK_GROWTH
+        while 2 * self.n / block >= MIN_LEVEL_POINTS:
+            t, coarsest = min_max_trace(signal, block, self.fs)
+            self.levels.append(self._level(block, t, coarsest))
+            block *= BLOCK_GROWTH
+        # The y axis spans the signal but for its rarest extremes (a lead-off spike would squash it).
+        lo, hi = (float(v) for v in xp.quantile(coarsest, xp.asarray([0.0005, 0.9995])))
+        pad = 0.08 * ((hi - lo) or 1.0)
+        self.y_range = (lo - pad, hi + pad)
+
+    def _level(self, block: int, t, y) -> Level:
+        return Level(block, self._frame({"t": t, "y": y.astype(np.float32)}))
+
+    @property
+    def duration_s(self) -> float:
+        return self.n / self.fs
+
+    def level_for(self, x0: float, x1: float, width: int) -> Level:
+        """The coarsest level that still has ``POINTS_PER_PIXEL`` points per pixel in [x0, x1]."""
+        samples = max(x1 - x0, 1.0 / self.fs) * self.fs
+        chosen = self.levels[0]
+        for level in self.levels[1:]:
+            if 2 * samples / level.block < POINTS_PER_PIXEL * width:
+                break
+            chosen = level
+        return chosen
+
+    def visible(self, level: Level, x0: float, x1: float):
+        """The rows of ``level`` in [x0, x1], with one neighbour on each side so lines reach the edges."""
+        t = level.frame["t"]
+        lo = max(int(t.searchsorted(x0, side="left")) - 1, 0)
+        hi = min(int(t.searchsorted(x1, side="right")) + 1, len(level))
+        return level.frame.iloc[lo:hi]
+
+    def raw_samples(self, x0: float, x1: float, width: int):
+        """(t, y) host arrays of the samples in [x0, x1] when there are few enough to draw one by
+        one (at most two per pixel: zoomed in to single samples), else None."""
+        level = self.levels[0]
+        if (x1 - x0) * self.fs > 2 * width:
+            return None
+        frame = self.visible(level, x0, x1)
+        return backend.to_host(frame["t"].to_numpy()), backend.to_host(frame["y"].to_numpy())
+
+    def render(self, x0: float, x1: float, width: int, height: int,
+               y_range: tuple[float, float] | None = None) -> np.ndarray:
+        """RGBA image (uint32, ``height`` × ``width``, row 0 at the bottom) of the line in the window."""
+        import datashader as ds
+
+        level = self.level_for(x0, x1, width)
+        canvas = ds.Canvas(plot_width=int(width), plot_height=int(height), x_range=(x0, x1),
+                           y_range=y_range or self.y_range)
+        agg = canvas.line(self.visible(level, x0, x1), "t", "y", agg=ds.count())
+        return shade(backend.to_host(agg.data))
+
+
+def shade(counts: np.ndarray, rgb: tuple[int, int, int] = LINE_RGB) -> np.ndarray:
+    """Line counts per pixel (Datashader's aggregate: row 0 at the top) → RGBA (uint32, row 0 at
+    the bottom, as Bokeh's ``image_rgba`` draws): one colour, opacity rising with the log of the
+    count, so that a dense trace reads darker than a single stroke.
+
+    Datashader's own ``shade`` costs 20–75 ms per screen through xarray; this costs a few.
+    """
+    counts = np.nan_to_num(counts[::-1], nan=0.0)
+    alpha = np.zeros(counts.shape, dtype=np.uint32)
+    drawn = counts > 0
+    if drawn.any():
+        level = np.log1p(counts[drawn])
+        alpha[drawn] = (70 + 185 * level / level.max()).astype(np.uint32)
+    r, g, b = rgb
+    return (alpha << 24) | np.uint32(r | g << 8 | b << 16)
