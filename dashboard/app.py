@@ -83,9 +83,16 @@ def warm_up(shared: SharedRun) -> float:
 def prepare(settings: startup.Settings):
     """What the job does after the pipeline, once per process: the shared data of the chosen board."""
     def _prepare(run) -> SharedRun:
+        from dashboard.charts import signal_raster
+
         board = resolve_board(settings.board, run)
         shared = SharedRun.from_run(run)
         shared.extras["board"] = board
+        # What only some views need, and takes seconds, loads beside the first sessions rather than
+        # before them: PyTorch and the model (the decoded centre), Datashader's compiled line
+        # drawing (the recording's raster; the browser draws its levels as a line until then).
+        shared.load_model(background=True)
+        signal_raster(shared).compile_in_background()
         if board == "cuxfilter":
             from dashboard import cuxfilter_board
 

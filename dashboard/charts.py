@@ -438,9 +438,12 @@ class SignalChart(pn.viewable.Viewer):
         return int(width) if width and width > 50 else DEFAULT_WIDTH
 
     def render(self, x0: float, x1: float) -> None:
-        """Draw the window [x0, x1]: raw samples when zoomed in to them, else a raster."""
+        """Draw the window [x0, x1]: raw samples when zoomed in to them, else a raster (or, while
+        Datashader is still being compiled after a start, the raster's level as a line)."""
         width = self._width()
         raw = self.raster.raw_samples(x0, x1, width)
+        if raw is None and not self.raster.compiled.is_set():
+            raw = self.raster.trace(x0, x1, width)
         if raw is not None:
             self.samples.data = {"t": raw[0], "y": raw[1]}
             self.image.data["image"] = [np.zeros((1, 1), np.uint32)]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -66,6 +67,7 @@ class SharedRun:
     extras: dict = field(default_factory=dict)       # renderer-specific shared data (e.g. cuDF frames)
     _derived: dict = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _model: Future | None = field(default=None, repr=False)
 
     @classmethod
     def from_run(cls, run, device: str | None = None) -> "SharedRun":
@@ -120,9 +122,41 @@ class SharedRun:
         return backend.to_host(self.columns[column])
 
     # ------------------------------------------------------------------ the model (CPU)
+    def load_model(self, background: bool = False) -> None:
+        """Load the VAE for decoding (once). ``background``: in a thread of its own, so that a start
+        from a cached run does not wait for PyTorch's import; :meth:`decoder_ready` tells when it is
+        there and :meth:`when_decoder_ready` calls back then."""
+        with self._lock:
+            if self._model is not None:
+                return
+            self._model = Future()
+        if background:
+            threading.Thread(target=self._load_model, name="ecg-model", daemon=True).start()
+        else:
+            self._load_model()
+
+    def _load_model(self) -> None:
+        try:
+            self._model.set_result(self.run.model("cpu"))
+        except Exception as err:   # surfaces where the model is used
+            self._model.set_exception(err)
+
+    def decoder_ready(self) -> bool:
+        """True when decoding will not wait: the model is loaded (or loads now, unless somebody
+        started loading it in the background)."""
+        if self._model is None:
+            self.load_model()
+        return self._model.done()
+
+    def when_decoder_ready(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` (from the loading thread) once the model is loaded."""
+        self.load_model(background=True)
+        self._model.add_done_callback(lambda future: callback())
+
     @property
     def model(self):
-        return self.run.model("cpu")
+        self.load_model()
+        return self._model.result()
 
     def decode(self, z: np.ndarray) -> np.ndarray:
         """Decoder output at latent points ``z`` (n, 2) → (n, width)."""
@@ -205,6 +239,14 @@ class DataStore(pn.viewable.Viewer):
         self._base_cache: tuple | None = None
         self._brush_cache: dict = {}
         self._refresh()
+        if not shared.decoder_ready():   # loading in the background: the centre's decoding follows it
+            doc = pn.state.curdoc
+            if doc is not None and doc.session_context is not None:
+                shared.when_decoder_ready(lambda: doc.add_next_tick_callback(self._decoder_arrived))
+
+    def _decoder_arrived(self) -> None:
+        with one_patch():
+            self._refresh()
 
     # ------------------------------------------------------------------ actions
     def update(self, **changes) -> None:
@@ -295,17 +337,18 @@ class DataStore(pn.viewable.Viewer):
         When the selected beats did not change (e.g. only the threshold moved), the previous
         selection's arrays are returned as they are: views compare them by identity to skip
         redrawing what did not change."""
-        previous = self.selection
-        if previous is not None and (previous.mask is mask or bool(self.shared.xp.array_equal(previous.mask, mask))):
-            return previous.centre_z, previous.centre_decoded, previous.mean_beat
+        shared, previous = self.shared, self.selection
+        if previous is not None and (previous.mask is mask or bool(shared.xp.array_equal(previous.mask, mask))):
+            if previous.centre_decoded is not None or previous.centre_z is None or not shared.decoder_ready():
+                return previous.centre_z, previous.centre_decoded, previous.mean_beat
         if not count:
             return None, None, None
-        shared = self.shared
         centre = np.array([float(shared.columns["z1"][mask].mean()), float(shared.columns["z2"][mask].mean())],
                           dtype=np.float32)
         rows = shared.embeddings if count == shared.n_beats else shared.embeddings[mask]
         mean_beat = backend.to_host(rows.mean(axis=0, dtype=np.float64)).astype(np.float32)
-        return centre, shared.decode(centre)[0], mean_beat
+        decoded = shared.decode(centre)[0] if shared.decoder_ready() else None   # None: the model is loading
+        return centre, decoded, mean_beat
 
     # ------------------------------------------------------------------ the focused beat
     def focus_window(self, beat_id: int | None = None, seconds: float = 4.0) -> tuple[float, float]:

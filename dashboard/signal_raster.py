@@ -16,6 +16,7 @@ dashboard.charts.SignalChart : shows the raster and asks for new ones on zoom an
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,6 +78,17 @@ class SignalRaster:
         lo, hi = (float(v) for v in xp.quantile(coarsest, xp.asarray([0.0005, 0.9995])))
         pad = 0.08 * ((hi - lo) or 1.0)
         self.y_range = (lo - pad, hi + pad)
+        self.compiled = threading.Event()
+
+    def compile(self) -> None:
+        """Compile Datashader's line drawing with a tiny render: seconds of Numba JIT, once per
+        process. Until it is done, :meth:`trace` gives what the browser can draw instead."""
+        x1 = float(min(1.0, self.duration_s))
+        self.render(0.0, x1, 8, 8)        # float bounds: Numba compiles for the argument types real renders use
+        self.compiled.set()
+
+    def compile_in_background(self) -> None:
+        threading.Thread(target=self.compile, name="ecg-datashader-jit", daemon=True).start()
 
     def _level(self, block: int, t, y) -> Level:
         return Level(block, self._frame({"t": t, "y": y.astype(np.float32)}))
@@ -102,14 +114,18 @@ class SignalRaster:
         hi = min(int(t.searchsorted(x1, side="right")) + 1, len(level))
         return level.frame.iloc[lo:hi]
 
+    def trace(self, x0: float, x1: float, width: int):
+        """(t, y) host arrays of the level :meth:`render` would draw in [x0, x1]: a line through them
+        draws nearly the same pixels (without the density shading)."""
+        frame = self.visible(self.level_for(x0, x1, width), x0, x1)
+        return backend.to_host(frame["t"].to_numpy()), backend.to_host(frame["y"].to_numpy())
+
     def raw_samples(self, x0: float, x1: float, width: int):
         """(t, y) host arrays of the samples in [x0, x1] when there are few enough to draw one by
         one (at most two per pixel: zoomed in to single samples), else None."""
-        level = self.levels[0]
         if (x1 - x0) * self.fs > 2 * width:
             return None
-        frame = self.visible(level, x0, x1)
-        return backend.to_host(frame["t"].to_numpy()), backend.to_host(frame["y"].to_numpy())
+        return self.trace(x0, x1, width)
 
     def render(self, x0: float, x1: float, width: int, height: int,
                y_range: tuple[float, float] | None = None) -> np.ndarray:

@@ -35,7 +35,11 @@ def run(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def shared(run) -> SharedRun:
-    return SharedRun.from_run(run)
+    from dashboard.charts import signal_raster
+
+    shared = SharedRun.from_run(run)
+    signal_raster(shared).compile()
+    return shared
 
 
 @pytest.fixture
