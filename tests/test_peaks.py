@@ -9,8 +9,8 @@ from scipy.ndimage import maximum_filter1d
 
 from pipeline import backend
 from pipeline.config import SignalConfig
-from pipeline.peaks import (adaptive_threshold, beat_lengths, envelope, fiducials, length_histogram, nms_gate,
-                            refine_to_extremum)
+from pipeline.peaks import (adaptive_threshold, beat_lengths, drop_t_waves, envelope, fiducials, length_histogram,
+                            nms_gate, qrs_shape, refine_to_extremum)
 
 BEAT_SYMBOLS = list("NLRBAaJSVrFejnE/fQ?")  # the MIT-BIH README's heartbeat symbols
 
@@ -27,7 +27,11 @@ def _fiducials(signal, fs, xp=np, cfg=SignalConfig(), refine=True):
     response = ricker_response(signal, fs, cfg.ricker_width_s)
     positions = fiducials(response, fs, refractory_s=cfg.refractory_s, threshold=cfg.threshold,
                           level_block_s=cfg.level_block_s, level_blocks=cfg.level_blocks)
-    return refine_to_extremum(signal, positions, fs, search_s=cfg.refine_s) if refine else positions
+    if not refine:
+        return positions
+    positions = refine_to_extremum(signal, positions, fs, search_s=cfg.refine_s, despike_s=cfg.despike_s)
+    return drop_t_waves(signal, positions, fs, window_s=cfg.twave_window_s, width_ratio=cfg.twave_width_ratio,
+                        slope_ratio=cfg.twave_slope_ratio, despike_s=cfg.despike_s)
 
 
 # --------------------------------------------------------------------------- NMS gate
