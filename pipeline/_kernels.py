@@ -87,8 +87,9 @@ def _qrs_shape_body(median_at):
         """QRS point and shape of candidate i, measured on the ECG with spikes removed (running median
         of ``2 despike + 1`` samples: a pacing spike is narrower than that, a QRS is not).
 
-        refined[i]: the sample within ±``search`` of ``positions[i]`` farthest from the mean over
-        ±``base`` (first of equals). width[i]: samples around it that stay beyond half of that
+        refined[i]: the sample within ±``search`` of ``positions[i]`` whose despiked value lies
+        farthest from the mean over ±``base`` (first of equals), moved to the ECG's own extremum
+        within ±``despike`` of it. width[i]: samples around it that stay beyond half of that
         deflection (at most ±``cap``): ~20 ms for an R wave, ~100 ms for a T wave. slope[i]: the
         largest |x[k+step] - x[k-step]| within ±``reach`` of the refined point."""
         n = signal.shape[0]
@@ -105,10 +106,16 @@ def _qrs_shape_body(median_at):
             if dev > best_dev:
                 best_dev = dev
                 best = kk
-        refined[i] = best
         peak = median_at(signal, best, despike) - baseline
         half = 0.5 * abs(peak)
         sign = 1.0 if peak >= 0 else -1.0
+        # The median flattens the tip of a narrow R wave: the point itself is the raw extremum
+        # (same sign) next to it; a spike lies farther away than that.
+        tip = best
+        for k in range(max(best - despike, 0), min(best + despike, n - 1) + 1):
+            if sign * (signal[k] - signal[tip]) > 0:
+                tip = k
+        refined[i] = tip
         left = best
         while left > max(best - cap, 0) and sign * (median_at(signal, left - 1, despike) - baseline) > half:
             left -= 1

@@ -30,7 +30,7 @@ injects abnormal beats labelled with MIT-BIH symbols:
     sinus interval (1.05-1.3 x RR): the sinus node is reset late.
 ``"/"``
     paced beat (``paced=True``, every beat): a very narrow, steep pacing spike
-    50-80 ms before the main deflection of a wide QRS, at a fixed pacing rate.
+    20-45 ms before the main deflection of a wide QRS, at a fixed pacing rate.
 ``"Q"``
     any beat whose R peak lies inside a noise burst (0.5-3 s of large
     high-frequency muscle noise plus motion artefact, amplitude comparable to the
@@ -546,7 +546,7 @@ def _beat_components(
     if sel.any():
         t = t_r[sel]
         comps = morph.foci[0]
-        lead = rng_extra.uniform(0.05, 0.08)  # spike to main deflection
+        lead = rng_extra.uniform(0.02, 0.045)  # spike to main deflection
         spike_amp = rng_extra.choice([-1.0, 1.0]) * rng_extra.uniform(2.0, 4.0)
         spike_sig = max(0.0015, 0.6 / fs)  # one or two samples once recorded
         add(t - lead, spike_amp * (1.0 + 0.05 * rng_extra.standard_normal(t.size)), spike_sig)

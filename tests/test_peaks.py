@@ -95,7 +95,15 @@ def test_fiducials_find_the_synthetic_r_peaks(synthetic_ecg, xp):
     comparison = compare_annotations(ecg.r_peaks, found, tolerance)
     sensitivity = comparison.tp / len(ecg.r_peaks)
     ppv = comparison.tp / len(found)
-    assert sensitivity >= 0.995 and ppv >= 0.995, (sensitivity, ppv)
+    assert sensitivity >= 0.995 and ppv >= 0.99, (sensitivity, ppv)
+    # outside the noise bursts (where beats are labelled 'Q' and noise may pass for a beat): no error
+    in_burst = np.zeros(len(ecg.signal) + 1, dtype=bool)
+    for start, stop in ecg.noise_bursts:
+        in_burst[max(start - tolerance, 0):stop + tolerance + 1] = True
+    clean_found = found[~in_burst[found]]
+    clean_truth = ecg.r_peaks[~in_burst[ecg.r_peaks]]
+    clean = compare_annotations(clean_truth, clean_found, tolerance)
+    assert clean.fp == 0 and clean.fn == 0, (clean.fp, clean.fn)
     # every clean (not noise-burst) beat is found, and within 50 ms
     clean = ecg.r_peaks[ecg.symbols != "Q"]
     after = np.clip(np.searchsorted(found, clean), 0, len(found) - 1)
@@ -144,17 +152,24 @@ def test_fiducials_on_mitdb(mitdb, record, xp):
 
 
 # --------------------------------------------------------------------------- refinement
-def _refine_reference(signal, positions, fs, search_s=0.05, baseline_s=0.15):
-    """Per beat: the sample within ±search of largest |signal - mean over ±baseline| (first of equals);
-    windows are clipped to the recording by repeating its edge samples."""
-    search, base = round(search_s * fs), round(baseline_s * fs)
+def _refine_reference(signal, positions, fs, search_s=0.05, baseline_s=0.15, despike_s=0.006):
+    """Per beat: the sample within ±search whose running median (SciPy, edges repeated) lies farthest
+    from the mean over ±baseline (first of equals), then the raw extremum of the same sign within
+    ±despike of it; windows are clipped to the recording by repeating its edge samples."""
+    from scipy.ndimage import median_filter
+
+    search, base, half = round(search_s * fs), round(baseline_s * fs), max(1, round(despike_s * fs))
+    smooth = median_filter(signal, size=2 * half + 1, mode="nearest")
     last = len(signal) - 1
     out = []
     for p in positions:
         baseline = np.mean([signal[min(max(k, 0), last)] for k in range(p - base, p + base + 1)])
         candidates = [min(max(k, 0), last) for k in range(p - search, p + search + 1)]
-        deviation = [abs(signal[k] - baseline) for k in candidates]
-        out.append(candidates[int(np.argmax(deviation))])
+        deviation = [abs(float(smooth[k]) - baseline) for k in candidates]
+        best = candidates[int(np.argmax(deviation))]
+        sign = 1.0 if smooth[best] >= baseline else -1.0
+        near = list(range(max(best - half, 0), min(best + half, last) + 1))
+        out.append(near[int(np.argmax([sign * signal[k] for k in near]))])
     return np.array(out, dtype=np.int64)
 
 
@@ -166,17 +181,62 @@ def test_refine_to_extremum_equals_a_loop(fs, xp):
     refined = refine_to_extremum(xp.asarray(signal), xp.asarray(positions.astype(np.int64)), fs)
     assert isinstance(refined, xp.ndarray) and refined.dtype == xp.int64
     np.testing.assert_array_equal(_host(refined), _refine_reference(signal, positions, fs))
-    assert np.all(np.abs(_host(refined) - positions) <= round(0.05 * fs))
+    assert np.all(np.abs(_host(refined) - positions) <= round(0.05 * fs) + round(0.006 * fs))
 
 
 def test_refine_moves_to_the_r_peak_of_either_polarity(xp):
     fs = 250.0
-    signal = np.zeros(3000, np.float32)
-    signal[1000], signal[2000] = 1.5, -2.0  # an upward R and a downward QS deflection
+    t = np.arange(3000)
+    signal = (1.5 * np.exp(-0.5 * ((t - 1000) / 2.5) ** 2) - 2.0 * np.exp(-0.5 * ((t - 2000) / 4.0) ** 2)).astype(np.float32)
     refined = refine_to_extremum(xp.asarray(signal), xp.asarray(np.array([995, 2008], np.int64)), fs)
-    np.testing.assert_array_equal(_host(refined), [1000, 2000])
+    np.testing.assert_array_equal(_host(refined), [1000, 2000])  # an upward R and a downward QS deflection
     empty = refine_to_extremum(xp.asarray(signal), xp.zeros(0, dtype=xp.int64), fs)
     assert empty.shape == (0,)
+
+
+def test_refine_skips_a_pacing_spike(xp):
+    """A spike of one or two samples, taller than the QRS and inside the search window, is not the R."""
+    fs = 360.0
+    t = np.arange(4000)
+    signal = (1.0 * np.exp(-0.5 * ((t - 2000) / 4.0) ** 2)).astype(np.float32)
+    signal[1985:1987] = [4.0, 2.5]  # 40 ms before the R wave
+    refined = refine_to_extremum(xp.asarray(signal), xp.asarray(np.array([1990], np.int64)), fs)
+    np.testing.assert_array_equal(_host(refined), [2000])
+
+
+def test_qrs_shape_width_and_slope(xp):
+    """Width at half height and the steepest rise of Gaussian deflections, against their formulas."""
+    fs = 500.0
+    t = np.arange(10_000)
+    sigmas = {2000: 5.0, 5000: 20.0, 8000: 45.0}  # 10 ms (an R wave), 40 ms, 90 ms (a T wave)
+    signal = sum(np.exp(-0.5 * ((t - c) / s) ** 2) for c, s in sigmas.items()).astype(np.float32)
+    positions = np.array(list(sigmas), np.int64)
+    refined, width, slope = qrs_shape(xp.asarray(signal), xp.asarray(positions), fs, baseline_s=0.5)
+    np.testing.assert_array_equal(_host(refined), positions)
+    for w, sigma in zip(_host(width), sigmas.values()):
+        expected = 2 * np.sqrt(2 * np.log(2)) * sigma  # FWHM, measured from a baseline a little above 0
+        assert abs(w - expected) <= 0.15 * expected + 2, (w, expected)
+    step = round(0.008 * fs)
+    for s_, (c, sigma) in zip(_host(slope), sigmas.items()):
+        x = np.arange(c - 60, c + 61)
+        expected = np.max(np.abs(np.exp(-0.5 * ((x + step - c) / sigma) ** 2) - np.exp(-0.5 * ((x - step - c) / sigma) ** 2)))
+        assert s_ == pytest.approx(expected, rel=0.02)
+
+
+def test_drop_t_waves_keeps_beats_and_drops_tall_t_waves(xp):
+    """Narrow QRS (20 ms) every 1.3 s, each followed 330 ms later by a T wave twice as tall (sigma
+    45 ms), and one wide, tall ventricular beat 450 ms after a QRS: the T waves go, every beat stays."""
+    fs = 360.0
+    t = np.arange(int(60 * fs))
+    beats = np.arange(int(1.0 * fs), int(58 * fs), int(1.3 * fs))
+    signal = np.zeros(t.size)
+    for b in beats:
+        signal += 0.5 * np.exp(-0.5 * ((t - b) / 3.6) ** 2) + 1.0 * np.exp(-0.5 * ((t - b - 0.33 * fs) / 16.0) ** 2)
+    pvc = beats[20] + int(0.45 * fs)
+    signal += 1.5 * np.exp(-0.5 * ((t - pvc) / 6.0) ** 2)
+    candidates = np.sort(np.concatenate([beats, beats + int(0.33 * fs), [pvc]])).astype(np.int64)
+    kept = _host(drop_t_waves(xp.asarray(signal.astype(np.float32)), xp.asarray(candidates), fs))
+    np.testing.assert_array_equal(kept, np.sort(np.concatenate([beats, [pvc]])))
 
 
 def test_refined_fiducials_sit_on_the_r_peaks(synthetic_ecg):
