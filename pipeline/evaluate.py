@@ -181,12 +181,13 @@ def format_table(table: pd.DataFrame) -> str:
     per-class and top-k figures (:func:`summary_measures`)."""
     has_nk = "nk_tp_150" in table
     has_shape = "auroc_shape" in table
-    header = (f"{'record':<8}{'beats':>7}{'found':>7}  {'Se50':>6}{'P+50':>7}  {'Se150':>6}{'P+150':>7}"
+    width = max(8, *(len(str(name)) + 2 for name in table["record"]))
+    header = (f"{'record':<{width}}{'beats':>7}{'found':>7}  {'Se50':>6}{'P+50':>7}  {'Se150':>6}{'P+150':>7}"
               + (f"  │ NK2 {'Se50':>6}{'P+50':>7}  {'Se150':>6}{'P+150':>7}" if has_nk else "")
               + f"  {'abnormal':>8}{'AUROC':>7}" + (f"{'shape':>7}" if has_shape else ""))
     lines = [header, "─" * len(header)]
     for row in table.to_dict("records"):
-        line = f"{row['record']:<8}{int(row['reference_beats']):>7}{int(row['detected']):>7}  {_se_pp(row, '', 50)}  {_se_pp(row, '', 150)}"
+        line = f"{row['record']:<{width}}{int(row['reference_beats']):>7}{int(row['detected']):>7}  {_se_pp(row, '', 50)}  {_se_pp(row, '', 150)}"
         if has_nk:
             line += f"  │     {_se_pp(row, 'nk_', 50)}  {_se_pp(row, 'nk_', 150)}"
         line += f"  {int(row['abnormal_beats']):>8}{row['auroc']:>7.3f}"
