@@ -22,6 +22,7 @@ class SignalConfig:
     twave_window_s: float = 0.38     # a candidate this soon after the previous one is a T wave when it is...
     twave_width_ratio: float = 2.0   # ...more than this many times as wide...
     twave_slope_ratio: float = 0.6   # ...and less than this fraction as steep as the previous deflection
+    max_qrs_width_s: float = 0.15    # a deflection wider than this at half height is a baseline step
     min_beat_s: float = 0.25         # pruning: beat lengths outside [min, max] are artefacts (240–30 bpm)
     max_beat_s: float = 2.0
     window_s: float = 1.024          # embedding row length: 256 samples at 250 Hz

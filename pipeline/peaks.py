@@ -111,26 +111,29 @@ def refine_to_extremum(signal, positions, fs: float, *, search_s: float = 0.05, 
     return qrs_shape(signal, positions, fs, search_s=search_s, baseline_s=baseline_s, despike_s=despike_s)[0]
 
 
-def drop_t_waves(signal, positions, fs: float, *, window_s: float = 0.38, width_ratio: float = 2.0,
-                 slope_ratio: float = 0.6, despike_s: float = 0.006):
-    """Remove candidates that are the T wave of the beat before them.
+def drop_non_qrs(signal, positions, fs: float, *, window_s: float = 0.38, width_ratio: float = 2.0,
+                 slope_ratio: float = 0.6, max_width_s: float = 0.15, despike_s: float = 0.006):
+    """Remove candidates that are T waves or baseline steps rather than QRS complexes.
 
     A tall T wave (slow rhythms, some leads) can pass the threshold and the NMS, which only asks
     for the largest response within ±250 ms. A candidate is taken for a T wave when it follows the
     previous candidate by less than ``window_s`` (T waves peak 250–400 ms after the R wave), and
     its deflection is both more than ``width_ratio`` × as wide and less than ``slope_ratio`` × as
     steep as the previous one's (the second-stage check of Pan & Tompkins, 1985, with the width
-    added so that a tall, wide ventricular beat soon after a narrow one is kept).
-    Per-candidate work (gathers and one kernel); returns the kept positions.
+    added so that a tall, wide ventricular beat soon after a narrow one is kept). A candidate
+    whose deflection stays beyond half its height for more than ``max_width_s`` is a step of the
+    baseline (electrode motion), not a QRS complex, which is narrower even when ventricular.
+    Per-candidate work (one kernel and a few gathers); returns the kept positions.
     """
     xp = backend.xp_of(positions)
-    if positions.shape[0] < 2:
+    if positions.shape[0] == 0:
         return positions
-    _, width, slope = qrs_shape(signal, positions, fs, despike_s=despike_s)
+    _, width, slope = qrs_shape(signal, positions, fs, despike_s=despike_s, width_cap_s=max_width_s)
+    keep = width <= max_width_s * fs
     gap = xp.diff(positions)
     is_t = ((gap < window_s * fs) & (width[1:] > width_ratio * width[:-1])
             & (slope[1:] < slope_ratio * slope[:-1]))
-    keep = xp.concatenate([xp.ones(1, dtype=bool), ~is_t])
+    keep[1:] &= ~is_t
     return positions[keep]
 
 

@@ -100,9 +100,9 @@ def _compute(input_path: Path, request: RunRequest, device: str, stages: "_Stage
         positions = peaks.fiducials(response, fs, refractory_s=cfg.refractory_s, threshold=cfg.threshold,
                                     level_block_s=cfg.level_block_s, level_blocks=cfg.level_blocks)
         positions = peaks.refine_to_extremum(signal, positions, fs, search_s=cfg.refine_s, despike_s=cfg.despike_s)
-        positions = peaks.drop_t_waves(signal, positions, fs, window_s=cfg.twave_window_s,
+        positions = peaks.drop_non_qrs(signal, positions, fs, window_s=cfg.twave_window_s,
                                        width_ratio=cfg.twave_width_ratio, slope_ratio=cfg.twave_slope_ratio,
-                                       despike_s=cfg.despike_s)
+                                       max_width_s=cfg.max_qrs_width_s, despike_s=cfg.despike_s)
     del response
     with stages("lengths"):
         lengths = peaks.beat_lengths(positions)

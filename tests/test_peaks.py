@@ -9,7 +9,7 @@ from scipy.ndimage import maximum_filter1d
 
 from pipeline import backend
 from pipeline.config import SignalConfig
-from pipeline.peaks import (adaptive_threshold, beat_lengths, drop_t_waves, envelope, fiducials, length_histogram,
+from pipeline.peaks import (adaptive_threshold, beat_lengths, drop_non_qrs, envelope, fiducials, length_histogram,
                             nms_gate, qrs_shape, refine_to_extremum)
 
 BEAT_SYMBOLS = list("NLRBAaJSVrFejnE/fQ?")  # the MIT-BIH README's heartbeat symbols
@@ -30,8 +30,8 @@ def _fiducials(signal, fs, xp=np, cfg=SignalConfig(), refine=True):
     if not refine:
         return positions
     positions = refine_to_extremum(signal, positions, fs, search_s=cfg.refine_s, despike_s=cfg.despike_s)
-    return drop_t_waves(signal, positions, fs, window_s=cfg.twave_window_s, width_ratio=cfg.twave_width_ratio,
-                        slope_ratio=cfg.twave_slope_ratio, despike_s=cfg.despike_s)
+    return drop_non_qrs(signal, positions, fs, window_s=cfg.twave_window_s, width_ratio=cfg.twave_width_ratio,
+                        slope_ratio=cfg.twave_slope_ratio, max_width_s=cfg.max_qrs_width_s, despike_s=cfg.despike_s)
 
 
 # --------------------------------------------------------------------------- NMS gate
@@ -223,7 +223,7 @@ def test_qrs_shape_width_and_slope(xp):
         assert s_ == pytest.approx(expected, rel=0.02)
 
 
-def test_drop_t_waves_keeps_beats_and_drops_tall_t_waves(xp):
+def test_drop_non_qrs_keeps_beats_and_drops_tall_t_waves(xp):
     """Narrow QRS (20 ms) every 1.3 s, each followed 330 ms later by a T wave twice as tall (sigma
     45 ms), and one wide, tall ventricular beat 450 ms after a QRS: the T waves go, every beat stays."""
     fs = 360.0
@@ -235,7 +235,7 @@ def test_drop_t_waves_keeps_beats_and_drops_tall_t_waves(xp):
     pvc = beats[20] + int(0.45 * fs)
     signal += 1.5 * np.exp(-0.5 * ((t - pvc) / 6.0) ** 2)
     candidates = np.sort(np.concatenate([beats, beats + int(0.33 * fs), [pvc]])).astype(np.int64)
-    kept = _host(drop_t_waves(xp.asarray(signal.astype(np.float32)), xp.asarray(candidates), fs))
+    kept = _host(drop_non_qrs(xp.asarray(signal.astype(np.float32)), xp.asarray(candidates), fs))
     np.testing.assert_array_equal(kept, np.sort(np.concatenate([beats, [pvc]])))
 
 
