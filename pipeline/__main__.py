@@ -160,6 +160,11 @@ def summary(run) -> str:
     top = beats.nlargest(5, "score")
     lines.append("outliers   " + ", ".join(f"beat {b.beat_id} at {b.time_s:.1f} s (score {b.score:.1f})"
                                            for b in top.itertuples()))
+    if "score_shape" in beats:  # runs written before the rhythm score have no components to explain
+        from pipeline.score import explain
+
+        lines.append("why        " + "\n           ".join(f"beat {row['beat_id']}: {explain(row)}"
+                                                           for _, row in top.iterrows()))
     if "abnormal" in beats:
         from pipeline.evaluate import auroc
 
