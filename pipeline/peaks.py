@@ -112,12 +112,15 @@ def refine_to_extremum(signal, positions, fs: float, *, search_s: float = 0.05, 
 
 
 def drop_non_qrs(signal, positions, fs: float, *, window_s: float = 0.38, width_ratio: float = 2.0,
-                 slope_ratio: float = 0.6, max_width_s: float = 0.15, despike_s: float = 0.006):
+                 slope_ratio: float = 0.8, window_rr_fraction: float = 0.6, max_width_s: float = 0.15,
+                 despike_s: float = 0.006):
     """Remove candidates that are T waves or baseline steps rather than QRS complexes.
 
     A tall T wave (slow rhythms, some leads) can pass the threshold and the NMS, which only asks
     for the largest response within ±250 ms. A candidate is taken for a T wave when it follows the
-    previous candidate by less than ``window_s`` (T waves peak 250–400 ms after the R wave), and
+    previous candidate by less than ``window_s`` (T waves peak 250–400 ms after the R wave) and
+    less than ``window_rr_fraction`` × the interval before that one (at 150 bpm a premature beat
+    0.27 s after a sinus beat is no T wave: that T wave lies inside the refractory period), and
     its deflection is both more than ``width_ratio`` × as wide and less than ``slope_ratio`` × as
     steep as the previous one's (the second-stage check of Pan & Tompkins, 1985, with the width
     added so that a tall, wide ventricular beat soon after a narrow one is kept). A candidate
@@ -131,7 +134,9 @@ def drop_non_qrs(signal, positions, fs: float, *, window_s: float = 0.38, width_
     _, width, slope = qrs_shape(signal, positions, fs, despike_s=despike_s, width_cap_s=max_width_s)
     keep = width <= max_width_s * fs
     gap = xp.diff(positions)
-    is_t = ((gap < window_s * fs) & (width[1:] > width_ratio * width[:-1])
+    gap_before = xp.concatenate([xp.full(1, xp.inf), gap[:-1].astype(xp.float64)])
+    window = xp.minimum(window_s * fs, window_rr_fraction * gap_before)
+    is_t = ((gap < window) & (width[1:] > width_ratio * width[:-1])
             & (slope[1:] < slope_ratio * slope[:-1]))
     keep[1:] &= ~is_t
     return positions[keep]

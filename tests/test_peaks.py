@@ -31,7 +31,8 @@ def _fiducials(signal, fs, xp=np, cfg=SignalConfig(), refine=True):
         return positions
     positions = refine_to_extremum(signal, positions, fs, search_s=cfg.refine_s, despike_s=cfg.despike_s)
     return drop_non_qrs(signal, positions, fs, window_s=cfg.twave_window_s, width_ratio=cfg.twave_width_ratio,
-                        slope_ratio=cfg.twave_slope_ratio, max_width_s=cfg.max_qrs_width_s, despike_s=cfg.despike_s)
+                        slope_ratio=cfg.twave_slope_ratio,
+                        window_rr_fraction=cfg.twave_rr_fraction, max_width_s=cfg.max_qrs_width_s, despike_s=cfg.despike_s)
 
 
 # --------------------------------------------------------------------------- NMS gate
@@ -135,8 +136,10 @@ def test_fiducials_respect_the_refractory_period(synthetic_ecg):
 
 @pytest.mark.parametrize("record", ["100", "119", "208", "233"])
 def test_fiducials_on_mitdb(mitdb, record, xp):
-    """Sensitivity and positive predictivity >= 99 % at 150 ms on lead 0 with the default settings,
-    matched one-to-one by WFDB's comparator (PhysioNet's reference beat matching)."""
+    """Sensitivity and positive predictivity >= 99.5 % at 150 ms on lead 0 (MLII) with the default
+    settings, matched one-to-one by WFDB's comparator (PhysioNet's reference beat matching). Record
+    208's sensitivity is 99.4 %: 7 of its 16 misses lie in a 3-s stretch where the signal drops to a
+    twentieth of its amplitude, below any threshold that follows the surrounding 18 s."""
     import wfdb
     from wfdb.processing import compare_annotations
 
@@ -148,7 +151,7 @@ def test_fiducials_on_mitdb(mitdb, record, xp):
         comparison = compare_annotations(truth, found, int(0.15 * 360))
         sensitivity = comparison.tp / (comparison.tp + comparison.fn)
         ppv = comparison.tp / (comparison.tp + comparison.fp)
-        assert sensitivity >= 0.99 and ppv >= 0.99, (record, refine, sensitivity, ppv)
+        assert sensitivity >= (0.994 if record == "208" else 0.995) and ppv >= 0.995, (record, refine, sensitivity, ppv)
 
 
 # --------------------------------------------------------------------------- refinement
@@ -267,3 +270,33 @@ def test_length_histogram_equals_numpy(xp):
     np.testing.assert_allclose(_host(edges), expected_edges, atol=1e-9)
     np.testing.assert_array_equal(_host(counts), np.histogram(lengths / fs, bins=expected_edges)[0])
     assert int(_host(counts).sum()) == int((lengths / fs <= 2.5).sum())
+
+
+# --------------------------------------------------------------------------- stress cases
+STRESS_SENSITIVITY = {"tall_t_slow": 0.99, "bradycardia": 0.99, "tachycardia": 0.99, "inverted": 0.99, "paced": 0.99,
+                      "noise_bursts": 0.99, "premature_atrial": 0.99,
+                      "baseline_jumps": 0.98}  # a beat on the edge of a 0.5–2 mV step can be lost with it
+
+
+@pytest.mark.parametrize("case", list(STRESS_SENSITIVITY))
+def test_detection_holds_on_stress_cases(case, xp):
+    """Each stress recording of the synthesizer (about 14 minutes at 360 Hz): Se and P+ >= 99 % at 50 ms
+    against its truth, counting beats outside noise bursts (inside them noise may pass for a beat), and
+    fiducials on the R point (median error <= 1 sample), paced beats included."""
+    from wfdb.processing import compare_annotations
+
+    from pipeline.synth import stress_config, synthesize
+
+    ecg = synthesize(stress_config(case, n_samples=300_000, seed=1))
+    found = _host(_fiducials(np.ascontiguousarray(ecg.signal), ecg.fs, xp))
+    tolerance = int(0.05 * ecg.fs)
+    in_burst = np.zeros(len(ecg.signal) + 1, dtype=bool)
+    for start, stop in ecg.noise_bursts:
+        in_burst[max(start - tolerance, 0):stop + tolerance + 1] = True
+    truth = ecg.r_peaks[~in_burst[ecg.r_peaks]]
+    found = found[~in_burst[found]]
+    comparison = compare_annotations(truth, found, tolerance)
+    sensitivity, ppv = comparison.tp / len(truth), comparison.tp / len(found)
+    assert sensitivity >= STRESS_SENSITIVITY[case] and ppv >= 0.99, (case, sensitivity, ppv)
+    error = np.abs(found[:, None] - truth[None, :300]).min(axis=0)
+    assert np.median(error) <= 1, (case, np.bincount(error)[:10])
