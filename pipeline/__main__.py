@@ -67,7 +67,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fs", type=float, help="sampling rate in Hz (default: from the file, else 250)")
-    p.add_argument("--column", help="CSV/Parquet column name or index, or WFDB lead (default: first)")
+    p.add_argument("--lead", help="lead to analyse, by name or 0-based index (default: MLII / lead II when a lead "
+                   "is so named, else the lead with the clearest QRS)")
+    p.add_argument("--column", help="same as --lead (CSV/Parquet column name or index, WFDB lead)")
     p.add_argument("--device", choices=("auto", "gpu", "cpu"), default="auto",
                    help="auto = GPU when CUDA, CuPy and cuDF are usable")
     p.add_argument("--out", default="runs", help="folder of cached runs (default: runs)")
@@ -79,8 +81,11 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 def _request(args, input_path):
     from pipeline.run import RunRequest
 
+    if args.lead is not None and args.column is not None and args.lead != args.column:
+        raise ValueError(f"--lead {args.lead!r} and --column {args.column!r} name different leads; give one")
+    lead = args.lead if args.lead is not None else args.column
     return RunRequest(input=input_path, device=args.device, out=args.out, fs=args.fs,
-                      column=int(args.column) if args.column and args.column.isdigit() else args.column,
+                      column=int(lead) if lead and lead.isdigit() else lead,
                       samples=args.samples, signal=SignalConfig(), vae=replace(VAEConfig(), epochs=args.epochs),
                       use_cache=not args.no_cache)
 
@@ -139,6 +144,7 @@ def summary(run) -> str:
         f"run        {run.path}{'  (cached)' if run.cached else ''}",
         f"input      {inp['path']}  [{inp['channel']}]  {inp['n_samples']:,} samples at {inp['fs']:g} Hz "
         f"({inp['duration_s'] / 3600:.2f} h)",
+        f"lead       {inp['channel']}: {inp.get('lead_reason', 'as given')}",
         f"device     {r['device']['name']}" + (f" ({r['device']['gpu']})" if "gpu" in r["device"] else ""),
         f"beats      {counts['fiducials']:,} fiducials, {counts['beats']:,} kept ({counts['pruned']:,} pruned); "
         f"{counts['train']:,} train / {counts['test']:,} held out",
@@ -154,6 +160,11 @@ def summary(run) -> str:
     top = beats.nlargest(5, "score")
     lines.append("outliers   " + ", ".join(f"beat {b.beat_id} at {b.time_s:.1f} s (score {b.score:.1f})"
                                            for b in top.itertuples()))
+    if "score_shape" in beats:  # runs written before the rhythm score have no components to explain
+        from pipeline.score import explain
+
+        lines.append("why        " + "\n           ".join(f"beat {row['beat_id']}: {explain(row)}"
+                                                           for _, row in top.iterrows()))
     if "abnormal" in beats:
         from pipeline.evaluate import auroc
 

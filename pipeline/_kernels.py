@@ -59,10 +59,85 @@ def _prune_embed_one(i, signal, positions, min_len, max_len, pre, out, keep):
         out[i, j] = 0.0
 
 
+def _median_at(signal, k, half):
+    """Median of signal[k-half : k+half+1] (indices clipped to the recording) without an array:
+    the element that has at most ``half`` smaller and at most ``half`` larger neighbours.
+    O(window²), fine for the 3–15 samples it is used with."""
+    n = signal.shape[0]
+    for a in range(k - half, k + half + 1):
+        value = signal[min(max(a, 0), n - 1)]
+        below = 0
+        above = 0
+        for b in range(k - half, k + half + 1):
+            other = signal[min(max(b, 0), n - 1)]
+            if other < value:
+                below += 1
+            elif other > value:
+                above += 1
+        if below <= half and above <= half:
+            return value
+    return signal[min(max(k, 0), n - 1)]
+
+
+def _qrs_shape_body(median_at):
+    """The per-index body of the QRS-shape kernel, closed over ``median_at``: the CPU or the CUDA
+    twin of :func:`_median_at` (a body may call only functions compiled for its own target)."""
+
+    def qrs_shape_one(i, signal, positions, search, base, despike, cap, step, reach, refined, width, slope):
+        """QRS point and shape of candidate i, measured on the ECG with spikes removed (running median
+        of ``2 despike + 1`` samples: a pacing spike is narrower than that, a QRS is not).
+
+        refined[i]: the sample within ±``search`` of ``positions[i]`` whose despiked value lies
+        farthest from the mean over ±``base`` (first of equals), moved to the ECG's own extremum
+        within ±``despike`` of it. width[i]: samples around it that stay beyond half of that
+        deflection (at most ±``cap``): ~20 ms for an R wave, ~100 ms for a T wave. slope[i]: the
+        largest |x[k+step] - x[k-step]| within ±``reach`` of the refined point."""
+        n = signal.shape[0]
+        p = positions[i]
+        total = 0.0
+        for k in range(p - base, p + base + 1):
+            total += signal[min(max(k, 0), n - 1)]
+        baseline = total / (2 * base + 1)
+        best = min(max(p - search, 0), n - 1)
+        best_dev = -1.0
+        for k in range(p - search, p + search + 1):
+            kk = min(max(k, 0), n - 1)
+            dev = abs(median_at(signal, kk, despike) - baseline)
+            if dev > best_dev:
+                best_dev = dev
+                best = kk
+        peak = median_at(signal, best, despike) - baseline
+        half = 0.5 * abs(peak)
+        sign = 1.0 if peak >= 0 else -1.0
+        # The median flattens the tip of a narrow R wave: the point itself is the raw extremum
+        # (same sign) next to it; a spike lies farther away than that.
+        tip = best
+        for k in range(max(best - despike, 0), min(best + despike, n - 1) + 1):
+            if sign * (signal[k] - signal[tip]) > 0:
+                tip = k
+        refined[i] = tip
+        left = best
+        while left > max(best - cap, 0) and sign * (median_at(signal, left - 1, despike) - baseline) > half:
+            left -= 1
+        right = best
+        while right < min(best + cap, n - 1) and sign * (median_at(signal, right + 1, despike) - baseline) > half:
+            right += 1
+        width[i] = right - left + 1
+        steepest = 0.0
+        for k in range(best - reach, best + reach + 1):
+            rise = abs(median_at(signal, k + step, despike) - median_at(signal, k - step, despike))
+            if rise > steepest:
+                steepest = rise
+        slope[i] = steepest
+
+    return qrs_shape_one
+
+
 # --------------------------------------------------------------------------- twins
 # CUDA kernels take a fixed argument list (no *args), so each body gets two explicit wrappers.
 _nms_cpu_body = numba.njit(_nms_one, cache=True)
 _prune_embed_cpu_body = numba.njit(_prune_embed_one, cache=True)
+_qrs_shape_cpu_body = numba.njit(_qrs_shape_body(numba.njit(_median_at, cache=True)), cache=True)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -77,6 +152,12 @@ def _prune_embed_cpu(n, signal, positions, min_len, max_len, pre, out, keep):
         _prune_embed_cpu_body(i, signal, positions, min_len, max_len, pre, out, keep)
 
 
+@numba.njit(parallel=True, cache=True)
+def _qrs_shape_cpu(n, signal, positions, search, base, despike, cap, step, reach, refined, width, slope):
+    for i in numba.prange(n):
+        _qrs_shape_cpu_body(i, signal, positions, search, base, despike, cap, step, reach, refined, width, slope)
+
+
 @functools.cache
 def _cuda_kernels() -> dict:
     """Compile-on-first-use CUDA twins (numba.cuda is imported only on the GPU path)."""
@@ -84,6 +165,7 @@ def _cuda_kernels() -> dict:
 
     nms_body = cuda.jit(device=True)(_nms_one)
     prune_embed_body = cuda.jit(device=True)(_prune_embed_one)
+    qrs_shape_body = cuda.jit(device=True)(_qrs_shape_body(cuda.jit(device=True)(_median_at)))
 
     @cuda.jit
     def nms(n, envelope, threshold, block, half, gate):
@@ -97,7 +179,13 @@ def _cuda_kernels() -> dict:
         if i < n:
             prune_embed_body(i, signal, positions, min_len, max_len, pre, out, keep)
 
-    return {"nms": nms, "prune_embed": prune_embed}
+    @cuda.jit
+    def qrs_shape(n, signal, positions, search, base, despike, cap, step, reach, refined, width, slope):
+        i = cuda.grid(1)
+        if i < n:
+            qrs_shape_body(i, signal, positions, search, base, despike, cap, step, reach, refined, width, slope)
+
+    return {"nms": nms, "prune_embed": prune_embed, "qrs_shape": qrs_shape}
 
 
 def launch(name: str, n: int, *arrays_and_scalars):
@@ -109,4 +197,4 @@ def launch(name: str, n: int, *arrays_and_scalars):
         kernel = _cuda_kernels()[name]
         kernel[math.ceil(n / THREADS_PER_BLOCK), THREADS_PER_BLOCK](n, *args)
     else:
-        {"nms": _nms_cpu, "prune_embed": _prune_embed_cpu}[name](n, *args)
+        {"nms": _nms_cpu, "prune_embed": _prune_embed_cpu, "qrs_shape": _qrs_shape_cpu}[name](n, *args)

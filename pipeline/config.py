@@ -17,7 +17,13 @@ class SignalConfig:
     threshold: float = 0.25          # a beat's response must exceed this fraction of the local level...
     level_block_s: float = 2.0       # ...the local level being the median of block maxima of this length
     level_blocks: int = 9            # ...over this many neighbouring blocks
-    refine_s: float = 0.05           # fiducials then snap to the ECG's largest deflection within ±this
+    refine_s: float = 0.05           # fiducials then snap to the ECG's largest deflection within ±this...
+    despike_s: float = 0.006         # ...measured after a running median over ±this (pacing spikes vanish)
+    twave_window_s: float = 0.38     # a candidate this soon after the previous one is a T wave when it is...
+    twave_width_ratio: float = 2.0   # ...more than this many times as wide...
+    twave_slope_ratio: float = 0.8   # ...and less than this fraction as steep as the previous deflection
+    twave_rr_fraction: float = 0.6   # (the window shrinks to this fraction of the RR before, for fast rhythms)
+    max_qrs_width_s: float = 0.15    # a deflection wider than this at half height is a baseline step
     min_beat_s: float = 0.25         # pruning: beat lengths outside [min, max] are artefacts (240–30 bpm)
     max_beat_s: float = 2.0
     window_s: float = 1.024          # embedding row length: 256 samples at 250 Hz

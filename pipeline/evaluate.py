@@ -1,7 +1,12 @@
 """Accuracy on annotated recordings: R-peak sensitivity / positive predictivity at 50 ms and
-150 ms, and outlier AUROC of abnormal versus normal beats, per record and in total.
+150 ms, and outlier AUROC of abnormal versus normal beats, per record and in total; per AAMI class
+(N, S, V, F, Q), with and without paced records, and the precision of the top-ranked beats.
 
 NeuroKit2's ``ecg_clean`` + ``ecg_peaks`` on the same lead is scored beside ours when installed.
+
+Protocol: each record is analysed on its own, the VAE trained on that record's unlabelled beats
+(abnormal ones included); scores of different records share no scale, so pooled figures pool each
+beat's rank within its record.
 """
 from __future__ import annotations
 
@@ -12,6 +17,11 @@ import numpy as np
 import pandas as pd
 
 TOLERANCES_S = (0.05, 0.15)
+TOP_K = (10, 50, 100)
+# AAMI EC57 classes from MIT-BIH beat symbols; paced ('/') and paced fusion ('f') beats are Q.
+AAMI_CLASSES = {"N": "NLRej", "S": "AaJS", "V": "VE", "F": "F", "Q": "/fQ?"}
+AAMI_OF = {symbol: cls for cls, symbols in AAMI_CLASSES.items() for symbol in symbols}
+PACED_SYMBOLS = frozenset("/f")
 
 
 def match_counts(reference: np.ndarray, detected: np.ndarray, tolerance: int) -> tuple[int, int, int]:
@@ -80,37 +90,127 @@ def _score_record(record: Path, run, neurokit: bool) -> dict:
             tp, fn, fp = match_counts(reference, detected, int(round(tol * fs)))
             ms = int(tol * 1000)
             row.update({f"{prefix}tp_{ms}": tp, f"{prefix}fn_{ms}": fn, f"{prefix}fp_{ms}": fp})
-    beats = run.beats
+    row.update(_outlier_measures(run.beats, paced=bool(np.isin(recording.annotations[1], list(PACED_SYMBOLS)).any())))
+    return row
+
+
+def aami_class(symbols) -> np.ndarray:
+    """AAMI class ('N', 'S', 'V', 'F', 'Q') of MIT-BIH beat symbols; '' for anything else."""
+    return np.array([AAMI_OF.get(s, "") for s in np.asarray(symbols, dtype=object)], dtype=object)
+
+
+def _outlier_measures(beats: pd.DataFrame, paced: bool) -> dict:
+    """AUROC of the combined and the shape-only score, per-class counts and AUROC against N,
+    and the precision of the record's top-k beats; the hidden ``_`` columns carry what the total
+    pools (each beat's score rank within its record, its class, its place in the ranking)."""
     labelled = beats[beats["label"] != ""]
-    row["abnormal_beats"] = int(labelled["abnormal"].sum())
-    row["auroc"] = auroc(labelled["score"], labelled["abnormal"])
+    classes = aami_class(labelled["label"])
+    abnormal = labelled["abnormal"].to_numpy()
+    score = labelled["score"]
+    row = {"paced": paced, "abnormal_beats": int(abnormal.sum()), "auroc": auroc(score, abnormal)}
+    if "score_shape" in labelled:
+        row["auroc_shape"] = auroc(labelled["score_shape"], abnormal)
+        row["_shape"] = labelled["score_shape"].rank(pct=True).to_numpy()
+    normal = classes == "N"
+    for cls in AAMI_CLASSES:
+        row[f"n_{cls}"] = int((classes == cls).sum())
+        if cls != "N":
+            keep = normal | (classes == cls)
+            row[f"auroc_{cls}"] = auroc(score[keep], (classes == cls)[keep])
+    place = score.rank(ascending=False, method="first").to_numpy()  # 1 = the top-ranked beat
+    for k in TOP_K:
+        top = place <= k
+        row[f"top{k}_abnormal"] = int(abnormal[top].sum())
+        row[f"top{k}_shown"] = int(top.sum())
     # Scores of different recordings share no scale: the total pools each beat's rank within its record.
-    row["_scores"] = labelled["score"].rank(pct=True).to_numpy()
-    row["_abnormal"] = labelled["abnormal"].to_numpy()
+    row["_scores"] = score.rank(pct=True).to_numpy()
+    row["_abnormal"] = abnormal
+    row["_classes"] = classes
+    row["_place"] = place
     return row
 
 
 def _total(table: pd.DataFrame) -> pd.DataFrame:
     total = {"record": "total", "fs": np.nan}
     for column in table.columns:
-        if column.startswith(("tp_", "fn_", "fp_", "nk_")) or column in ("reference_beats", "detected", "abnormal_beats"):
+        if (column.startswith(("tp_", "fn_", "fp_", "nk_", "n_", "top")) or
+                column in ("reference_beats", "detected", "abnormal_beats")):
             total[column] = table[column].sum()
-    total["auroc"] = auroc(np.concatenate(table["_scores"].to_list()), np.concatenate(table["_abnormal"].to_list()))
+    pooled = {name: np.concatenate(table[name].to_list()) for name in ("_scores", "_abnormal", "_classes", "_place")}
+    total["auroc"] = auroc(pooled["_scores"], pooled["_abnormal"])
+    paced = np.concatenate([np.full(len(s), p) for s, p in zip(table["_scores"], table["paced"])])
+    total["auroc_non_paced"] = auroc(pooled["_scores"][~paced], pooled["_abnormal"][~paced])
+    total["median_auroc_non_paced"] = float(np.nanmedian(table.loc[~table["paced"], "auroc"])) if (~table["paced"]).any() else float("nan")
+    total["paced"] = int(table["paced"].sum())
+    if "_shape" in table:
+        total["auroc_shape"] = auroc(np.concatenate(table["_shape"].to_list()), pooled["_abnormal"])
+    normal = pooled["_classes"] == "N"
+    for cls in AAMI_CLASSES:
+        if cls == "N":
+            continue
+        mine = pooled["_classes"] == cls
+        keep = normal | mine
+        total[f"auroc_{cls}"] = auroc(pooled["_scores"][keep], mine[keep])
+        for k in TOP_K:
+            total[f"recall{k}_{cls}"] = float((mine & (pooled["_place"] <= k)).sum() / mine.sum()) if mine.any() else float("nan")
     return pd.DataFrame([total])
 
 
+def summary_measures(table: pd.DataFrame) -> dict:
+    """The literature's figures from an evaluated table's total row: pooled AUROC (all records and
+    non-paced ones), per-record median AUROC (non-paced), precision of the top-k per record, and
+    per AAMI class: beats, AUROC against N, recall in each record's top k."""
+    total = table[table["record"] == "total"].iloc[0]
+    out = {"auroc_pooled": total["auroc"], "auroc_pooled_non_paced": total["auroc_non_paced"],
+           "auroc_median_non_paced": total["median_auroc_non_paced"], "paced_records": int(total["paced"])}
+    for k in TOP_K:
+        shown = total[f"top{k}_shown"]
+        out[f"precision_top{k}"] = float(total[f"top{k}_abnormal"] / shown) if shown else float("nan")
+    for cls in AAMI_CLASSES:
+        out[f"{cls}_beats"] = int(total[f"n_{cls}"])
+        if cls != "N":
+            out[f"{cls}_auroc"] = total[f"auroc_{cls}"]
+            for k in TOP_K:
+                out[f"{cls}_recall_top{k}"] = total[f"recall{k}_{cls}"]
+    return out
+
+
 def format_table(table: pd.DataFrame) -> str:
-    """Se (sensitivity) and P+ (positive predictivity) in %, per tolerance; NeuroKit2 beside ours."""
+    """Se (sensitivity) and P+ (positive predictivity) in %, per tolerance; NeuroKit2 beside ours;
+    outlier AUROC of the combined score (and of the VAE's shape score alone); then the pooled,
+    per-class and top-k figures (:func:`summary_measures`)."""
     has_nk = "nk_tp_150" in table
-    header = (f"{'record':<8}{'beats':>7}{'found':>7}  {'Se50':>6}{'P+50':>7}  {'Se150':>6}{'P+150':>7}"
+    has_shape = "auroc_shape" in table
+    width = max(8, *(len(str(name)) + 2 for name in table["record"]))
+    header = (f"{'record':<{width}}{'beats':>7}{'found':>7}  {'Se50':>6}{'P+50':>7}  {'Se150':>6}{'P+150':>7}"
               + (f"  │ NK2 {'Se50':>6}{'P+50':>7}  {'Se150':>6}{'P+150':>7}" if has_nk else "")
-              + f"  {'abnormal':>8}{'AUROC':>7}")
+              + f"  {'abnormal':>8}{'AUROC':>7}" + (f"{'shape':>7}" if has_shape else ""))
     lines = [header, "─" * len(header)]
     for row in table.to_dict("records"):
-        line = f"{row['record']:<8}{int(row['reference_beats']):>7}{int(row['detected']):>7}  {_se_pp(row, '', 50)}  {_se_pp(row, '', 150)}"
+        line = f"{row['record']:<{width}}{int(row['reference_beats']):>7}{int(row['detected']):>7}  {_se_pp(row, '', 50)}  {_se_pp(row, '', 150)}"
         if has_nk:
             line += f"  │     {_se_pp(row, 'nk_', 50)}  {_se_pp(row, 'nk_', 150)}"
         line += f"  {int(row['abnormal_beats']):>8}{row['auroc']:>7.3f}"
+        if has_shape:
+            line += f"{row['auroc_shape']:>7.3f}"
+        lines.append(line)
+    return "\n".join(lines) + "\n\n" + format_summary(summary_measures(table))
+
+
+def format_summary(m: dict) -> str:
+    """The figures of :func:`summary_measures` as a few lines of text."""
+    ks = [int(key.removeprefix("precision_top")) for key in m if key.startswith("precision_top")]
+    lines = [
+        "outlier score, per-record protocol (each record's own unlabelled beats; ranks pooled within records):",
+        f"  AUROC pooled {m['auroc_pooled']:.3f}; without the {m['paced_records']} paced record(s) "
+        f"{m['auroc_pooled_non_paced']:.3f}; per-record median (non-paced) {m['auroc_median_non_paced']:.3f}",
+        "  precision of each record's top k: " + "  ".join(f"k={k} {m[f'precision_top{k}']:.3f}" for k in ks),
+        f"  {'AAMI class':<11}{'beats':>7}{'AUROC vs N':>12}" + "".join(f"{f'recall@{k}':>11}" for k in ks),
+    ]
+    for cls in AAMI_CLASSES:
+        line = f"  {cls:<11}{m[f'{cls}_beats']:>7}"
+        if cls != "N":
+            line += f"{m[f'{cls}_auroc']:>12.3f}" + "".join(f"{m[f'{cls}_recall_top{k}']:>11.3f}" for k in ks)
         lines.append(line)
     return "\n".join(lines)
 

@@ -10,6 +10,7 @@ pipeline.wavelet.ricker_response : the next step.
 """
 from __future__ import annotations
 
+import functools
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,7 @@ class Recording:
     channel: str
     annotations: tuple[np.ndarray, np.ndarray] | None = None  # (sample indices, beat symbols)
     repaired_samples: int = 0
+    lead_reason: str = "the only lead"  # why this lead was analysed (see choose_lead)
 
     @property
     def n_samples(self) -> int:
@@ -54,8 +56,9 @@ def load_ecg(path, *, fs: float | None = None, column: str | int | None = None,
     fs : float, optional
         Sampling rate in Hz; overrides the file's own. Files without one use ``default_fs``.
     column : str or int, optional
-        Column name or 0-based index (CSV, Parquet) or lead name/index (WFDB). Default: the first
-        column that is not a time index; the first lead.
+        Column name or 0-based index (CSV, Parquet, NPY) or lead name/index (WFDB). Default: the
+        lead named MLII / II when there is one, else the lead with the clearest QRS complexes
+        (:func:`choose_lead`); columns that index time are never leads.
     max_gap_s : float
         Runs of NaN/inf up to this long are linearly interpolated (with a warning); longer runs
         are rejected, since inventing seconds of ECG would invent beats.
@@ -67,13 +70,91 @@ def load_ecg(path, *, fs: float | None = None, column: str | int | None = None,
     """
     path = Path(path)
     reader = _reader_for(path)
-    signal, file_fs, channel, annotations = reader(path, column, device)
+    choice = _LeadChoice(column)
+    signal, file_fs, channel, annotations = reader(path, choice, device)
     rate = float(fs if fs is not None else file_fs if file_fs is not None else default_fs)
     if not (MIN_FS <= rate <= MAX_FS):
         raise ValueError(f"sampling rate {rate:g} Hz is implausible for an ECG; expected {MIN_FS:g}–{MAX_FS:g} Hz")
     signal, repaired = _repair_gaps(signal, rate, max_gap_s, path.name)
     _check_usable(signal, rate, min_duration_s, path.name)
-    return Recording(signal, rate, str(path), channel, annotations, repaired)
+    return Recording(signal, rate, str(path), channel, annotations, repaired, choice.reason)
+
+
+# --------------------------------------------------------------------------- lead choice
+# Names of the limb lead II, where the QRS complex is usually tallest and annotators of MIT-BIH
+# worked ("MLII": modified lead II), compared without case, spaces or punctuation.
+LEAD_II_NAMES = {"mlii", "ii", "leadii", "ecgii", "ecg2", "lead2"}
+CLEARER_BY = 1.25  # another lead replaces the first only when its QRS clarity is this much higher
+
+
+def _normalised(name: str) -> str:
+    return "".join(ch for ch in str(name).lower() if ch.isalnum())
+
+
+def qrs_clarity(values, fs: float | None, segment_s: float = 20.0, segments: int = 3) -> float:
+    """How clearly QRS complexes stand out in one lead: the median over 1-s blocks of the largest
+    |x[k+1] - x[k-1]|, divided by the median |x[k+1] - x[k-1]| of the lead.
+
+    QRS complexes are the steepest part of an ECG, once a second; noise and slow waves are not.
+    About 5 for white noise, 20–60 for a lead with clear QRS complexes. Reads ``segments``
+    stretches of ``segment_s`` (start, middle, end), so it costs little on long recordings.
+    """
+    xp = backend.xp_of(values)
+    rate = fs or 250.0
+    n = int(values.shape[0])
+    length = min(n, int(segment_s * rate))
+    starts = sorted({0, max(0, (n - length) // 2), max(0, n - length)})[:segments]
+    block = max(4, int(rate))
+    ratios = []
+    for start in starts:
+        x = values[start:start + length].astype(xp.float32)
+        slope = xp.abs(x[2:] - x[:-2])
+        slope = slope[xp.isfinite(slope)]
+        count = slope.shape[0] // block
+        if count == 0:
+            continue
+        typical = float(xp.median(slope))  # sync point: one scalar per segment
+        peaks = float(xp.median(slope[:count * block].reshape(count, block).max(axis=1)))
+        ratios.append(peaks / typical if typical > 0 else (0.0 if peaks == 0 else float("inf")))
+    return float(np.median(ratios)) if ratios else 0.0
+
+
+class _LeadChoice:
+    """Which lead a reader returns, and why: the one asked for, else :func:`choose_lead`."""
+
+    def __init__(self, column):
+        self.column = column
+        self.reason = "the only lead"
+
+    def pick(self, names: list[str], path: Path, read, fs: float | None = None) -> int:
+        """Index among ``names``; ``read(index)`` gives a lead's values when they must be compared."""
+        if self.column is not None:
+            index = _pick_column(names, self.column, path)
+            self.reason = f"chosen by the user ({self.column!r})"
+            return index
+        index, self.reason = choose_lead(names, read, fs)
+        return index
+
+
+def choose_lead(names: list[str], read, fs: float | None = None) -> tuple[int, str]:
+    """The lead to analyse among ``names`` and why.
+
+    Lead II (named MLII, II, lead II …) when there is one; otherwise the lead whose
+    :func:`qrs_clarity` is highest, when it beats the first lead's by ``CLEARER_BY``; otherwise the
+    first lead. Columns that index time (``time``, ``sample`` …) are never leads.
+    """
+    leads = [i for i, name in enumerate(names) if name.strip().lower() not in TIME_COLUMNS] or [0]
+    for i in leads:
+        if _normalised(names[i]) in LEAD_II_NAMES:
+            return i, f"lead II by name ({names[i]})" + (f" among {len(leads)} leads" if len(leads) > 1 else "")
+    if len(leads) == 1:
+        return leads[0], "the only lead"
+    clarity = {i: qrs_clarity(read(i), fs) for i in leads}
+    best = max(leads, key=lambda i: clarity[i])
+    listed = ", ".join(f"{names[i]} {clarity[i]:.1f}" for i in leads)
+    if best != leads[0] and clarity[best] > CLEARER_BY * clarity[leads[0]]:
+        return best, f"clearest QRS of {len(leads)} leads (clarity {listed})"
+    return leads[0], f"first lead; no other has a clearly clearer QRS (clarity {listed})"
 
 
 # --------------------------------------------------------------------------- format dispatch
@@ -153,12 +234,19 @@ def _pick_column(names: list[str], column, path: Path) -> int:
     return names.index(column)
 
 
-def _read_csv(path: Path, column, device):
+def _read_csv(path: Path, choice: _LeadChoice, device):
     delimiter, header, n_fields = _sniff_csv(path)
-    index = _pick_column(header or [f"column {i}" for i in range(n_fields)], column, path)
+    names = header or [f"column {i}" for i in range(n_fields)]
     read = _read_csv_cudf if device == "gpu" else _read_csv_pyarrow
-    values = read(path, index, delimiter, header is not None)
-    return values, None, header[index] if header else f"column {index}", _sidecar_annotations(path)
+    parsed = {}
+
+    def values_of(index):
+        if index not in parsed:
+            parsed[index] = read(path, index, delimiter, header is not None)
+        return parsed[index]
+
+    index = choice.pick(names, path, values_of)
+    return values_of(index), None, names[index], _sidecar_annotations(path)
 
 
 def _read_csv_pyarrow(path, index, delimiter, has_header):
@@ -240,7 +328,7 @@ def _sidecar_annotations(path: Path):
 
 
 # --------------------------------------------------------------------------- WFDB, NPY, Parquet
-def _read_wfdb(path: Path, column, device):
+def _read_wfdb(path: Path, choice: _LeadChoice, device):
     import wfdb
 
     record_path = path.with_suffix("") if path.suffix.lower() in (".hea", ".dat") else path
@@ -253,12 +341,18 @@ def _read_wfdb(path: Path, column, device):
     leads = list(header.sig_name or [])
     if not leads:
         raise ValueError(f"WFDB header {record_path.name}.hea lists no signals")
-    lead = leads[_pick_column(leads, column, record_path.with_suffix(".hea"))]
-    try:
-        record = wfdb.rdrecord(str(record_path), channel_names=[lead])
-    except Exception as err:
-        raise ValueError(f"cannot read WFDB record {record_path.name}: {_first_line(err)}") from None
-    values = np.ascontiguousarray(record.p_signal[:, 0], dtype=np.float32)
+
+    def read(index):
+        try:
+            record = wfdb.rdrecord(str(record_path), channels=[index])
+        except Exception as err:
+            raise ValueError(f"cannot read WFDB record {record_path.name}: {_first_line(err)}") from None
+        return np.ascontiguousarray(record.p_signal[:, 0], dtype=np.float32)
+
+    cached = functools.cache(read)  # a lead read to compare clarity is not read again
+    index = choice.pick(leads, record_path.with_suffix(".hea"), cached, float(header.fs))
+    lead = leads[index]
+    values = cached(index)
     annotations = None
     if record_path.with_suffix(".atr").exists():
         ann = wfdb.rdann(str(record_path), "atr")
@@ -268,7 +362,7 @@ def _read_wfdb(path: Path, column, device):
     return _to_device(values, device), float(header.fs), lead, annotations
 
 
-def _read_npy(path: Path, column, device):
+def _read_npy(path: Path, choice: _LeadChoice, device):
     try:
         values = np.load(path, allow_pickle=False, mmap_mode="r")
     except Exception as err:
@@ -278,13 +372,13 @@ def _read_npy(path: Path, column, device):
     if values.ndim not in (1, 2):
         raise ValueError(f"{path.name}: expected a 1-D or 2-D (samples, leads) array; got shape {values.shape}")
     names = [f"column {i}" for i in range(values.shape[1] if values.ndim == 2 else 1)]
-    index = _pick_column(names, column, path)  # a name or an out-of-range index gets the usual message
+    index = choice.pick(names, path, lambda i: np.asarray(values[:, i] if values.ndim == 2 else values, np.float32))
     channel = names[index]
     values = _writable_float32(values[:, index] if values.ndim == 2 else values)
     return _to_device(values, device), None, channel, _sidecar_annotations(path)
 
 
-def _read_parquet(path: Path, column, device):
+def _read_parquet(path: Path, choice: _LeadChoice, device):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -292,7 +386,14 @@ def _read_parquet(path: Path, column, device):
         names = pq.read_schema(path).names
     except (pa.ArrowInvalid, OSError) as err:
         raise ValueError(f"{path.name}: not a readable Parquet file ({_first_line(err)})") from None
-    name = names[_pick_column(names, column, path)]
+
+    def read(index):  # host values of one column, to compare the leads' clarity
+        data = pq.read_table(path, columns=[names[index]]).column(0)
+        if not (pa.types.is_floating(data.type) or pa.types.is_integer(data.type)):
+            return np.zeros(1, np.float32)  # not numbers: never the clearest lead
+        return data.to_numpy(zero_copy_only=False).astype(np.float32)
+
+    name = names[choice.pick(names, path, read)]
     if device == "gpu":
         import cudf
 

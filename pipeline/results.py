@@ -57,10 +57,25 @@ class RunResult:
 
 
 # --------------------------------------------------------------------------- table
-def beats_table(*, fiducial, length, start, fs, is_train, z, score, annotations=None,
+# Columns that explain the outlier score (``components`` of :func:`beats_table`), in table order.
+SCORE_COMPONENTS = {
+    "score_shape": "the VAE's shape score: negative ELBO of the beat (higher = less like the recording's beats)",
+    "score_rhythm": "rhythm score: sqrt(z_early² + z_pause²), robust z-scores of rr_pre / rr_post in this recording",
+    "p_shape": "fraction of the recording's beats whose shape score is at least this high",
+    "p_rhythm": "fraction of the recording's beats whose rhythm score is at least this high",
+    "rr_pre": "RR interval before the beat / local median RR (NaN for the first beat)",
+    "rr_post": "RR interval after the beat / local median RR",
+    "prematurity": "1 - rr_pre: 0.28 = the beat came 28 % early",
+    "local_rr_s": "median RR of the ~17 intervals around the beat, seconds",
+}
+
+
+def beats_table(*, fiducial, length, start, fs, is_train, z, score, annotations=None, components=None,
                 tolerance_s: float = 0.15) -> pd.DataFrame:
-    """One row per kept beat (host arrays in). With reference annotations, each beat gets the
-    symbol of the nearest reference beat within ``tolerance_s`` ('' when none) and ``abnormal``."""
+    """One row per kept beat (host arrays in). ``score`` is the outlier score the views rank by;
+    ``components`` (a dict of arrays named as in :data:`SCORE_COMPONENTS`) are added as float32
+    columns after it. With reference annotations, each beat gets the symbol of the nearest
+    reference beat within ``tolerance_s`` ('' when none) and ``abnormal``."""
     table = pd.DataFrame({
         "beat_id": np.arange(len(fiducial), dtype=np.int32),
         "start": start.astype(np.int64),
@@ -73,6 +88,10 @@ def beats_table(*, fiducial, length, start, fs, is_train, z, score, annotations=
         "z2": z[:, 1].astype(np.float32),
         "score": score.astype(np.float32),
     })
+    for name, values in (components or {}).items():
+        if name not in SCORE_COMPONENTS:
+            raise ValueError(f"unknown score component {name!r}; known: {', '.join(SCORE_COMPONENTS)}")
+        table[name] = np.asarray(values, dtype=np.float32)
     if annotations is not None:
         table["label"] = match_labels(fiducial, *annotations, int(round(tolerance_s * fs)))
         table["abnormal"] = ~table["label"].isin(NORMAL_SYMBOLS) & (table["label"] != "")

@@ -99,7 +99,10 @@ def _compute(input_path: Path, request: RunRequest, device: str, stages: "_Stage
     with stages("peaks"):
         positions = peaks.fiducials(response, fs, refractory_s=cfg.refractory_s, threshold=cfg.threshold,
                                     level_block_s=cfg.level_block_s, level_blocks=cfg.level_blocks)
-        positions = peaks.refine_to_extremum(signal, positions, fs, search_s=cfg.refine_s)
+        positions = peaks.refine_to_extremum(signal, positions, fs, search_s=cfg.refine_s, despike_s=cfg.despike_s)
+        positions = peaks.drop_non_qrs(signal, positions, fs, window_s=cfg.twave_window_s,
+                                       width_ratio=cfg.twave_width_ratio, slope_ratio=cfg.twave_slope_ratio,
+                                       max_width_s=cfg.max_qrs_width_s, despike_s=cfg.despike_s)
     del response
     with stages("lengths"):
         lengths = peaks.beat_lengths(positions)
@@ -115,7 +118,7 @@ def _compute(input_path: Path, request: RunRequest, device: str, stages: "_Stage
 
     import torch  # after loading, so that bad input is reported without waiting for torch
 
-    from pipeline import score, train
+    from pipeline import rhythm, score, train
 
     with stages("train") as report:
         rows = backend.to_torch(beats.rows)
@@ -126,9 +129,12 @@ def _compute(input_path: Path, request: RunRequest, device: str, stages: "_Stage
         grid_z = score.latent_grid(z, request.vae.grid)
         decoded = score.decode(model, grid_z)
         xp = backend.xp_of(beats.rows)
-        scores, z = backend.from_torch(scores, xp), backend.from_torch(z, xp)
+        shape_scores, z = backend.from_torch(scores, xp), backend.from_torch(z, xp)
+        beat_rhythm = rhythm.describe_rhythm(positions, beats.candidate, fs)
+        scores, p_shape, p_rhythm = score.combine_scores(shape_scores, beat_rhythm.score)
     return dict(recording=recording, positions=positions, beats=beats, histogram=histogram, model=model,
-                history=history, is_train=is_train.numpy(), scores=scores, z=z,
+                history=history, is_train=is_train.numpy(), scores=scores, z=z, shape_scores=shape_scores,
+                rhythm=beat_rhythm, p_shape=p_shape, p_rhythm=p_rhythm,
                 grid_z=grid_z, decoded=decoded, width=width,
                 torch_version=torch.__version__)
 
@@ -139,15 +145,21 @@ def _write(input_path, input_hash, key, request, device, c, stages, handoffs, me
     host = backend.to_host
     pre = int(round(request.signal.pre_fiducial * c["width"]))
     fiducial = host(beats.fiducial)
+    beat_rhythm = c["rhythm"]
+    components = {"score_shape": c["shape_scores"], "score_rhythm": beat_rhythm.score, "p_shape": c["p_shape"],
+                  "p_rhythm": c["p_rhythm"], "rr_pre": beat_rhythm.rr_pre, "rr_post": beat_rhythm.rr_post,
+                  "prematurity": beat_rhythm.prematurity, "local_rr_s": beat_rhythm.local_rr_s}
     table = results.beats_table(fiducial=fiducial, length=host(beats.length), start=fiducial - pre,
                                 fs=recording.fs, is_train=c["is_train"], z=host(c["z"]), score=host(c["scores"]),
-                                annotations=recording.annotations)
+                                annotations=recording.annotations,
+                                components={name: host(values) for name, values in components.items()})
     n_candidates = int(c["positions"].shape[0])
     report = {
         "version": pipeline.__version__,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "key": key,
         "input": {"path": str(input_path), "sha256": input_hash, "channel": recording.channel,
+                  "lead_reason": recording.lead_reason,
                   "fs": recording.fs, "n_samples": recording.n_samples,
                   "duration_s": recording.n_samples / recording.fs,
                   "repaired_samples": recording.repaired_samples,

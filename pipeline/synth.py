@@ -23,10 +23,24 @@ injects abnormal beats labelled with MIT-BIH symbols:
     premature atrial beat with aberrant conduction: early (0.70-0.85 x RR),
     inverted ectopic P wave, wide notched right-bundle-branch-like rsR' QRS,
     inverted T wave; non-compensatory pause (the sinus node is reset).
+``"S"``
+    premature atrial beat with normal conduction: early (0.65-0.85 x RR), a
+    changed (inverted or flattened) ectopic P wave and an otherwise *normal* QRS
+    and T: only its timing sets it apart.  The pause after it is longer than a
+    sinus interval (1.05-1.3 x RR): the sinus node is reset late.
+``"/"``
+    paced beat (``paced=True``, every beat): a very narrow, steep pacing spike
+    20-45 ms before the main deflection of a wide QRS, at a fixed pacing rate.
 ``"Q"``
     any beat whose R peak lies inside a noise burst (0.5-3 s of large
     high-frequency muscle noise plus motion artefact, amplitude comparable to the
     R wave).  This overrides the beat's own type.
+
+Stress settings make detection harder the way real recordings do: tall T waves
+and small QRS complexes (``t_wave_scale``, ``qrs_scale``), an inverted lead
+(``invert``), pacing (``paced``), baseline jumps (``baseline_jumps_per_hour``:
+electrode motion through an AC-coupled amplifier, a step that decays back over
+seconds) and noise bursts.  :data:`STRESS_CASES` names a set of them.
 
 The recorded fiducial of every beat is the sample of its main QRS deflection:
 the R peak maximum for ``"N"`` and ``"A"`` beats, the extremum of the main
@@ -58,7 +72,10 @@ __all__ = [
     "SynthConfig",
     "SyntheticECG",
     "SYMBOLS",
+    "STRESS_CASES",
+    "stress_config",
     "synthesize",
+    "write_wfdb",
     "write_csv",
     "annotations_path",
     "read_annotations",
@@ -67,7 +84,7 @@ __all__ = [
 PathLike = Union[str, "os.PathLike[str]"]
 
 #: Beat labels the generator produces (MIT-BIH style).
-SYMBOLS: Tuple[str, ...] = ("N", "V", "A", "Q")
+SYMBOLS: Tuple[str, ...] = ("N", "V", "A", "S", "/", "Q")
 
 _MAINS_HZ = 50.0
 _SAMPLE_CHUNK = 2_000_000  # samples per chunk for the additive signal parts
@@ -106,13 +123,25 @@ class SynthConfig:
         Fraction of beats that are premature ventricular contractions (``"V"``).
     aberrant_fraction : float
         Fraction of beats that are aberrated premature atrial beats (``"A"``).
-        ``pvc_fraction + aberrant_fraction`` must not exceed 0.2 (every abnormal
-        beat is surrounded by normal beats).
+    premature_atrial_fraction : float
+        Fraction of beats that are premature atrial beats with a normal QRS
+        (``"S"``).  The three fractions together must not exceed 0.2 (every
+        abnormal beat is surrounded by normal beats).
     noise_bursts_per_hour : float
         Mean number of noise bursts per hour (Poisson), 0 to 600.  Beats inside
         a burst are labelled ``"Q"``.
     noise_mv : float
         Standard deviation of the white measurement noise in millivolts, 0 to 1.
+    t_wave_scale, qrs_scale : float
+        Multiply the T-wave and the QRS amplitudes of sinus beats (0.1 to 5):
+        ``t_wave_scale=3, qrs_scale=0.5`` gives T waves taller than the R wave.
+    invert : bool
+        Record the lead upside down (every value negated).
+    paced : bool
+        Every beat is ventricular paced (``"/"``): fixed rate, pacing spike, wide
+        QRS; no premature beats are injected.
+    baseline_jumps_per_hour : float
+        Mean number of baseline jumps per hour (Poisson), 0 to 3600.
 
     Raises
     ------
@@ -129,6 +158,12 @@ class SynthConfig:
     aberrant_fraction: float = 0.01
     noise_bursts_per_hour: float = 2.0
     noise_mv: float = 0.025
+    premature_atrial_fraction: float = 0.01
+    t_wave_scale: float = 1.0
+    qrs_scale: float = 1.0
+    invert: bool = False
+    paced: bool = False
+    baseline_jumps_per_hour: float = 0.0
 
     def __post_init__(self) -> None:
         fs = self.fs
@@ -147,17 +182,27 @@ class SynthConfig:
         hr = self.heart_rate
         if not _is_real(hr) or not math.isfinite(hr) or not 30.0 <= hr <= 180.0:
             raise ValueError(f"heart_rate must be between 30 and 180 bpm; got {hr!r}")
-        for name in ("pvc_fraction", "aberrant_fraction"):
+        for name in ("pvc_fraction", "aberrant_fraction", "premature_atrial_fraction"):
             value = getattr(self, name)
             if not _is_real(value) or not math.isfinite(value) or not 0.0 <= value <= 0.2:
                 raise ValueError(f"{name} must be between 0 and 0.2; got {value!r}")
-        total = self.pvc_fraction + self.aberrant_fraction
+        total = self.pvc_fraction + self.aberrant_fraction + self.premature_atrial_fraction
         if total > 0.2:
             raise ValueError(
-                "pvc_fraction + aberrant_fraction must be at most 0.2 (each abnormal beat "
-                f"needs normal neighbours); got {self.pvc_fraction!r} + "
-                f"{self.aberrant_fraction!r} = {total:g}"
+                "pvc_fraction + aberrant_fraction + premature_atrial_fraction must be at most 0.2 "
+                f"(each abnormal beat needs normal neighbours); got {self.pvc_fraction!r} + "
+                f"{self.aberrant_fraction!r} + {self.premature_atrial_fraction!r} = {total:g}"
             )
+        for name in ("t_wave_scale", "qrs_scale"):
+            value = getattr(self, name)
+            if not _is_real(value) or not math.isfinite(value) or not 0.1 <= value <= 5.0:
+                raise ValueError(f"{name} must be between 0.1 and 5; got {value!r}")
+        for name in ("invert", "paced"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False; got {getattr(self, name)!r}")
+        jumps = self.baseline_jumps_per_hour
+        if not _is_real(jumps) or not math.isfinite(jumps) or not 0.0 <= jumps <= 3600.0:
+            raise ValueError(f"baseline_jumps_per_hour must be between 0 and 3600; got {jumps!r}")
         rate = self.noise_bursts_per_hour
         if not _is_real(rate) or not math.isfinite(rate) or not 0.0 <= rate <= 600.0:
             raise ValueError(f"noise_bursts_per_hour must be between 0 and 600; got {rate!r}")
@@ -275,6 +320,52 @@ def _sinus_times(rhythm: _Rhythm, rng: np.random.Generator, duration: float) -> 
     return t
 
 
+def _sinus_with_premature_beats(rhythm: _Rhythm, rng_rhythm, rng_ectopic, rng_atrial, cfg: SynthConfig,
+                                duration: float) -> tuple[np.ndarray, np.ndarray]:
+    """Beat times (s) and kinds (0 N, 1 V, 2 A, 3 S) of a sinus rhythm with premature beats."""
+    fs, n = float(cfg.fs), int(cfg.n_samples)
+    t = _sinus_times(rhythm, rng_rhythm, duration)
+    n_sinus = int(np.count_nonzero(np.rint(t * fs) <= n - 1))
+    n_v = int(round(cfg.pvc_fraction * n_sinus))
+    n_a = int(round(cfg.aberrant_fraction * n_sinus))
+    n_s = int(round(cfg.premature_atrial_fraction * n_sinus))
+    # one draw for all kinds, V and A first: adding S beats leaves the V and A beats where they were
+    picks = _pick_abnormal(rng_ectopic, n_sinus, n_v + n_a + n_s)
+    kind = np.zeros(t.size, dtype=np.int8)
+    kind[picks[:n_v]] = 1
+    kind[picks[n_v:n_v + n_a]] = 2
+    kind[picks[n_v + n_a:]] = 3
+
+    rr = np.diff(t)  # rr[k]: beat k -> k + 1
+    v_idx = np.flatnonzero(kind == 1)
+    if v_idx.size:
+        # early beat, sinus node undisturbed: full compensatory pause
+        coupling = rng_ectopic.uniform(0.6, 0.75, v_idx.size)
+        two = rr[v_idx - 1] + rr[v_idx]
+        rr[v_idx - 1] = coupling * rr[v_idx - 1]
+        rr[v_idx] = two - rr[v_idx - 1]
+    a_idx = np.flatnonzero(kind == 2)
+    if a_idx.size:
+        # early atrial beat resets the sinus node: non-compensatory pause
+        coupling = rng_ectopic.uniform(0.7, 0.85, a_idx.size)
+        rr[a_idx - 1] = coupling * rr[a_idx - 1]
+        rr[a_idx] = rr[a_idx] * rng_ectopic.uniform(1.0, 1.12, a_idx.size)
+    s_idx = np.flatnonzero(kind == 3)
+    if s_idx.size:
+        # early atrial beat, normal conduction; the reset sinus node fires a little late
+        rr[s_idx - 1] = rng_atrial.uniform(0.65, 0.85, s_idx.size) * rr[s_idx - 1]
+        rr[s_idx] = rr[s_idx] * rng_atrial.uniform(1.05, 1.3, s_idx.size)
+    return t[0] + np.concatenate(([0.0], np.cumsum(rr))), kind
+
+
+def _paced_times(rhythm: _Rhythm, rng: np.random.Generator, duration: float) -> tuple[np.ndarray, np.ndarray]:
+    """Beat times (s) and kinds (4 = paced) of a fixed-rate ventricular pacemaker (tiny jitter)."""
+    count = int(duration / rhythm.rr_mean) + 2
+    rr = rhythm.rr_mean * (1.0 + 0.002 * rng.standard_normal(count))
+    t = rng.uniform(0.3, 0.9) * rhythm.rr_mean + np.concatenate(([0.0], np.cumsum(rr[:-1])))
+    return t, np.full(t.size, 4, dtype=np.int8)
+
+
 def _pick_abnormal(rng: np.random.Generator, n_beats: int, n_wanted: int) -> np.ndarray:
     """Random beat indices in [2, n_beats - 3] at least 3 apart (normal neighbours)."""
     if n_wanted <= 0 or n_beats < 6:
@@ -367,6 +458,11 @@ class _Morphology:
         a["off"][1:4] -= _qrs_extremum(a["off"][1:4], a["amp"][1:4], a["sig"][1:4], 1.0)
         self.aber_t_off = u(0.26, 0.3)
 
+    def scale_sinus(self, qrs: float, t_wave: float) -> None:
+        """Stress settings: scale the QRS and T amplitudes of sinus-conducted beats."""
+        self.Q, self.R, self.S = self.Q * qrs, self.R * qrs, self.S * qrs
+        self.T *= t_wave
+
 
 def _beat_components(
     morph: _Morphology,
@@ -375,8 +471,12 @@ def _beat_components(
     t_r: np.ndarray,
     rr_prev: np.ndarray,
     kind: np.ndarray,
+    fs: float,
+    rng_extra: np.random.Generator,
 ):
-    """Flat arrays (centre time s, amplitude mV, width s) of every Gaussian wave."""
+    """Flat arrays (centre time s, amplitude mV, width s) of every Gaussian wave.
+    ``rng_extra`` draws what the newer beat kinds (S, paced) need, so that the other
+    streams stay as they were."""
     mu, amp, sig = [], [], []
 
     def add(centre, a, s):
@@ -387,8 +487,9 @@ def _beat_components(
     resp = 1.0 + morph.resp_mod * np.sin(rhythm.resp_phase(t_r))
 
     # normal sinus beats ("N"; the kind of a beat later hidden by a noise burst
-    # stays what it was underneath)
-    sel = kind == 0
+    # stays what it was underneath) and normally conducted premature atrial beats
+    # ("S"), whose only difference is the ectopic P wave
+    sel = (kind == 0) | (kind == 3)
     if sel.any():
         t, rr, rs = t_r[sel], np.clip(rr_prev[sel], 0.3, 2.0), resp[sel]
         n = t.size
@@ -398,7 +499,13 @@ def _beat_components(
 
         sq = np.sqrt(rr)
         t0 = t - morph.n_shift
-        add(t0 - morph.p_off * rr ** 0.3 + 0.003 * rng.standard_normal(n), morph.P * jit(0.05), morph.p_sig)
+        p_amp = np.full(n, morph.P)
+        p_early = np.zeros(n)
+        ectopic = kind[sel] == 3
+        if ectopic.any():  # a low-atrial focus: inverted or flattened P', a little earlier
+            p_amp[ectopic] *= rng_extra.choice([-0.7, 0.4]) * rng_extra.uniform(0.8, 1.2, int(ectopic.sum()))
+            p_early[ectopic] = rng_extra.uniform(0.0, 0.02, int(ectopic.sum()))
+        add(t0 - morph.p_off * rr ** 0.3 - p_early + 0.003 * rng.standard_normal(n), p_amp * jit(0.05), morph.p_sig)
         add(t0 + morph.q_off, morph.Q * rs * jit(), morph.q_sig)
         add(t0, morph.R * rs * jit(0.02), morph.r_sig)
         add(t0 + morph.s_off, morph.S * rs * jit(), morph.s_sig)
@@ -434,7 +541,33 @@ def _beat_components(
         add(t + morph.aber_t_off * np.sqrt(rr), a["amp"][4] * (1.0 + 0.05 * rng.standard_normal(t.size)),
             a["sig"][4])
 
+    # ventricular paced beats: spike, then a wide QRS shaped like the first ectopic focus
+    sel = kind == 4
+    if sel.any():
+        t = t_r[sel]
+        comps = morph.foci[0]
+        lead = rng_extra.uniform(0.02, 0.045)  # spike to main deflection
+        spike_amp = rng_extra.choice([-1.0, 1.0]) * rng_extra.uniform(2.0, 4.0)
+        spike_sig = max(0.0015, 0.6 / fs)  # one or two samples once recorded
+        add(t - lead, spike_amp * (1.0 + 0.05 * rng_extra.standard_normal(t.size)), spike_sig)
+        add(t - lead + 3 * spike_sig, -0.2 * spike_amp * np.ones(t.size), 3 * spike_sig)  # recharge overshoot
+        for off, a, s in zip(comps["off"], comps["amp"], comps["sig"]):
+            add(t + off, 0.8 * a * (1.0 + 0.03 * rng_extra.standard_normal(t.size)), s)
+
     return np.concatenate(mu), np.concatenate(amp), np.concatenate(sig)
+
+
+def _add_baseline_jumps(signal: np.ndarray, rng: np.random.Generator, cfg: SynthConfig) -> None:
+    """Electrode motion through an AC-coupled amplifier: a step of 0.5-2 mV at a random
+    sample that decays back exponentially (time constant 0.5-3 s)."""
+    fs, n = float(cfg.fs), signal.shape[0]
+    count = int(rng.poisson(cfg.baseline_jumps_per_hour * cfg.duration_s / 3600.0))
+    for _ in range(count):  # a few per hour: a loop over jumps, not samples
+        start = int(rng.integers(0, n))
+        height = rng.choice([-1.0, 1.0]) * rng.uniform(0.5, 2.0)
+        tau = rng.uniform(0.5, 3.0) * fs
+        length = min(n - start, int(6 * tau))
+        signal[start:start + length] += (height * np.exp(-np.arange(length) / tau)).astype(np.float32)
 
 
 def _render_gaussians(out: np.ndarray, mu: np.ndarray, amp: np.ndarray, sig: np.ndarray) -> None:
@@ -560,36 +693,17 @@ def synthesize(config: SynthConfig = SynthConfig()) -> SyntheticECG:
     fs, n = float(cfg.fs), int(cfg.n_samples)
     duration = n / fs
     ss = np.random.SeedSequence([cfg.seed, 0x5EC6])
-    (rng_rhythm, rng_ectopic, rng_morph, rng_beat, rng_noise, rng_base, rng_burst) = [
-        np.random.default_rng(s) for s in ss.spawn(7)
-    ]
+    # Streams 7-9 are new: appending them leaves the first seven (and so every recording made
+    # without the newer settings) as they were.
+    (rng_rhythm, rng_ectopic, rng_morph, rng_beat, rng_noise, rng_base, rng_burst,
+     rng_atrial, rng_pace, rng_jump) = [np.random.default_rng(s) for s in ss.spawn(10)]
 
-    # ---- rhythm: sinus times, then premature beats --------------------------
+    # ---- rhythm: sinus (or paced) times, then premature beats ---------------
     rhythm = _Rhythm(rng_rhythm, float(cfg.heart_rate))
-    t = _sinus_times(rhythm, rng_rhythm, duration)
-    n_sinus = int(np.count_nonzero(np.rint(t * fs) <= n - 1))
-    n_v = int(round(cfg.pvc_fraction * n_sinus))
-    n_a = int(round(cfg.aberrant_fraction * n_sinus))
-    picks = _pick_abnormal(rng_ectopic, n_sinus, n_v + n_a)
-    kind = np.zeros(t.size, dtype=np.int8)  # 0 N, 1 V, 2 A
-    kind[picks[:n_v]] = 1
-    kind[picks[n_v:]] = 2
-
-    rr = np.diff(t)  # rr[k]: beat k -> k + 1
-    v_idx = np.flatnonzero(kind == 1)
-    if v_idx.size:
-        # early beat, sinus node undisturbed: full compensatory pause
-        coupling = rng_ectopic.uniform(0.6, 0.75, v_idx.size)
-        two = rr[v_idx - 1] + rr[v_idx]
-        rr[v_idx - 1] = coupling * rr[v_idx - 1]
-        rr[v_idx] = two - rr[v_idx - 1]
-    a_idx = np.flatnonzero(kind == 2)
-    if a_idx.size:
-        # early atrial beat resets the sinus node: non-compensatory pause
-        coupling = rng_ectopic.uniform(0.7, 0.85, a_idx.size)
-        rr[a_idx - 1] = coupling * rr[a_idx - 1]
-        rr[a_idx] = rr[a_idx] * rng_ectopic.uniform(1.0, 1.12, a_idx.size)
-    t = t[0] + np.concatenate(([0.0], np.cumsum(rr)))
+    if cfg.paced:
+        t, kind = _paced_times(rhythm, rng_pace, duration)
+    else:
+        t, kind = _sinus_with_premature_beats(rhythm, rng_rhythm, rng_ectopic, rng_atrial, cfg, duration)
     r_peaks = np.rint(t * fs).astype(np.int64)
     keep = r_peaks <= n - 1
     r_peaks, kind = r_peaks[keep], kind[keep]
@@ -605,10 +719,12 @@ def synthesize(config: SynthConfig = SynthConfig()) -> SyntheticECG:
 
     # ---- beats --------------------------------------------------------------
     morph = _Morphology(rng_morph)
+    morph.scale_sinus(cfg.qrs_scale, cfg.t_wave_scale)
     signal = np.zeros(n, dtype=np.float32)
     if t_r.size:
-        mu, amp, sig = _beat_components(morph, rhythm, rng_beat, t_r, rr_prev_sinus, kind)
+        mu, amp, sig = _beat_components(morph, rhythm, rng_beat, t_r, rr_prev_sinus, kind, fs, rng_pace)
         _render_gaussians(signal, mu * fs, amp, sig * fs)
+    _add_baseline_jumps(signal, rng_jump, cfg)
 
     # ---- baseline wander, mains hum, white noise (chunked) ------------------
     u = rng_base.uniform
@@ -645,14 +761,61 @@ def synthesize(config: SynthConfig = SynthConfig()) -> SyntheticECG:
 
     # ---- noise bursts and labels ---------------------------------------------
     spans, waves = _noise_bursts(rng_burst, cfg, morph.R)
-    symbols = np.array(["N", "V", "A"], dtype="<U1")[kind]
+    symbols = np.array(["N", "V", "A", "S", "/"], dtype="<U1")[kind]
     for (s0, s1), wave in zip(spans, waves):
         signal[s0 : s1 + 1] += wave
         b0 = np.searchsorted(r_peaks, s0, side="left")
         b1 = np.searchsorted(r_peaks, s1, side="right")
         symbols[b0:b1] = "Q"
+    if cfg.invert:
+        np.negative(signal, out=signal)
 
     return SyntheticECG(signal=signal, fs=fs, r_peaks=r_peaks, symbols=symbols, noise_bursts=spans)
+
+
+# --------------------------------------------------------------------------- #
+# Stress cases
+# --------------------------------------------------------------------------- #
+#: Named recordings that make beat detection or outlier scoring hard, each as the
+#: settings that differ from :class:`SynthConfig`'s defaults.
+STRESS_CASES: dict = {
+    "default": {},
+    "tall_t_slow": {"heart_rate": 45.0, "t_wave_scale": 3.5, "qrs_scale": 0.5},
+    "bradycardia": {"heart_rate": 36.0, "t_wave_scale": 1.8},
+    "tachycardia": {"heart_rate": 150.0},
+    "inverted": {"invert": True},
+    "paced": {"paced": True, "heart_rate": 70.0},
+    "noise_bursts": {"noise_bursts_per_hour": 60.0},
+    "baseline_jumps": {"baseline_jumps_per_hour": 240.0},
+    "premature_atrial": {"premature_atrial_fraction": 0.06, "pvc_fraction": 0.0, "aberrant_fraction": 0.0},
+}
+
+
+def stress_config(name: str, *, n_samples: int = 450_000, fs: float = 360.0, seed: int = 0) -> SynthConfig:
+    """The :class:`SynthConfig` of stress case ``name`` (see :data:`STRESS_CASES`).
+
+    Defaults: 20.8 minutes at 360 Hz, MIT-BIH's rate, so that the stress set is
+    read like the real records.
+    """
+    if name not in STRESS_CASES:
+        raise ValueError(f"unknown stress case {name!r}; known: {', '.join(STRESS_CASES)}")
+    return SynthConfig(n_samples=n_samples, fs=fs, seed=seed, **STRESS_CASES[name])
+
+
+def write_wfdb(ecg: SyntheticECG, record: PathLike, lead: str = "MLII") -> Path:
+    """Write the recording as a WFDB record (``.hea`` + ``.dat``, 16-bit, 200 adu/mV like
+    MIT-BIH) with its beats as ``.atr``, so that ``python -m pipeline evaluate`` and any
+    WFDB tool read it like a PhysioNet record. Returns the ``.hea`` path."""
+    import wfdb
+
+    record = Path(record)
+    record.parent.mkdir(parents=True, exist_ok=True)
+    signal = np.asarray(ecg.signal, dtype=np.float64)[:, None]
+    wfdb.wrsamp(record.name, fs=float(ecg.fs), units=["mV"], sig_name=[lead], p_signal=signal, fmt=["16"],
+                adc_gain=[200.0], baseline=[0], write_dir=str(record.parent))
+    wfdb.wrann(record.name, "atr", np.asarray(ecg.r_peaks, dtype=np.int64), np.asarray(ecg.symbols).tolist(),
+               write_dir=str(record.parent))
+    return record.with_suffix(".hea")
 
 
 # --------------------------------------------------------------------------- #

@@ -44,15 +44,18 @@ def test_run_prints_the_summary(small_csv, tmp_path):
     result = _cli("run", small_csv, "--device", "cpu", "--epochs", 2, "--out", out, "--quiet")
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""  # --quiet: no progress bars, and a clean input gives no warnings
-    lines = dict(line.split(None, 1) for line in result.stdout.splitlines())
-    assert list(lines) == ["run", "input", "device", "beats", "lengths", "stages", "segment", "memory", "outliers",
-                           "reference"]
+    lines = dict(line.split(None, 1) for line in result.stdout.splitlines() if not line.startswith(" "))
+    assert list(lines) == ["run", "input", "lead", "device", "beats", "lengths", "stages", "segment", "memory",
+                           "outliers", "why", "reference"]
+    assert lines["lead"] == "column 0: the only lead"
     run_dir = Path(lines["run"])
     assert run_dir.parent == out and (run_dir / "report.json").exists()
     assert lines["input"].startswith(f"{small_csv}  [column 0]  150,000 samples at 250 Hz")
     assert re.match(r"\d[\d,]* fiducials, \d[\d,]* kept \(\d+ pruned\); \d[\d,]* train / \d[\d,]* held out$", lines["beats"])
     assert re.search(r"abnormal beats; outlier AUROC (0|1)\.\d{3}$", lines["reference"])
     assert lines["outliers"].count("beat ") == 5
+    why = [line for line in result.stdout.splitlines() if line.startswith("why") or line.startswith("           beat")]
+    assert len(why) == 5 and all(re.search(r"beat \d+: .*(shape|premature|pause)", line) for line in why)
 
     again = _cli("run", small_csv, "--device", "cpu", "--epochs", 2, "--out", out, "--quiet")
     assert again.returncode == 0 and again.stdout.splitlines()[0] == f"run        {run_dir}  (cached)"
@@ -67,7 +70,8 @@ def test_run_progress_bars_go_to_stderr(small_csv, tmp_path):
 
 
 def _table_rows(stdout: str) -> dict:
-    lines = stdout.strip().splitlines()
+    """The per-record table (up to the first blank line): rows by record name, and the header."""
+    lines = stdout.strip().split("\n\n")[0].splitlines()
     return {line.split()[0]: line.split() for line in lines[2:]}, lines[0]
 
 
@@ -91,7 +95,8 @@ def test_evaluate_prints_the_table(evaluation):
     result = evaluation[0]
     assert result.returncode == 0, result.stderr
     rows, header = _table_rows(result.stdout)
-    assert header.split() == ["record", "beats", "found", "Se50", "P+50", "Se150", "P+150", "abnormal", "AUROC"]
+    assert header.split() == ["record", "beats", "found", "Se50", "P+50", "Se150", "P+150", "abnormal", "AUROC",
+                              "shape"]
     assert list(rows) == ["100", "total"]
     record, total = rows["100"], rows["total"]
     assert record[1:] == total[1:]  # one record: the total is that record
@@ -100,6 +105,15 @@ def test_evaluate_prints_the_table(evaluation):
     se150, pp150 = float(record[5]), float(record[6])
     assert se150 >= 99.0 and pp150 >= 99.0
     assert int(record[7]) == 34  # 33 A + 1 V (README)
+    assert "AUROC pooled" in result.stdout and "precision of each record's top k" in result.stdout
+    classes = {line.split()[0]: line.split() for line in result.stdout.splitlines()
+               if line.strip()[:1] in "NSVFQ" and len(line.split()) >= 2 and line.split()[1].isdigit()}
+    assert int(classes["S"][1]) == 33 and int(classes["V"][1]) == 1 and int(classes["N"][1]) == 2239
+
+
+def test_lead_and_column_must_agree(small_csv, tmp_path):
+    result = _cli("run", small_csv, "--device", "cpu", "--lead", "0", "--column", "1", "--out", tmp_path, "--quiet")
+    assert result.returncode == 2 and result.stderr.startswith("error: --lead '0' and --column '1' name different leads")
 
 
 def test_evaluate_with_neurokit(evaluation):

@@ -18,7 +18,10 @@ def _segment(signal, fs, cfg=SignalConfig()):
     response = wavelet.ricker_response(signal, fs, cfg.ricker_width_s)
     positions = peaks.fiducials(response, fs, refractory_s=cfg.refractory_s, threshold=cfg.threshold,
                                 level_block_s=cfg.level_block_s, level_blocks=cfg.level_blocks)
-    positions = peaks.refine_to_extremum(signal, positions, fs, search_s=cfg.refine_s)
+    positions = peaks.refine_to_extremum(signal, positions, fs, search_s=cfg.refine_s, despike_s=cfg.despike_s)
+    positions = peaks.drop_non_qrs(signal, positions, fs, window_s=cfg.twave_window_s, width_ratio=cfg.twave_width_ratio,
+                                   slope_ratio=cfg.twave_slope_ratio, window_rr_fraction=cfg.twave_rr_fraction,
+                                   max_width_s=cfg.max_qrs_width_s, despike_s=cfg.despike_s)
     beats = embed.embed_beats(signal, positions, fs, width=cfg.window(fs), pre_fiducial=cfg.pre_fiducial,
                               min_beat_s=cfg.min_beat_s, max_beat_s=cfg.max_beat_s)
     return response, positions, beats
@@ -59,6 +62,69 @@ def test_parity_on_mitdb(mitdb):
 
     recording = load_ecg(mitdb / "208.hea")  # the noisiest of the four
     _assert_parity(recording.signal, recording.fs)
+
+
+@pytest.mark.parametrize("case", ["tall_t_slow", "paced", "baseline_jumps", "inverted"])
+def test_parity_on_stress_cases(case):
+    from pipeline.synth import stress_config, synthesize
+
+    ecg = synthesize(stress_config(case, n_samples=200_000))
+    _assert_parity(np.ascontiguousarray(ecg.signal), ecg.fs)
+
+
+def test_qrs_shape_kernel_parity(synthetic_ecg):
+    """The QRS-shape kernel (despiked refinement, width, slope) gives the same numbers on both devices."""
+    import cupy
+
+    from pipeline import peaks, wavelet
+
+    signal = np.ascontiguousarray(synthetic_ecg.signal)
+    fs = synthetic_ecg.fs
+    candidates = peaks.fiducials(wavelet.ricker_response(signal, fs, 0.025), fs)
+    cpu = peaks.qrs_shape(signal, candidates, fs, search_s=0.05)
+    gpu = peaks.qrs_shape(cupy.asarray(signal), cupy.asarray(candidates), fs, search_s=0.05)
+    assert all(backend.is_cupy_array(a) for a in gpu)
+    np.testing.assert_array_equal(backend.to_host(gpu[0]), cpu[0])
+    np.testing.assert_array_equal(backend.to_host(gpu[1]), cpu[1])
+    np.testing.assert_allclose(backend.to_host(gpu[2]), cpu[2], rtol=1e-5, atol=1e-6)
+    kept_cpu = peaks.drop_non_qrs(signal, cpu[0], fs)
+    kept_gpu = peaks.drop_non_qrs(cupy.asarray(signal), cupy.asarray(cpu[0]), fs)
+    np.testing.assert_array_equal(backend.to_host(kept_gpu), kept_cpu)
+
+
+def test_rhythm_and_combined_scores_parity(synthetic_ecg):
+    """RR features, rhythm score and the shape + rhythm combination: CuPy equals NumPy."""
+    import cupy
+
+    from pipeline.rhythm import describe_rhythm
+    from pipeline.score import combine_scores
+
+    positions = synthetic_ecg.r_peaks
+    candidate = np.flatnonzero(np.diff(positions) < 2 * synthetic_ecg.fs)  # as if long beats were pruned
+    cpu = describe_rhythm(positions, candidate, synthetic_ecg.fs)
+    gpu = describe_rhythm(cupy.asarray(positions), cupy.asarray(candidate), synthetic_ecg.fs)
+    for name in ("rr_pre", "rr_post", "prematurity", "local_rr_s", "score"):
+        assert backend.is_cupy_array(getattr(gpu, name))
+        np.testing.assert_allclose(backend.to_host(getattr(gpu, name)), getattr(cpu, name), rtol=1e-5, atol=1e-6,
+                                   equal_nan=True)
+    shape = np.random.default_rng(0).gamma(2.0, size=len(candidate)).astype(np.float32)
+    combined_cpu = combine_scores(shape, cpu.score)
+    combined_gpu = combine_scores(cupy.asarray(shape), gpu.score)
+    for a, b in zip(combined_gpu, combined_cpu):
+        np.testing.assert_allclose(backend.to_host(a), b, rtol=1e-5)
+
+
+def test_lead_choice_parity(tmp_path):
+    """The loader picks the same lead, for the same reason, from cuDF and from pyarrow."""
+    from pipeline.load import load_ecg
+    from pipeline.synth import SynthConfig, synthesize
+
+    ecg = synthesize(SynthConfig(n_samples=60_000, seed=4))
+    noisy = ecg.signal * 0.3 + np.random.default_rng(0).standard_normal(ecg.signal.size).astype(np.float32) * 0.4
+    path = tmp_path / "two.csv"
+    np.savetxt(path, np.stack([noisy, ecg.signal], axis=1), delimiter=",", fmt="%.5f")
+    gpu, cpu = load_ecg(path, device="gpu"), load_ecg(path, device="cpu")
+    assert gpu.channel == cpu.channel == "column 1" and gpu.lead_reason == cpu.lead_reason
 
 
 def test_load_parity_cudf_and_pyarrow(small_csv):

@@ -405,3 +405,73 @@ def test_cli_failed_run_leaves_cached_runs_intact(cpu_run, tmp_path):
         result = _cli("run", *args, "--device", "cpu", "--out", out, "--quiet", "--epochs", "1")
         assert result.returncode == 2 and result.stderr.startswith("error:"), result.stderr
     assert _tree(out) == before  # same files, same bytes, nothing added (no temporary folders)
+
+
+# --------------------------------------------------------------------------- lead choice
+def _two_lead_ecg(invert_second=False):
+    """A synthetic ECG (first lead: the QRS buried in strong noise) and a clean copy as second lead."""
+    from pipeline.synth import SynthConfig, synthesize
+
+    ecg = synthesize(SynthConfig(n_samples=60_000, seed=4, noise_bursts_per_hour=0))
+    clean = ecg.signal * (-1 if invert_second else 1)
+    noisy = ecg.signal * 0.3 + np.random.default_rng(0).standard_normal(ecg.signal.size).astype(np.float32) * 0.4
+    return noisy.astype(np.float32), clean.astype(np.float32)
+
+
+def test_qrs_clarity_ranks_a_clean_lead_above_noise():
+    from pipeline.load import qrs_clarity
+
+    noisy, clean = _two_lead_ecg()
+    white = np.random.default_rng(1).standard_normal(60_000).astype(np.float32)
+    assert qrs_clarity(clean, 250.0) > 15
+    assert qrs_clarity(clean, 250.0) > 2 * qrs_clarity(noisy, 250.0)
+    assert qrs_clarity(white, 250.0) < 8
+
+
+@pytest.mark.parametrize("fmt", ["csv", "npy", "parquet"])
+def test_unnamed_leads_clearest_qrs_wins(tmp_path, fmt, device):
+    noisy, clean = _two_lead_ecg(invert_second=True)
+    frame = pd.DataFrame({"a": noisy, "b": clean})
+    if fmt == "csv":
+        path = _write_csv(tmp_path / "two.csv", frame, header=False)
+    elif fmt == "npy":
+        path = tmp_path / "two.npy"
+        np.save(path, frame.to_numpy())
+    else:
+        path = tmp_path / "two.parquet"
+        frame.to_parquet(path)
+    recording = load_ecg(path, device=device)
+    assert recording.channel in ("column 1", "b")
+    assert recording.lead_reason.startswith("clearest QRS of 2 leads")
+    np.testing.assert_allclose(_host(recording), clean, atol=1e-4)
+    first = load_ecg(path, column=0, device=device)  # --column / --lead still decide
+    assert first.channel in ("column 0", "a") and first.lead_reason.startswith("chosen by the user")
+
+
+def test_lead_ii_by_name_wins_over_clarity(tmp_path, device):
+    noisy, clean = _two_lead_ecg()
+    path = _write_csv(tmp_path / "named.csv", pd.DataFrame({"time": np.arange(noisy.size) / FS, "V1": clean,
+                                                            "Lead II": noisy}))
+    recording = load_ecg(path, device=device)
+    assert recording.channel == "Lead II" and recording.lead_reason.startswith("lead II by name")
+
+
+def test_wfdb_mlii_second_channel_is_chosen(tmp_path, device):
+    """A record whose first channel is V5 and second MLII (as some MIT-BIH records are) is read on MLII."""
+    import wfdb
+
+    noisy, clean = _two_lead_ecg()
+    wfdb.wrsamp("rec", fs=250.0, units=["mV", "mV"], sig_name=["V5", "MLII"],
+                p_signal=np.stack([clean, noisy], axis=1).astype(np.float64), fmt=["16", "16"],
+                adc_gain=[200.0, 200.0], baseline=[0, 0], write_dir=str(tmp_path))
+    recording = load_ecg(tmp_path / "rec.hea", device=device)
+    assert recording.channel == "MLII" and "lead II by name" in recording.lead_reason
+    np.testing.assert_allclose(_host(recording), noisy, atol=0.01)
+    assert load_ecg(tmp_path / "rec.hea", column="V5", device=device).channel == "V5"
+
+
+def test_similar_leads_keep_the_first(tmp_path, leads):
+    """Two leads of plain noise: neither is clearly clearer, so the first is read (as before)."""
+    path = _write_csv(tmp_path / "noise.csv", leads[["V5", "MLII"]].rename(columns={"MLII": "V6"}))
+    recording = load_ecg(path)
+    assert recording.channel == "V5" and recording.lead_reason.startswith("first lead")

@@ -9,8 +9,8 @@ from scipy.ndimage import maximum_filter1d
 
 from pipeline import backend
 from pipeline.config import SignalConfig
-from pipeline.peaks import (adaptive_threshold, beat_lengths, envelope, fiducials, length_histogram, nms_gate,
-                            refine_to_extremum)
+from pipeline.peaks import (adaptive_threshold, beat_lengths, drop_non_qrs, envelope, fiducials, length_histogram,
+                            nms_gate, qrs_shape, refine_to_extremum)
 
 BEAT_SYMBOLS = list("NLRBAaJSVrFejnE/fQ?")  # the MIT-BIH README's heartbeat symbols
 
@@ -27,7 +27,12 @@ def _fiducials(signal, fs, xp=np, cfg=SignalConfig(), refine=True):
     response = ricker_response(signal, fs, cfg.ricker_width_s)
     positions = fiducials(response, fs, refractory_s=cfg.refractory_s, threshold=cfg.threshold,
                           level_block_s=cfg.level_block_s, level_blocks=cfg.level_blocks)
-    return refine_to_extremum(signal, positions, fs, search_s=cfg.refine_s) if refine else positions
+    if not refine:
+        return positions
+    positions = refine_to_extremum(signal, positions, fs, search_s=cfg.refine_s, despike_s=cfg.despike_s)
+    return drop_non_qrs(signal, positions, fs, window_s=cfg.twave_window_s, width_ratio=cfg.twave_width_ratio,
+                        slope_ratio=cfg.twave_slope_ratio,
+                        window_rr_fraction=cfg.twave_rr_fraction, max_width_s=cfg.max_qrs_width_s, despike_s=cfg.despike_s)
 
 
 # --------------------------------------------------------------------------- NMS gate
@@ -91,7 +96,15 @@ def test_fiducials_find_the_synthetic_r_peaks(synthetic_ecg, xp):
     comparison = compare_annotations(ecg.r_peaks, found, tolerance)
     sensitivity = comparison.tp / len(ecg.r_peaks)
     ppv = comparison.tp / len(found)
-    assert sensitivity >= 0.995 and ppv >= 0.995, (sensitivity, ppv)
+    assert sensitivity >= 0.995 and ppv >= 0.99, (sensitivity, ppv)
+    # outside the noise bursts (where beats are labelled 'Q' and noise may pass for a beat): no error
+    in_burst = np.zeros(len(ecg.signal) + 1, dtype=bool)
+    for start, stop in ecg.noise_bursts:
+        in_burst[max(start - tolerance, 0):stop + tolerance + 1] = True
+    clean_found = found[~in_burst[found]]
+    clean_truth = ecg.r_peaks[~in_burst[ecg.r_peaks]]
+    clean = compare_annotations(clean_truth, clean_found, tolerance)
+    assert clean.fp == 0 and clean.fn == 0, (clean.fp, clean.fn)
     # every clean (not noise-burst) beat is found, and within 50 ms
     clean = ecg.r_peaks[ecg.symbols != "Q"]
     after = np.clip(np.searchsorted(found, clean), 0, len(found) - 1)
@@ -123,8 +136,10 @@ def test_fiducials_respect_the_refractory_period(synthetic_ecg):
 
 @pytest.mark.parametrize("record", ["100", "119", "208", "233"])
 def test_fiducials_on_mitdb(mitdb, record, xp):
-    """Sensitivity and positive predictivity >= 99 % at 150 ms on lead 0 with the default settings,
-    matched one-to-one by WFDB's comparator (PhysioNet's reference beat matching)."""
+    """Sensitivity and positive predictivity >= 99.5 % at 150 ms on lead 0 (MLII) with the default
+    settings, matched one-to-one by WFDB's comparator (PhysioNet's reference beat matching). Record
+    208's sensitivity is 99.4 %: 7 of its 16 misses lie in a 3-s stretch where the signal drops to a
+    twentieth of its amplitude, below any threshold that follows the surrounding 18 s."""
     import wfdb
     from wfdb.processing import compare_annotations
 
@@ -136,21 +151,28 @@ def test_fiducials_on_mitdb(mitdb, record, xp):
         comparison = compare_annotations(truth, found, int(0.15 * 360))
         sensitivity = comparison.tp / (comparison.tp + comparison.fn)
         ppv = comparison.tp / (comparison.tp + comparison.fp)
-        assert sensitivity >= 0.99 and ppv >= 0.99, (record, refine, sensitivity, ppv)
+        assert sensitivity >= (0.994 if record == "208" else 0.995) and ppv >= 0.995, (record, refine, sensitivity, ppv)
 
 
 # --------------------------------------------------------------------------- refinement
-def _refine_reference(signal, positions, fs, search_s=0.05, baseline_s=0.15):
-    """Per beat: the sample within ±search of largest |signal - mean over ±baseline| (first of equals);
-    windows are clipped to the recording by repeating its edge samples."""
-    search, base = round(search_s * fs), round(baseline_s * fs)
+def _refine_reference(signal, positions, fs, search_s=0.05, baseline_s=0.15, despike_s=0.006):
+    """Per beat: the sample within ±search whose running median (SciPy, edges repeated) lies farthest
+    from the mean over ±baseline (first of equals), then the raw extremum of the same sign within
+    ±despike of it; windows are clipped to the recording by repeating its edge samples."""
+    from scipy.ndimage import median_filter
+
+    search, base, half = round(search_s * fs), round(baseline_s * fs), max(1, round(despike_s * fs))
+    smooth = median_filter(signal, size=2 * half + 1, mode="nearest")
     last = len(signal) - 1
     out = []
     for p in positions:
         baseline = np.mean([signal[min(max(k, 0), last)] for k in range(p - base, p + base + 1)])
         candidates = [min(max(k, 0), last) for k in range(p - search, p + search + 1)]
-        deviation = [abs(signal[k] - baseline) for k in candidates]
-        out.append(candidates[int(np.argmax(deviation))])
+        deviation = [abs(float(smooth[k]) - baseline) for k in candidates]
+        best = candidates[int(np.argmax(deviation))]
+        sign = 1.0 if smooth[best] >= baseline else -1.0
+        near = list(range(max(best - half, 0), min(best + half, last) + 1))
+        out.append(near[int(np.argmax([sign * signal[k] for k in near]))])
     return np.array(out, dtype=np.int64)
 
 
@@ -162,17 +184,62 @@ def test_refine_to_extremum_equals_a_loop(fs, xp):
     refined = refine_to_extremum(xp.asarray(signal), xp.asarray(positions.astype(np.int64)), fs)
     assert isinstance(refined, xp.ndarray) and refined.dtype == xp.int64
     np.testing.assert_array_equal(_host(refined), _refine_reference(signal, positions, fs))
-    assert np.all(np.abs(_host(refined) - positions) <= round(0.05 * fs))
+    assert np.all(np.abs(_host(refined) - positions) <= round(0.05 * fs) + round(0.006 * fs))
 
 
 def test_refine_moves_to_the_r_peak_of_either_polarity(xp):
     fs = 250.0
-    signal = np.zeros(3000, np.float32)
-    signal[1000], signal[2000] = 1.5, -2.0  # an upward R and a downward QS deflection
+    t = np.arange(3000)
+    signal = (1.5 * np.exp(-0.5 * ((t - 1000) / 2.5) ** 2) - 2.0 * np.exp(-0.5 * ((t - 2000) / 4.0) ** 2)).astype(np.float32)
     refined = refine_to_extremum(xp.asarray(signal), xp.asarray(np.array([995, 2008], np.int64)), fs)
-    np.testing.assert_array_equal(_host(refined), [1000, 2000])
+    np.testing.assert_array_equal(_host(refined), [1000, 2000])  # an upward R and a downward QS deflection
     empty = refine_to_extremum(xp.asarray(signal), xp.zeros(0, dtype=xp.int64), fs)
     assert empty.shape == (0,)
+
+
+def test_refine_skips_a_pacing_spike(xp):
+    """A spike of one or two samples, taller than the QRS and inside the search window, is not the R."""
+    fs = 360.0
+    t = np.arange(4000)
+    signal = (1.0 * np.exp(-0.5 * ((t - 2000) / 4.0) ** 2)).astype(np.float32)
+    signal[1985:1987] = [4.0, 2.5]  # 40 ms before the R wave
+    refined = refine_to_extremum(xp.asarray(signal), xp.asarray(np.array([1990], np.int64)), fs)
+    np.testing.assert_array_equal(_host(refined), [2000])
+
+
+def test_qrs_shape_width_and_slope(xp):
+    """Width at half height and the steepest rise of Gaussian deflections, against their formulas."""
+    fs = 500.0
+    t = np.arange(10_000)
+    sigmas = {2000: 5.0, 5000: 20.0, 8000: 45.0}  # 10 ms (an R wave), 40 ms, 90 ms (a T wave)
+    signal = sum(np.exp(-0.5 * ((t - c) / s) ** 2) for c, s in sigmas.items()).astype(np.float32)
+    positions = np.array(list(sigmas), np.int64)
+    refined, width, slope = qrs_shape(xp.asarray(signal), xp.asarray(positions), fs, baseline_s=0.5)
+    np.testing.assert_array_equal(_host(refined), positions)
+    for w, sigma in zip(_host(width), sigmas.values()):
+        expected = 2 * np.sqrt(2 * np.log(2)) * sigma  # FWHM, measured from a baseline a little above 0
+        assert abs(w - expected) <= 0.15 * expected + 2, (w, expected)
+    step = round(0.008 * fs)
+    for s_, (c, sigma) in zip(_host(slope), sigmas.items()):
+        x = np.arange(c - round(0.06 * fs), c + round(0.06 * fs) + 1)  # the default reach, ±60 ms
+        expected = np.max(np.abs(np.exp(-0.5 * ((x + step - c) / sigma) ** 2) - np.exp(-0.5 * ((x - step - c) / sigma) ** 2)))
+        assert s_ == pytest.approx(expected, rel=0.02)
+
+
+def test_drop_non_qrs_keeps_beats_and_drops_tall_t_waves(xp):
+    """Narrow QRS (20 ms) every 1.3 s, each followed 330 ms later by a T wave twice as tall (sigma
+    45 ms), and one wide, tall ventricular beat 450 ms after a QRS: the T waves go, every beat stays."""
+    fs = 360.0
+    t = np.arange(int(60 * fs))
+    beats = np.arange(int(1.0 * fs), int(58 * fs), int(1.3 * fs))
+    signal = np.zeros(t.size)
+    for b in beats:
+        signal += 0.5 * np.exp(-0.5 * ((t - b) / 3.6) ** 2) + 1.0 * np.exp(-0.5 * ((t - b - 0.33 * fs) / 16.0) ** 2)
+    pvc = beats[20] + int(0.45 * fs)
+    signal += 1.5 * np.exp(-0.5 * ((t - pvc) / 6.0) ** 2)
+    candidates = np.sort(np.concatenate([beats, beats + int(0.33 * fs), [pvc]])).astype(np.int64)
+    kept = _host(drop_non_qrs(xp.asarray(signal.astype(np.float32)), xp.asarray(candidates), fs))
+    np.testing.assert_array_equal(kept, np.sort(np.concatenate([beats, [pvc]])))
 
 
 def test_refined_fiducials_sit_on_the_r_peaks(synthetic_ecg):
@@ -203,3 +270,33 @@ def test_length_histogram_equals_numpy(xp):
     np.testing.assert_allclose(_host(edges), expected_edges, atol=1e-9)
     np.testing.assert_array_equal(_host(counts), np.histogram(lengths / fs, bins=expected_edges)[0])
     assert int(_host(counts).sum()) == int((lengths / fs <= 2.5).sum())
+
+
+# --------------------------------------------------------------------------- stress cases
+STRESS_SENSITIVITY = {"tall_t_slow": 0.99, "bradycardia": 0.99, "tachycardia": 0.99, "inverted": 0.99, "paced": 0.99,
+                      "noise_bursts": 0.99, "premature_atrial": 0.99,
+                      "baseline_jumps": 0.98}  # a beat on the edge of a 0.5–2 mV step can be lost with it
+
+
+@pytest.mark.parametrize("case", list(STRESS_SENSITIVITY))
+def test_detection_holds_on_stress_cases(case, xp):
+    """Each stress recording of the synthesizer (about 14 minutes at 360 Hz): Se and P+ >= 99 % at 50 ms
+    against its truth, counting beats outside noise bursts (inside them noise may pass for a beat), and
+    fiducials on the R point (median error <= 1 sample), paced beats included."""
+    from wfdb.processing import compare_annotations
+
+    from pipeline.synth import stress_config, synthesize
+
+    ecg = synthesize(stress_config(case, n_samples=300_000, seed=1))
+    found = _host(_fiducials(np.ascontiguousarray(ecg.signal), ecg.fs, xp))
+    tolerance = int(0.05 * ecg.fs)
+    in_burst = np.zeros(len(ecg.signal) + 1, dtype=bool)
+    for start, stop in ecg.noise_bursts:
+        in_burst[max(start - tolerance, 0):stop + tolerance + 1] = True
+    truth = ecg.r_peaks[~in_burst[ecg.r_peaks]]
+    found = found[~in_burst[found]]
+    comparison = compare_annotations(truth, found, tolerance)
+    sensitivity, ppv = comparison.tp / len(truth), comparison.tp / len(found)
+    assert sensitivity >= STRESS_SENSITIVITY[case] and ppv >= 0.99, (case, sensitivity, ppv)
+    error = np.abs(found[:, None] - truth[None, :300]).min(axis=0)
+    assert np.median(error) <= 1, (case, np.bincount(error)[:10])

@@ -45,7 +45,7 @@ def test_beats_table_columns_and_dtypes(cpu_run):
     beats = cpu_run.run.beats
     expected = {"beat_id": "int32", "start": "int64", "fiducial": "int64", "time_s": "float64", "length": "int32",
                 "length_s": "float32", "split": "category", "z1": "float32", "z2": "float32", "score": "float32",
-                "label": "object", "abnormal": "bool"}
+                **{name: "float32" for name in results.SCORE_COMPONENTS}, "label": "object", "abnormal": "bool"}
     assert {c: str(t) for c, t in beats.dtypes.items()} == expected
     assert list(beats["split"].cat.categories) == ["train", "test"]
     np.testing.assert_array_equal(beats["beat_id"], np.arange(len(beats)))
@@ -55,6 +55,11 @@ def test_beats_table_columns_and_dtypes(cpu_run):
     np.testing.assert_allclose(beats["time_s"], beats["fiducial"] / fs)
     np.testing.assert_allclose(beats["length_s"], beats["length"] / fs, rtol=1e-6)
     assert beats[["z1", "z2", "score"]].notna().all().all() and np.isfinite(beats["score"]).all()
+    assert np.isfinite(beats[["score_shape", "score_rhythm", "rr_post", "p_shape", "p_rhythm"]]).all().all()
+    assert np.isnan(beats["rr_pre"]).sum() <= 1  # only a first beat has no interval before it
+    np.testing.assert_allclose(beats["prematurity"], 1 - beats["rr_pre"], rtol=1e-6)
+    # rr_post is the beat's own length over the local RR
+    np.testing.assert_allclose(beats["rr_post"] * beats["local_rr_s"], beats["length_s"], rtol=1e-4)
     assert (np.diff(beats["fiducial"]) > 0).all()
 
 
@@ -118,11 +123,26 @@ def test_detected_beats_match_the_injected_ones(cpu_run, small_ecg):
     distance = np.abs(beats["fiducial"].to_numpy()[:, None] - small_ecg.r_peaks[None, :])
     close = distance.min(axis=1) <= 0.15 * 250
     np.testing.assert_array_equal(beats["label"].to_numpy()[close], small_ecg.symbols[distance.argmin(axis=1)][close])
-    np.testing.assert_array_equal(beats["abnormal"], np.isin(beats["label"], ["V", "A", "Q"]))
+    np.testing.assert_array_equal(beats["abnormal"], np.isin(beats["label"], ["V", "A", "S", "Q"]))
     # and nearly every injected beat is among the kept ones
     assert len(beats) >= 0.97 * len(small_ecg.r_peaks)
     injected_v = (small_ecg.symbols == "V").sum()
     assert (beats["label"] == "V").sum() >= 0.9 * injected_v
+
+
+def test_premature_beats_of_normal_shape_rank_high(cpu_run):
+    """The synthesizer's normally conducted premature atrial beats ('S') have a normal QRS: the shape
+    score alone barely sees them; the combined score puts them in the top of the recording."""
+    from pipeline.evaluate import auroc
+
+    beats = cpu_run.run.beats
+    s_or_n = beats[beats["label"].isin(["S", "N"])]
+    is_s = s_or_n["label"] == "S"
+    assert is_s.sum() >= 5
+    assert auroc(s_or_n["score"], is_s) >= 0.97
+    assert auroc(s_or_n["score"], is_s) > auroc(s_or_n["score_shape"], is_s) + 0.05
+    top = beats.nlargest(int(0.1 * len(beats)), "score")
+    assert (top["label"] == "S").sum() >= 0.8 * is_s.sum()  # nearly all of them in the top 10 %
 
 
 def test_saved_model_reproduces_the_scores(cpu_run):
@@ -134,7 +154,7 @@ def test_saved_model_reproduces_the_scores(cpu_run):
     model = run.model("cpu")
     assert model.width == run.embeddings.shape[1] and not model.training
     scores, z = score_beats(model, torch.from_numpy(np.array(run.embeddings)))
-    np.testing.assert_allclose(scores.numpy(), run.beats["score"], rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(scores.numpy(), run.beats["score_shape"], rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(z.numpy(), run.beats[["z1", "z2"]].to_numpy(), rtol=1e-4, atol=1e-4)
 
 

@@ -98,8 +98,8 @@ def test_shape_dtype_and_labels(ecg):
     assert ecg.r_peaks.shape == ecg.symbols.shape
     assert np.all(np.diff(ecg.r_peaks) > 0)
     assert ecg.r_peaks[0] >= 0 and ecg.r_peaks[-1] < ecg.signal.size
-    assert set(np.unique(ecg.symbols)) <= {"N", "V", "A", "Q"}
-    assert {"N", "V", "A"} <= set(np.unique(ecg.symbols))
+    assert set(np.unique(ecg.symbols)) <= {"N", "V", "A", "S", "Q"}
+    assert {"N", "V", "A", "S"} <= set(np.unique(ecg.symbols))
     # millivolt scale: R waves around 1 mV, nothing absurd
     assert 0.8 < np.percentile(ecg.signal[ecg.r_peaks[ecg.symbols == "N"]], 50) - np.median(ecg.signal) < 2.0
     assert np.abs(ecg.signal).max() < 6.0
@@ -174,7 +174,7 @@ def test_abnormal_fractions_close_to_config(ecg):
     assert np.sum(e.symbols == "V") / n == pytest.approx(0.08, abs=0.01)
     assert np.sum(e.symbols == "A") / n == pytest.approx(0.05, abs=0.01)
     none = synthesize(SynthConfig(n_samples=100_000, seed=8, pvc_fraction=0, aberrant_fraction=0,
-                                  noise_bursts_per_hour=0))
+                                  premature_atrial_fraction=0, noise_bursts_per_hour=0))
     assert set(np.unique(none.symbols)) == {"N"}
 
 
@@ -435,7 +435,7 @@ def test_write_csv_errors(tmp_path):
         ({"pvc_fraction": -0.1}, r"pvc_fraction must be between 0 and 0\.2; got -0\.1"),
         ({"aberrant_fraction": 0.5}, r"aberrant_fraction must be between 0 and 0\.2; got 0\.5"),
         ({"pvc_fraction": 0.15, "aberrant_fraction": 0.1},
-         r"pvc_fraction \+ aberrant_fraction must be at most 0\.2.*got 0\.15 \+ 0\.1"),
+         r"pvc_fraction \+ aberrant_fraction \+ premature_atrial_fraction must be at most 0\.2.*got 0\.15 \+ 0\.1"),
         ({"noise_bursts_per_hour": -1.0}, r"noise_bursts_per_hour must be between 0 and 600; got -1\.0"),
         ({"noise_mv": float("inf")}, r"noise_mv must be between 0 and 1 mV; got inf"),
     ],
@@ -460,3 +460,62 @@ def test_short_recording_edge_case():
     e = synthesize(SynthConfig(n_samples=250, seed=0))  # exactly one second
     assert e.signal.shape == (250,) and np.isfinite(e.signal).all()
     assert np.all((e.r_peaks >= 0) & (e.r_peaks < 250))
+
+
+# --------------------------------------------------------------------------- stress cases
+def test_premature_atrial_beats_have_normal_qrs_and_come_early():
+    e = synthesize(SynthConfig(n_samples=300_000, seed=2, pvc_fraction=0, aberrant_fraction=0,
+                               premature_atrial_fraction=0.05, noise_bursts_per_hour=0))
+    r, s, fs = e.r_peaks, e.symbols, e.fs
+    idx = np.flatnonzero(s == "S")
+    idx = idx[(idx >= 2) & (idx < r.size - 1)]
+    assert idx.size > 30
+    local = (r[idx - 1] - r[idx - 2]) / fs
+    assert np.all((r[idx] - r[idx - 1]) / fs < 0.9 * local)           # early
+    pause = (r[idx + 1] - r[idx]) / fs / local
+    assert np.median(pause) > 1.1 and np.all(pause > 0.95)            # followed by a pause
+    normal = _beats(e, "N")[:200]
+    early = r[idx][:100]
+    half = int(0.06 * fs)  # the QRS (±60 ms) has the shape of a sinus beat: same template within noise
+    qrs_n = np.median([e.signal[c - half:c + half + 1] for c in normal], axis=0)
+    qrs_s = np.median([e.signal[c - half:c + half + 1] for c in early], axis=0)
+    assert np.abs(qrs_s - qrs_n).max() < 0.1 * np.ptp(qrs_n)
+
+
+def test_stress_settings_change_what_they_say():
+    base = synthesize(SynthConfig(n_samples=100_000, seed=1))
+    inverted = synthesize(SynthConfig(n_samples=100_000, seed=1, invert=True))
+    np.testing.assert_array_equal(inverted.signal, -base.signal)
+    np.testing.assert_array_equal(inverted.r_peaks, base.r_peaks)
+    tall = synthesize(SynthConfig(n_samples=100_000, seed=1, t_wave_scale=3.0, qrs_scale=0.5))
+    normal = base.r_peaks[(base.symbols == "N")][5:50]
+    t_window = lambda e, c: e.signal[c + int(0.15 * FS):c + int(0.45 * FS)]  # noqa: E731
+    ratio = np.median([np.ptp(t_window(tall, c)) / np.ptp(t_window(base, c)) for c in normal])
+    assert 2.2 < ratio < 3.5
+    paced = synthesize(SynthConfig(n_samples=100_000, seed=1, paced=True))
+    assert set(np.unique(paced.symbols)) <= {"/", "Q"}
+    assert np.std(np.diff(paced.r_peaks)) / np.mean(np.diff(paced.r_peaks)) < 0.01  # a fixed pacing rate
+    spikes = np.abs(np.diff(paced.signal)) > 1.0  # pacing spikes: steeper than anything else
+    assert spikes.sum() >= paced.r_peaks.size
+    jumps = synthesize(SynthConfig(n_samples=100_000, seed=1, baseline_jumps_per_hour=300.0))
+    assert np.abs(jumps.signal - base.signal).max() > 0.4
+
+
+def test_stress_config_names_and_errors():
+    assert set(synth.STRESS_CASES) >= {"tall_t_slow", "bradycardia", "inverted", "paced", "noise_bursts",
+                                       "baseline_jumps", "premature_atrial"}
+    assert synth.stress_config("paced").paced and synth.stress_config("paced").fs == 360.0
+    with pytest.raises(ValueError, match="unknown stress case 'nope'; known: default, "):
+        synth.stress_config("nope")
+
+
+def test_write_wfdb_round_trip(tmp_path):
+    import wfdb
+
+    e = synthesize(SynthConfig(n_samples=20_000, seed=3, fs=360.0))
+    hea = synth.write_wfdb(e, tmp_path / "rec")
+    record, ann = wfdb.rdrecord(str(tmp_path / "rec")), wfdb.rdann(str(tmp_path / "rec"), "atr")
+    assert hea == tmp_path / "rec.hea" and record.fs == 360.0 and record.sig_name == ["MLII"]
+    np.testing.assert_allclose(record.p_signal[:, 0], e.signal, atol=0.5 / 200 + 1e-6)  # 200 adu/mV
+    np.testing.assert_array_equal(ann.sample, e.r_peaks)
+    assert ann.symbol == e.symbols.tolist()
