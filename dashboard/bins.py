@@ -47,10 +47,11 @@ class BinIndex:
 
 
 def _axis(values, lo: float, hi: float, n: int):
-    """Bin number (int32, 0..n-1) of each value on [lo, hi]; values outside fall into the end bins."""
+    """Bin number (int32, 0..n-1) of each value on [lo, hi]; values outside (and NaN, which callers
+    leave out) fall into the end bins."""
     xp = backend.xp_of(values)
     span = (hi - lo) or 1.0
-    position = xp.floor((values - lo) * (n / span))
+    position = xp.nan_to_num(xp.floor((values - lo) * (n / span)), nan=0.0)
     return xp.clip(position, 0, n - 1).astype(xp.int32)
 
 

@@ -34,11 +34,12 @@ from dashboard.bins import BinIndex, grid_index, histogram_index
 from dashboard.data_store import DataStore, Selection, one_patch
 from dashboard.signal_raster import SignalRaster
 from dashboard.spec import (CLASS_COLORS, OUTLIER_COLOR, SCORE_CMAP, SELECTED_COLOR, SIGNAL_COLOR,
-                            UNSELECTED_COLOR, ViewSpec, aami_class, hms_tick_formatter)
+                            UNSELECTED_COLOR, ViewSpec, hms_tick_formatter)
 from pipeline import backend
 
 LOG_FLOOR = 0.5             # where bars of a log-count histogram start
-LATENT_GRID = (120, 160)    # latent plane image: rows (z2) × columns (z1)
+PLANE_GRID = (120, 160)     # latent plane and Poincaré plot images: rows (y) × columns (x)
+TACHOGRAM_GRID = (80, 480)  # RR tachogram image: rows (RR) × columns (time)
 MAX_MARKERS = 3000          # selected-beat markers drawn in the recording view at most (evenly thinned beyond)
 MAX_OUTLIER_MARKERS = 1000  # outlier markers drawn at most (highest scores first)
 FOCUS_SECONDS = 4.0
@@ -220,25 +221,27 @@ class HistogramChart(LinkedChart):
         return heights
 
 
-class LatentChart(LinkedChart):
-    """The VAE's latent plane as two images: the beats in the window in grey, and those the other
-    brushes select coloured by their mean outlier-score percentile (or by reference class), both
-    with opacity rising with density. Zooming or panning re-bins the beats for the new view."""
+class PlaneChart(LinkedChart):
+    """Beats on a plane (the VAE's latent space, the Poincaré plot) as two images: the beats in the
+    window in grey, and those the other brushes select coloured by their mean outlier-score
+    percentile (or by reference class), both with opacity rising with density. Zooming or panning
+    re-bins the beats for the new view."""
 
     def __init__(self, store: DataStore, spec: ViewSpec):
         shared = store.shared
-        self.home = shared.derived("latent-home", lambda: (_robust_extent(shared.columns[spec.x]),
-                                                           _robust_extent(shared.columns[spec.y])))
-        self.bins: BinIndex = shared.derived("bins/latent", lambda: grid_index(
-            shared.columns[spec.x], shared.columns[spec.y], *self.home, LATENT_GRID))
+        self.home = shared.derived(f"home/{spec.name}", lambda: (_robust_extent(shared.columns[spec.x]),
+                                                                 _robust_extent(shared.columns[spec.y])))
+        self.bins: BinIndex = shared.derived(f"bins/{spec.name}", lambda: grid_index(
+            shared.columns[spec.x], shared.columns[spec.y], *self.home, PLANE_GRID))
         self.percentile = shared.derived("score-percentile", lambda: _percentile_rank(shared.columns["score"]))
         self.colour_by = "score"
-        empty = np.zeros(LATENT_GRID, dtype=np.uint32)
+        empty = np.zeros(PLANE_GRID, dtype=np.uint32)
         geometry = _image_geometry(*self.home)
         self.background = ColumnDataSource(dict(image=[empty], **geometry))
         self.foreground = ColumnDataSource(dict(image=[empty.copy()], **geometry))
         super().__init__(store, spec)
-        on_range_change(self.figure, [self.figure.x_range, self.figure.y_range], self._rebin)
+        self.view_watch = RangeWatch([self.figure.x_range, self.figure.y_range])
+        self.view_watch.add(self._rebin)
 
     def _figure(self):
         spec = self.spec
@@ -260,9 +263,9 @@ class LatentChart(LinkedChart):
             return
         shared = self.store.shared
         if view == self.home:
-            self.bins = shared.derived("bins/latent", lambda: None)
+            self.bins = shared.derived(f"bins/{self.spec.name}", lambda: None)
         else:
-            self.bins = grid_index(shared.columns[self.spec.x], shared.columns[self.spec.y], *view, LATENT_GRID)
+            self.bins = grid_index(shared.columns[self.spec.x], shared.columns[self.spec.y], *view, PLANE_GRID)
         geometry = _image_geometry(*view)
         self.background.data.update(geometry)
         self.foreground.data.update(geometry)
@@ -307,9 +310,11 @@ class LatentChart(LinkedChart):
 
 
 def _robust_extent(values, share: float = 0.995, margin: float = 0.25) -> tuple[float, float]:
-    """The range holding the central ``share`` of ``values``, widened by ``margin`` of its width on
-    each side: a few far-off beats do not squeeze everybody else into a corner (zoom out to see them)."""
+    """The range holding the central ``share`` of the finite ``values``, widened by ``margin`` of its
+    width on each side: a few far-off beats do not squeeze everybody else into a corner (zoom out to
+    see them)."""
     xp = backend.xp_of(values)
+    values = values[xp.isfinite(values)]
     lo, hi = (float(v) for v in xp.quantile(values, xp.asarray([(1 - share) / 2, (1 + share) / 2])))
     pad = margin * ((hi - lo) or 1.0)
     return max(lo - pad, float(values.min())), min(hi + pad, float(values.max()))
@@ -319,29 +324,39 @@ def _image_geometry(x_range, y_range) -> dict:
     return dict(x=[x_range[0]], y=[y_range[0]], dw=[x_range[1] - x_range[0]], dh=[y_range[1] - y_range[0]])
 
 
-def on_range_change(p, ranges: list, callback) -> None:
-    """Call ``callback()`` (in one patch) once per tick after any of ``ranges`` moved: a zoom or pan
-    reports start and end as separate changes, and several of them may arrive at once."""
-    pending = []
+class RangeWatch:
+    """Runs callbacks once the ranges of a view moved: on the next tick and in one patch for a zoom
+    or pan in the browser (which reports start and end as separate changes, several at once), at
+    once for a zoom made on the server (:meth:`fire`, inside the caller's patch)."""
 
-    def run():
-        pending.clear()
-        with one_patch():
+    def __init__(self, ranges: list):
+        self.callbacks: list = []
+        self._pending = False
+        for r in ranges:
+            r.on_change("start", self._moved)
+            r.on_change("end", self._moved)
+
+    def add(self, callback) -> None:
+        self.callbacks.append(callback)
+
+    def fire(self) -> None:
+        self._pending = False
+        for callback in self.callbacks:
             callback()
 
-    def moved(attr, old, new):
-        if pending:
+    def _moved(self, attr, old, new) -> None:
+        if self._pending:
             return
         doc = pn.state.curdoc
         if doc is None or doc.session_context is None:   # no event loop (tests): at once
-            run()
+            self.fire()
             return
-        pending.append(True)
-        doc.add_next_tick_callback(run)
+        self._pending = True
+        doc.add_next_tick_callback(self._tick)
 
-    for r in ranges:
-        r.on_change("start", moved)
-        r.on_change("end", moved)
+    def _tick(self) -> None:
+        with one_patch():
+            self.fire()
 
 
 def _percentile_rank(scores):
@@ -355,8 +370,10 @@ def _percentile_rank(scores):
 
 def _class_codes(shared):
     """Each beat's AAMI class as a code into CLASS_COLORS (device array)."""
+    from pipeline.evaluate import aami_class
+
     names = list(CLASS_COLORS)
-    codes = np.array([names.index(aami_class(s)) for s in shared.beats["label"].to_numpy()], dtype=np.int8)
+    codes = np.array([names.index(c) for c in aami_class(shared.beats["label"].to_numpy())], dtype=np.int8)
     return shared.xp.asarray(codes)
 
 
@@ -424,7 +441,8 @@ class SignalChart(pn.viewable.Viewer):
                                                 fill_color=OUTLIER_COLOR, line_color="white"))
         hover.renderers = [flagged]
         p.add_layout(self.focus_box)
-        on_range_change(p, [p.x_range], self._redraw)
+        self.window_watch = RangeWatch([p.x_range])     # the tachogram joins in: it shares the x range
+        self.window_watch.add(self._redraw)
         return p
 
     # ------------------------------------------------------------------ raster
@@ -479,28 +497,8 @@ class SignalChart(pn.viewable.Viewer):
 
     # ------------------------------------------------------------------ markers
     def draw_markers(self, sel: Selection) -> None:
-        shared = self.store.shared
-        xp = shared.xp
-        t = shared.columns["time_s"]
-        lo, hi = self._shown or self._extent
-        visible = (t >= lo) & (t <= hi)
-        beats = shared.beats
-        if sel.count < sel.total:       # something chosen: mark it
-            index = backend.to_host(xp.flatnonzero(sel.mask & visible))
-            if len(index) > MAX_MARKERS:
-                index = index[np.linspace(0, len(index) - 1, MAX_MARKERS).astype(int)]
-        else:
-            index = np.zeros(0, dtype=np.int64)
-        self.selected.data = {"t": beats["time_s"].to_numpy()[index], "y": beats["peak"].to_numpy()[index]}
-        scores = shared.columns["score"]
-        flagged = xp.flatnonzero(sel.mask & (scores > sel.threshold) & visible)
-        if flagged.shape[0] > MAX_OUTLIER_MARKERS:
-            flagged = flagged[xp.argsort(-scores[flagged])[:MAX_OUTLIER_MARKERS]]
-        flagged = backend.to_host(flagged)
-        self.outliers.data = {"t": beats["time_s"].to_numpy()[flagged],
-                              "y": (beats["peak"].to_numpy()[flagged] + self._marker_offset).astype(np.float32),
-                              "beat_id": beats["beat_id"].to_numpy()[flagged].astype(np.int32),
-                              "score": beats["score"].to_numpy()[flagged].astype(np.float32)}
+        selected, outliers = markers(self.store.shared, sel, self._shown or self._extent, "peak", self._marker_offset)
+        self.selected.data, self.outliers.data = selected, outliers
         self.rendered = sel.version
 
     # ------------------------------------------------------------------ focus and zoom
@@ -521,11 +519,90 @@ class SignalChart(pn.viewable.Viewer):
             self._focus_range = None
         with one_patch():
             self.figure.x_range.update(start=lo, end=hi)
-            self._redraw()
+            self.window_watch.fire()
 
     def __panel__(self):
         return pn.Column(pn.pane.Bokeh(self.figure, sizing_mode="stretch_width"), self.whole,
                          sizing_mode="stretch_width")
+
+
+def markers(shared, sel: Selection, window: tuple[float, float], y: str, offset: float = 0.0) -> tuple[dict, dict]:
+    """Data of the selected beats' markers (when something is chosen; evenly thinned to MAX_MARKERS)
+    and of the outliers' (highest scores first, MAX_OUTLIER_MARKERS) in a time ``window``, at column
+    ``y`` (outliers ``offset`` above it)."""
+    xp, beats = shared.xp, shared.beats
+    t = shared.columns["time_s"]
+    visible = (t >= window[0]) & (t <= window[1])
+    if sel.count < sel.total:
+        index = backend.to_host(xp.flatnonzero(sel.mask & visible))
+        if len(index) > MAX_MARKERS:
+            index = index[np.linspace(0, len(index) - 1, MAX_MARKERS).astype(int)]
+    else:
+        index = np.zeros(0, dtype=np.int64)
+    scores = shared.columns["score"]
+    flagged = xp.flatnonzero(sel.mask & (scores > sel.threshold) & visible)
+    if flagged.shape[0] > MAX_OUTLIER_MARKERS:
+        flagged = flagged[xp.argsort(-scores[flagged])[:MAX_OUTLIER_MARKERS]]
+    flagged = backend.to_host(flagged)
+    return ({"t": beats["time_s"].to_numpy()[index], "y": beats[y].to_numpy()[index].astype(np.float32)},
+            {"t": beats["time_s"].to_numpy()[flagged],
+             "y": (beats[y].to_numpy()[flagged] + offset).astype(np.float32),
+             "beat_id": beats["beat_id"].to_numpy()[flagged].astype(np.int32),
+             "score": beats["score"].to_numpy()[flagged].astype(np.float32)})
+
+
+class TachogramChart(pn.viewable.Viewer):
+    """RR intervals over time, on the recording view's own x range (they zoom and pan together):
+    the beats' density as an image, re-binned when the window moves, and the selected beats and the
+    outliers as markers."""
+
+    def __init__(self, store: DataStore, spec: ViewSpec, window_watch: RangeWatch, x_range: Range1d):
+        super().__init__()
+        self.store, self.spec = store, spec
+        self.rendered = 0
+        shared = store.shared
+        self.y_range = shared.derived("home/rhythm", lambda: _robust_extent(shared.columns[spec.y], margin=0.1))
+        self.image = ColumnDataSource(dict(image=[np.zeros((1, 1), np.uint32)], x=[0.0], y=[self.y_range[0]],
+                                           dw=[1.0], dh=[self.y_range[1] - self.y_range[0]]))
+        self.selected = ColumnDataSource(dict(t=np.zeros(0), y=np.zeros(0, np.float32)))
+        self.outliers = ColumnDataSource(dict(t=np.zeros(0), y=np.zeros(0, np.float32),
+                                              beat_id=np.zeros(0, np.int32), score=np.zeros(0, np.float32)))
+        wheel, pan = WheelZoomTool(dimensions="width"), PanTool(dimensions="width")
+        hover = HoverTool(tooltips=[("beat", "@beat_id"), ("score", "@score{0.00}")])
+        p = figure(spec, [wheel, pan, hover, ResetTool(), SaveTool()], x_range=x_range,
+                   y_range=Range1d(*self.y_range))
+        p.toolbar.active_scroll, p.toolbar.active_drag = wheel, pan
+        p.xaxis.formatter = hms_tick_formatter()
+        add(p, self.image, ImageRGBA(**IMAGE))
+        add(p, self.selected, Scatter(x="t", y="y", size=5, fill_color=SELECTED_COLOR, fill_alpha=0.6, line_color=None))
+        hover.renderers = [add(p, self.outliers, Scatter(x="t", y="y", marker="inverted_triangle", size=9,
+                                                         fill_color=OUTLIER_COLOR, line_color="white"))]
+        self.figure = p
+        self._window = None
+        self._rebin()
+        window_watch.add(self._rebin)
+        store.param.watch(lambda event: self.draw_markers(event.new), "selection")
+
+    def _rebin(self) -> None:
+        x_range = self.figure.x_range
+        window = (float(x_range.start), float(x_range.end))
+        if window == self._window:
+            return
+        self._window = window
+        shared = self.store.shared
+        bins = grid_index(shared.columns[self.spec.x], shared.columns[self.spec.y], window, self.y_range,
+                          TACHOGRAM_GRID)
+        counts = bins.counts()
+        self.image.data = dict(image=[_density_image(counts, np.full(counts.shape, _rgba(SIGNAL_COLOR)),
+                                                     alpha=(70, 230))], **_image_geometry(window, self.y_range))
+        self.draw_markers(self.store.selection)
+
+    def draw_markers(self, sel: Selection) -> None:
+        self.selected.data, self.outliers.data = markers(self.store.shared, sel, self._window, self.spec.y)
+        self.rendered = sel.version
+
+    def __panel__(self):
+        return pn.pane.Bokeh(self.figure, sizing_mode="stretch_width")
 
 
 # --------------------------------------------------------------------------- the board
@@ -563,10 +640,13 @@ class BokehBoard:
             view = SignalChart(self.store, spec, signal_raster(self.store.shared))
         elif spec.kind == "histogram":
             view = HistogramChart(self.store, spec)
-        elif spec.kind == "latent":
-            view = LatentChart(self.store, spec)
+        elif spec.kind == "plane":
+            view = PlaneChart(self.store, spec)
+        elif spec.kind == "tachogram":
+            signal = self.charts["signal"]
+            view = TachogramChart(self.store, spec, signal.window_watch, signal.figure.x_range)
         else:
-            raise ValueError(f"the bokeh board draws kinds signal, histogram, latent; got {spec.kind!r}")
+            raise ValueError(f"the bokeh board draws kinds signal, tachogram, histogram, plane; got {spec.kind!r}")
         self.charts[spec.name] = view
         return view
 

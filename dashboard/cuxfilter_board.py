@@ -33,11 +33,11 @@ import holoviews as hv
 import numpy as np
 import panel as pn
 
-from dashboard.charts import LOG_FLOOR, SignalChart, signal_raster, version_marker
+from dashboard.charts import LOG_FLOOR, SignalChart, TachogramChart, signal_raster, version_marker
 from dashboard.data_store import DataStore, one_patch
 from dashboard.spec import LINKED, OUTLIER_COLOR, SCORE_CMAP, SIGNAL_COLOR, VIEWS, ViewSpec
 
-CHART_COLUMNS = ["beat_id", "time_s", "length_s", "z1", "z2", "score", "is_test"]
+CHART_COLUMNS = ["beat_id", "time_s", "length_s", "z1", "z2", "score", "is_test", "rr_prev_s", "rr_next_s"]
 NODE_MIN = 18
 
 
@@ -176,7 +176,7 @@ class CuxfilterBoard:
         if spec.kind == "histogram":
             return cuxfilter.charts.bar(spec.x, data_points=spec.bins, step_size_type=float, title=spec.title,
                                         unselected_alpha=0.15, color=SIGNAL_COLOR if not spec.threshold else "#6d597a")
-        if spec.kind == "latent":
+        if spec.kind == "plane":
             return cuxfilter.charts.scatter(x=spec.x, y=spec.y, aggregate_col=spec.color, aggregate_fn="mean",
                                             color_palette=SCORE_CMAP, point_size=3, pixel_shade_type="linear",
                                             title=spec.title, unselected_alpha=0.15, legend=True,
@@ -186,6 +186,9 @@ class CuxfilterBoard:
     def chart(self, spec: ViewSpec):
         if spec.kind == "signal":
             view = SignalChart(self.store, spec, signal_raster(self.store.shared))
+        elif spec.kind == "tachogram":   # not linked: the default board's, on the recording's x range
+            signal = self.views["signal"]
+            view = TachogramChart(self.store, spec, signal.window_watch, signal.figure.x_range)
         elif spec.name in self.charts:
             plot = self.charts[spec.name].chart.view().opts(
                 hv.opts.Overlay(responsive=True, height=spec.height, title="", xlabel=spec.xlabel,
@@ -199,7 +202,8 @@ class CuxfilterBoard:
                     hv.opts.Overlay(responsive=True, height=spec.height, hooks=[tidy_toolbar]))
             view = pn.pane.HoloViews(plot, sizing_mode="stretch_width", linked_axes=False)
         else:
-            raise ValueError(f"the cuxfilter board draws {', '.join(('signal',) + LINKED)}; got {spec.name!r}")
+            raise ValueError(f"the cuxfilter board draws {', '.join(('signal', 'rhythm') + LINKED)}; "
+                             f"got {spec.name!r}")
         self.views[spec.name] = view
         return view
 

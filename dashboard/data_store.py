@@ -29,7 +29,7 @@ import param
 
 from pipeline import backend
 
-BRUSH_COLUMNS = ("length_s", "z1", "z2", "score", "time_s")
+BRUSH_COLUMNS = ("length_s", "z1", "z2", "score", "time_s", "rr_prev_s", "rr_next_s")
 SPLITS = {"All beats": "all", "Training 75%": "train", "Held-out 25%": "test"}
 OUTLIER_QUANTILE = 0.98     # default threshold: the top 2% of scores
 TABLE_LIMIT = 500           # rows the ranked outlier table holds at most
@@ -52,7 +52,9 @@ class SharedRun:
     """Data of one finished run, shared read-only by every session of the server.
 
     ``beats`` is the run's table plus ``peak`` (the signal at the fiducial, where the recording
-    view puts its markers) and ``is_test`` (1 for the held-out 25%). ``columns`` holds the
+    view puts its markers), ``is_test`` (1 for the held-out 25%) and the RR intervals before and
+    after the beat in seconds (``rr_prev_s``, NaN for the first fiducial; ``rr_next_s``, which is
+    the beat's length: the Poincaré plot's RRₙ and RRₙ₊₁). ``columns`` holds the
     brushable columns in float64 and ``is_test`` as arrays of ``xp`` (CuPy for a GPU run, so
     that masks, counts and means of a brush run where the data is); ``embeddings`` likewise.
     """
@@ -78,6 +80,7 @@ class SharedRun:
         beats = run.beats.copy()
         beats["peak"] = signal[beats["fiducial"].to_numpy()]
         beats["is_test"] = (beats["split"] == "test").astype(np.int8)
+        beats["rr_prev_s"], beats["rr_next_s"] = rr_intervals(beats, np.asarray(run.fiducials), float(run.fs))
         # Brushable columns in float64: with NumPy 2 a float32 array compared with a Python float
         # compares in float32, so a brush edge within half a float32 step of a value would select
         # differently from pandas/cuDF queries, which compare in float64.
@@ -112,7 +115,7 @@ class SharedRun:
 
     def extent(self, column: str) -> tuple[float, float]:
         values = self.beats[column].to_numpy()
-        return float(np.min(values)), float(np.max(values))
+        return float(np.nanmin(values)), float(np.nanmax(values))
 
     def default_threshold(self) -> float:
         return float(np.quantile(self.beats["score"].to_numpy(dtype=np.float64), OUTLIER_QUANTILE))
@@ -172,6 +175,16 @@ class SharedRun:
         with torch.no_grad():
             mu, _ = self.model.encode(torch.as_tensor(np.atleast_2d(rows), dtype=torch.float32))
             return self.model.decode(mu).numpy()
+
+
+def rr_intervals(beats: pd.DataFrame, fiducials: np.ndarray, fs: float) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds from the previous fiducial to each beat's (NaN for the first) and from it to the next
+    (the beat's length), float32. ``fiducials`` are all detected ones, kept beats or not."""
+    fiducial = beats["fiducial"].to_numpy()
+    before = np.searchsorted(fiducials, fiducial) - 1
+    previous = np.where(before >= 0, fiducials[np.maximum(before, 0)], -1)
+    rr_prev = np.where(before >= 0, (fiducial - previous) / fs, np.nan).astype(np.float32)
+    return rr_prev, beats["length_s"].to_numpy(dtype=np.float32)
 
 
 # --------------------------------------------------------------------------- one session

@@ -25,17 +25,6 @@ UNSELECTED_COLOR = "#c9d2dc"
 SCORE_CMAP = ["#fde0c5", "#facba6", "#f8b58b", "#f59e72", "#f2855d", "#ef6a4c", "#eb4a40", "#c52a3f", "#8f1d3f"]
 # AAMI beat classes (and beats without a reference label), for colouring by reference labels.
 CLASS_COLORS = {"N": "#8fa8c8", "S": "#f4a261", "V": "#e63946", "F": "#9b5de5", "Q": "#6b7785", "": "#d9dee5"}
-# MIT-BIH beat symbols by AAMI class (ANSI/AAMI EC57): normal and bundle-branch beats, supraventricular
-# ectopic, ventricular ectopic, fusion, and paced or unclassifiable.
-AAMI_CLASSES = {"N": "NLRej", "S": "AaJS", "V": "VE", "F": "F", "Q": "/fQ"}
-
-
-def aami_class(symbol: str) -> str:
-    """The AAMI class of a MIT-BIH beat symbol ('' for no or an unknown label)."""
-    for name, symbols in AAMI_CLASSES.items():
-        if symbol and symbol in symbols:
-            return name
-    return ""
 
 
 @dataclass(frozen=True)
@@ -44,7 +33,7 @@ class ViewSpec:
 
     name: str
     title: str
-    kind: str                      # signal | histogram | latent | table | beat | decoded | centre
+    kind: str                      # signal | tachogram | histogram | plane | table | beat | decoded | centre
     x: str | None = None
     y: str | None = None
     bins: int = 60
@@ -63,13 +52,21 @@ VIEWS = {v.name: v for v in (
              height=300,
              help="Scroll to zoom (down to single samples), drag to pan. Green dots: selected beats; "
                   "red triangles: outliers above the threshold. Zooming filters the beat views to the window."),
+    ViewSpec("rhythm", "RR tachogram", "tachogram", x="time_s", y="rr_prev_s", xlabel="time (h:mm:ss)",
+             ylabel="RR (s)", height=170,
+             help="The interval before each beat over time (follows the recording's zoom). Green dots: selected "
+                  "beats; red triangles: outliers."),
     ViewSpec("lengths", "Heartbeat length", "histogram", x="length_s", bins=60, brush=("length_s",),
              xlabel="beat length (s)", ylabel="beats",
              help="Drag across bars to select a length range; double-click to clear it."),
-    ViewSpec("latent", "VAE latent space", "latent", x="z1", y="z2", brush=("z1", "z2"), xlabel="z1", ylabel="z2",
+    ViewSpec("latent", "VAE latent space", "plane", x="z1", y="z2", brush=("z1", "z2"), xlabel="z1", ylabel="z2",
              controls=("split",),
              help="Density of the beats, coloured by their outlier score. Drag a box to select beats; "
                   "double-click to clear. Show all beats, the 75% the VAE trained on, or the 25% it never saw."),
+    ViewSpec("poincare", "Poincaré plot", "plane", x="rr_prev_s", y="rr_next_s", brush=("rr_prev_s", "rr_next_s"),
+             xlabel="RRₙ: interval before the beat (s)", ylabel="RRₙ₊₁: interval after (s)",
+             help="Premature beats sit left of the diagonal and high (short before, long after). Drag a box to "
+                  "select beats; double-click to clear."),
     ViewSpec("scores", "Outlier score", "histogram", x="score", bins=80, brush=("score",),
              xlabel="outlier score", ylabel="beats", logy=True, threshold=True, controls=("threshold",),
              help="Drag across bars to select a score range; the red line is the outlier threshold."),
@@ -82,8 +79,9 @@ VIEWS = {v.name: v for v in (
              help="decode(mean z of the selected beats) beside the mean of the selected beats themselves."),
 )}
 LINKED = tuple(name for name, v in VIEWS.items() if v.brush)   # brushes here filter every beat view
-LAYOUT = (("signal",), ("lengths", "latent", "scores"), ("outliers", "beat"), ("decoded", "centre"))
-RENDERED_BY_BOARD = ("signal", "histogram", "latent")
+LAYOUT = (("signal",), ("rhythm",), ("lengths", "scores"), ("latent", "poincare"), ("outliers", "beat"),
+          ("decoded", "centre"))
+RENDERED_BY_BOARD = ("signal", "tachogram", "histogram", "plane")
 
 
 # --------------------------------------------------------------------------- formats

@@ -30,7 +30,7 @@ ENV = {"input": "ECG_INPUT", "device": "ECG_DEVICE", "samples": "ECG_SAMPLES", "
 
 # Rough share of a first (uncached) run's time spent in each stage, for one overall progress bar.
 STAGE_WEIGHTS = {"synth": 8, "hash": 1, "warmup": 4, "load": 3, "wavelet": 2, "peaks": 1, "lengths": 0.5,
-                 "embed": 2, "train": 70, "score": 4, "results": 3}
+                 "embed": 2, "train": 70, "score": 4, "families": 2, "results": 3}
 
 
 # --------------------------------------------------------------------------- settings

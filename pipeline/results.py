@@ -27,7 +27,7 @@ from pipeline import PipelineWarning
 
 NORMAL_SYMBOLS = frozenset("NLRej")
 REPORT = "report.json"
-FILES = ("beats.parquet", "fiducials.npy", "embeddings.npy", "signal.npy", "decoded.npz", "model.pt")
+FILES = ("beats.parquet", "fiducials.npy", "embeddings.npy", "signal.npy", "decoded.npz", "families.npz", "model.pt")
 
 
 @dataclass
@@ -42,6 +42,7 @@ class RunResult:
     embeddings: np.ndarray       # (n_beats, width) rows the VAE saw
     decoded_z: np.ndarray        # (grid², 2) latent points of the decoded samples
     decoded: np.ndarray          # (grid², width) decoder outputs at those points
+    families: dict = field(default_factory=dict)  # per family: count, median, lower, upper (templates)
     cached: bool = False
     _model: object = field(default=None, repr=False)
 
@@ -163,7 +164,8 @@ def _verify(path: Path) -> str | None:
 
 
 def write_run(root: Path, key: str, *, report: dict, beats: pd.DataFrame, fiducials: np.ndarray, signal: np.ndarray,
-              embeddings: np.ndarray, decoded_z: np.ndarray, decoded: np.ndarray, checkpoint: dict) -> Path:
+              embeddings: np.ndarray, decoded_z: np.ndarray, decoded: np.ndarray, checkpoint: dict,
+              families) -> Path:
     """Write a run atomically: everything into ``.<key>.tmp-<pid>``, checksums into the report,
     then one rename. A damaged run already at the destination is replaced; nothing else is touched."""
     import torch
@@ -179,6 +181,8 @@ def write_run(root: Path, key: str, *, report: dict, beats: pd.DataFrame, fiduci
         np.save(tmp / "embeddings.npy", embeddings)
         np.save(tmp / "signal.npy", signal)
         np.savez(tmp / "decoded.npz", z=decoded_z, rows=decoded)
+        np.savez(tmp / "families.npz", count=families.count, median=families.median, lower=families.lower,
+                 upper=families.upper)
         torch.save(checkpoint, tmp / "model.pt")
         report = dict(report, files={name: file_sha256(tmp / name) for name in FILES})
         (tmp / REPORT).write_text(json.dumps(report, indent=1, default=_json_default))
@@ -208,6 +212,8 @@ def load_run(path: Path) -> RunResult:
     Check it with :func:`find_cached` first."""
     path = Path(path)
     decoded = np.load(path / "decoded.npz")
+    with np.load(path / "families.npz") as saved:
+        families = {name: saved[name] for name in saved.files}
     return RunResult(
         path=path,
         report=json.loads((path / REPORT).read_text()),
@@ -217,6 +223,7 @@ def load_run(path: Path) -> RunResult:
         embeddings=np.load(path / "embeddings.npy", mmap_mode="r"),
         decoded_z=decoded["z"],
         decoded=decoded["rows"],
+        families=families,
         cached=True,
     )
 

@@ -36,6 +36,7 @@ STAGES = {
     "embed": "Pruning and embedding",
     "train": "Training the VAE",
     "score": "Scoring beats",
+    "families": "Grouping beats into families",
     "results": "Writing results",
 }
 SEGMENTATION = ("wavelet", "peaks", "lengths", "embed")
@@ -132,9 +133,13 @@ def _compute(input_path: Path, request: RunRequest, device: str, stages: "_Stage
         shape_scores, z = backend.from_torch(scores, xp), backend.from_torch(z, xp)
         beat_rhythm = rhythm.describe_rhythm(positions, beats.candidate, fs)
         scores, p_shape, p_rhythm = score.combine_scores(shape_scores, beat_rhythm.score)
+    with stages("families"):
+        from pipeline.families import find_families
+
+        beat_families = find_families(rows, seed=request.vae.seed)
     return dict(recording=recording, positions=positions, beats=beats, histogram=histogram, model=model,
                 history=history, is_train=is_train.numpy(), scores=scores, z=z, shape_scores=shape_scores,
-                rhythm=beat_rhythm, p_shape=p_shape, p_rhythm=p_rhythm,
+                rhythm=beat_rhythm, p_shape=p_shape, p_rhythm=p_rhythm, families=beat_families,
                 grid_z=grid_z, decoded=decoded, width=width,
                 torch_version=torch.__version__)
 
@@ -153,6 +158,7 @@ def _write(input_path, input_hash, key, request, device, c, stages, handoffs, me
                                 fs=recording.fs, is_train=c["is_train"], z=host(c["z"]), score=host(c["scores"]),
                                 annotations=recording.annotations,
                                 components={name: host(values) for name, values in components.items()})
+    table["family"] = c["families"].family
     n_candidates = int(c["positions"].shape[0])
     report = {
         "version": pipeline.__version__,
@@ -183,7 +189,7 @@ def _write(input_path, input_hash, key, request, device, c, stages, handoffs, me
     report["segmentation_s"] = round(sum(stages.times.get(s, 0.0) for s in SEGMENTATION), 6)
     path = results.write_run(Path(request.out), key, report=report, beats=table, fiducials=host(c["positions"]),
                              signal=signal, embeddings=embeddings, decoded_z=c["grid_z"].cpu().numpy(),
-                             decoded=c["decoded"].cpu().numpy(), checkpoint=checkpoint)
+                             decoded=c["decoded"].cpu().numpy(), checkpoint=checkpoint, families=c["families"])
     run = results.load_run(path)
     run.cached = False
     return run

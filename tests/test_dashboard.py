@@ -242,6 +242,39 @@ def test_each_chart_counts_what_the_other_brushes_select(shared, page):
     assert np.array_equal(image > 0, counts > 0), "drawn pixels are where the selected beats are"
 
 
+def test_poincare_plot_is_rr_before_against_rr_after_and_brushable(run, shared, page):
+    store, board, views = page
+    fiducials = np.asarray(run.fiducials)
+    beats = f64(shared.beats)
+    index = np.searchsorted(fiducials, beats["fiducial"].to_numpy())
+    want_prev = np.where(index > 0, (fiducials[index] - fiducials[np.maximum(index - 1, 0)]) / shared.fs, np.nan)
+    np.testing.assert_allclose(beats["rr_prev_s"], want_prev, rtol=1e-6)
+    np.testing.assert_allclose(beats["rr_next_s"], beats["length_s"], rtol=1e-6)
+
+    poincare = board.charts["poincare"]
+    rr = middle_range(beats["rr_prev_s"].dropna(), 0.05, 0.5)
+    poincare.brush.bounds = [*rr, *shared.extent("rr_next_s")]
+    chosen = beats["rr_prev_s"].between(*rr).to_numpy()
+    assert store.selection.count == int(chosen.sum()) > 0
+    edges = np.linspace(*shared.extent("length_s"), views["lengths"].spec.bins + 1)
+    assert np.array_equal(np.nan_to_num(views["lengths"].source.data["selected"]),
+                          _histogram(beats["length_s"].to_numpy(), edges, chosen))
+
+
+def test_tachogram_follows_the_recordings_window(shared, page):
+    store, board, views = page
+    signal, rhythm = board.charts["signal"], board.charts["rhythm"]
+    assert rhythm.figure.x_range is signal.figure.x_range
+    t0, t1 = shared.duration_s * 0.1, shared.duration_s * 0.3
+    signal.zoom(t0, t1)
+    assert rhythm.image.data["x"] == [t0] and rhythm.image.data["dw"] == [pytest.approx(t1 - t0)]
+    lengths = middle_range(shared.beats["length_s"], 0.0, 0.3)
+    store.select_range("length_s", *lengths)
+    beats = f64(shared.beats)
+    want = beats["length_s"].between(*lengths) & beats["time_s"].between(t0, t1)
+    np.testing.assert_allclose(np.sort(rhythm.selected.data["t"]), np.sort(beats["time_s"][want]))
+
+
 def test_brush_from_the_browser_reaches_the_store_and_back(shared, page):
     store, board, views = page
     lengths, latent = board.charts["lengths"], board.charts["latent"]

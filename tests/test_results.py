@@ -87,14 +87,17 @@ def test_file_sha256_matches_hashlib(tmp_path):
 @pytest.fixture
 def parts():
     """Everything write_run needs, small."""
+    from pipeline.families import find_families
+
     torch.manual_seed(0)
     model = VAE(64, VAEConfig(epochs=1))
     rng = np.random.default_rng(1)
+    embeddings = rng.standard_normal((6, 64)).astype(np.float32)
     return dict(report={"key": "k", "counts": {"beats": np.int64(6)}, "value": np.float32(0.5), "array": np.arange(3)},
                 beats=_table(), fiducials=np.arange(7) * 300, signal=rng.standard_normal(3000).astype(np.float32),
-                embeddings=rng.standard_normal((6, 64)).astype(np.float32), decoded_z=np.zeros((9, 2)),
-                decoded=np.zeros((9, 64)), checkpoint={"config": asdict(model.cfg),
-                                                       "width": 64, "model": model.state_dict()})
+                embeddings=embeddings, decoded_z=np.zeros((9, 2)), decoded=np.zeros((9, 64)),
+                checkpoint={"config": asdict(model.cfg), "width": 64, "model": model.state_dict()},
+                families=find_families(torch.from_numpy(embeddings)))
 
 
 def test_write_and_load_round_trip(tmp_path, parts):
