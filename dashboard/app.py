@@ -10,7 +10,7 @@ the server stays up.
 See Also
 --------
 dashboard.startup : arguments, the job, its progress.
-dashboard.views.layout : the dashboard body.
+dashboard.page.layout : the dashboard body.
 """
 from __future__ import annotations
 
@@ -29,7 +29,9 @@ import param
 from dashboard import startup
 from dashboard.data_store import DataStore, SharedRun
 from dashboard.spec import ASSETS, STYLESHEET, duration, hms
-from dashboard.views import SelectionSummary, html, layout, status_line
+from dashboard.page import layout
+from dashboard.review import ReviewPanel
+from dashboard.views import SelectionSummary, html, status_line
 
 TITLE = "ECG explorer · abnormal heartbeats"
 POLL_MS = 400
@@ -206,9 +208,11 @@ class App(pn.viewable.Viewer):
         summary = SelectionSummary(self.store)
         self.views["summary"] = summary
         self.statusbar.object = status_line(shared)
+        self.review = ReviewPanel(self.store)
         self.sidebar.objects = [
             html("<div class='ecg-card-title'>Selection</div>", margin=(10, 10, 0, 10)), summary,
             html("<div class='ecg-card-title'>Filters</div>", margin=(14, 10, 0, 10)), self.store,
+            html("<div class='ecg-card-title'>Review</div>", margin=(14, 10, 0, 10)), self.review,
             html("<div class='ecg-card-title'>How to explore</div>"
                  "<div class='ecg-card-help'>Brush a range in the length or score histogram, or a box in "
                  "the latent space: every beat view, the recording's markers and the outlier table follow "

@@ -21,11 +21,13 @@ dashboard.cuxfilter_board : the same linked charts drawn by cuxfilter (GPU, on r
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import panel as pn
 from bokeh.core.properties import Float, List, Nullable
 from bokeh.model import DataModel
-from bokeh.models import (BoxAnnotation, BoxSelectTool, BoxZoomTool, ColorBar, ColumnDataSource, CustomJS, Div,
+from bokeh.models import (BoxAnnotation, BoxSelectTool, BoxZoomTool, CDSView, ColorBar, ColumnDataSource, CustomJS, Div,
                           HoverTool, ImageRGBA, Line, LinearColorMapper, PanTool, Quad, Range1d, ResetTool, SaveTool,
                           Scatter, Span, WheelZoomTool)
 from bokeh.plotting import figure as bokeh_figure
@@ -33,7 +35,7 @@ from bokeh.plotting import figure as bokeh_figure
 from dashboard.bins import BinIndex, grid_index, histogram_index
 from dashboard.data_store import DataStore, Selection, one_patch
 from dashboard.signal_raster import SignalRaster
-from dashboard.spec import (CLASS_COLORS, OUTLIER_COLOR, SCORE_CMAP, SELECTED_COLOR, SIGNAL_COLOR,
+from dashboard.spec import (CLASS_COLORS, FAMILY_COLORS, OUTLIER_COLOR, SCORE_CMAP, SELECTED_COLOR, SIGNAL_COLOR,
                             UNSELECTED_COLOR, ViewSpec, hms_tick_formatter)
 from pipeline import backend
 
@@ -74,7 +76,8 @@ def figure(spec: ViewSpec, tools: list, **kwargs):
     kwargs.setdefault("toolbar_location", "above")
     kwargs.setdefault("x_axis_label", spec.xlabel or None)
     kwargs.setdefault("y_axis_label", spec.ylabel or None)
-    p = bokeh_figure(sizing_mode="stretch_width", tools=tools, **kwargs)
+    kwargs.setdefault("sizing_mode", "stretch_width")
+    p = bokeh_figure(tools=tools, **kwargs)
     p.toolbar.logo = None
     p.outline_line_color = None
     p.grid.grid_line_alpha = 0.35
@@ -84,10 +87,16 @@ def figure(spec: ViewSpec, tools: list, **kwargs):
     return p
 
 
+_VIEWS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 def add(p, source: ColumnDataSource, glyph):
     """Draw ``glyph`` from ``source`` on ``p``: one renderer without the selection and muted copies
-    of the glyph that Bokeh's plotting API adds (models every session would build and send)."""
-    return p.add_glyph(source, glyph)
+    of the glyph that Bokeh's plotting API adds, all renderers of a session sharing one view of
+    their data (each of these is a model every session would build and send)."""
+    doc = pn.state.curdoc
+    view = _VIEWS.setdefault(doc, CDSView()) if doc is not None else CDSView()
+    return p.add_glyph(source, glyph, view=view)
 
 
 IMAGE = dict(image="image", x="x", y="y", dw="dw", dh="dh")
@@ -234,7 +243,6 @@ class PlaneChart(LinkedChart):
         self.bins: BinIndex = shared.derived(f"bins/{spec.name}", lambda: grid_index(
             shared.columns[spec.x], shared.columns[spec.y], *self.home, PLANE_GRID))
         self.percentile = shared.derived("score-percentile", lambda: _percentile_rank(shared.columns["score"]))
-        self.colour_by = "score"
         empty = np.zeros(PLANE_GRID, dtype=np.uint32)
         geometry = _image_geometry(*self.home)
         self.background = ColumnDataSource(dict(image=[empty], **geometry))
@@ -242,6 +250,7 @@ class PlaneChart(LinkedChart):
         super().__init__(store, spec)
         self.view_watch = RangeWatch([self.figure.x_range, self.figure.y_range])
         self.view_watch.add(self._rebin)
+        store.param.watch(self._recolour, ["colour_by", "labels_version"])
 
     def _figure(self):
         spec = self.spec
@@ -277,14 +286,11 @@ class PlaneChart(LinkedChart):
         edges = self.bins.edges
         return (float(edges[0][0]), float(edges[0][-1])), (float(edges[1][0]), float(edges[1][-1]))
 
-    def set_colour(self, colour_by: str) -> None:
-        """'score' (mean score percentile) or 'label' (most common reference class per pixel)."""
-        if colour_by not in ("score", "label"):
-            raise ValueError(f"colour_by must be 'score' or 'label'; got {colour_by!r}")
-        self.colour_by = colour_by
+    def _recolour(self, event) -> None:
+        if event.name == "labels_version" and self.store.colour_by != "review":
+            return
         sel = self.store.selection
-        with one_patch():
-            self.draw_selected(sel, sel.others(self.spec.brush))
+        self.draw_selected(sel, sel.others(self.spec.brush))
 
     def draw_background(self, sel: Selection) -> None:
         counts = self.bins.counts(sel.base)
@@ -293,20 +299,56 @@ class PlaneChart(LinkedChart):
 
     def draw_selected(self, sel: Selection, mask) -> None:
         counts = self.bins.counts(mask)
-        if self.colour_by == "label" and self.store.shared.has_labels:
-            rgb = self._class_colours(mask)
-        else:
+        mode = self.store.colour_by
+        if mode == "score":
             mean = self.bins.counts(mask, weights=self.percentile) / np.maximum(counts, 1)
             # The palette spans percentiles 50–100: the upper half is where outliers stand out.
             at = np.clip((mean - 0.5) * 2, 0, 1)
             rgb = SCORE_PALETTE[(at * (len(SCORE_PALETTE) - 1)).astype(int)]
+        else:
+            rgb = self._category_colours(mask, mode)
         self.foreground.data["image"] = [_density_image(counts, rgb, alpha=(150, 255))]
 
-    def _class_colours(self, mask) -> np.ndarray:
-        classes = self.store.shared.derived("aami-classes", lambda: _class_codes(self.store.shared))
-        per_class = np.stack([self.bins.counts(mask & (classes == k)) for k in range(len(CLASS_COLORS))])
-        colours = np.array([_rgba(c) for c in CLASS_COLORS.values()], dtype=np.uint32)
-        return colours[per_class.argmax(axis=0)]
+    def _category_colours(self, mask, mode: str) -> np.ndarray:
+        """Per pixel, the colour of a category of its beats: for labels the first present in
+        CLASS_COLORS' order of precedence (a few V beats among many N show), for families the most
+        common one."""
+        codes, colours = beat_categories(self.store.shared, mode)
+        per = np.stack([self.bins.counts(mask & (codes == k)) for k in range(len(colours))])
+        if mode == "family":
+            chosen = per.argmax(axis=0)
+        else:
+            chosen = (per > 0).argmax(axis=0)
+        return np.array([_rgba(c) for c in colours], dtype=np.uint32)[chosen]
+
+
+def beat_categories(shared, mode: str) -> tuple:
+    """(code per beat as a device array, colour per code) for colouring by ``mode``: 'reference'
+    or 'review' (classes of CLASS_COLORS) or 'family' (the ten largest, then the rest)."""
+    if mode == "family":
+        codes = np.minimum(shared.beats["family"].to_numpy(), len(FAMILY_COLORS) - 1).astype(np.int8)
+        return shared.xp.asarray(codes), FAMILY_COLORS
+    if mode == "reference":
+        labels = shared.beats["label"].to_numpy() if shared.has_labels else np.full(shared.n_beats, "", object)
+        codes = shared.derived("classes/reference", lambda: shared.xp.asarray(label_classes(labels)))
+    elif mode == "review":
+        codes = shared.xp.asarray(label_classes(shared.review_of_beats()))
+    else:
+        raise ValueError(f"colour mode must be one of score, reference, review, family; got {mode!r}")
+    return codes, list(CLASS_COLORS.values())
+
+
+def label_classes(labels: np.ndarray) -> np.ndarray:
+    """Code into CLASS_COLORS of each label: its AAMI class for a MIT-BIH symbol, 'artefact', any
+    other text as 'other', '' as no label."""
+    from pipeline.evaluate import aami_class
+
+    names = list(CLASS_COLORS)
+    classes = aami_class(labels)
+    labels = np.asarray(labels, dtype=object)
+    classes = np.where(classes != "", classes, np.where(labels == "artefact", "artefact",
+                                                         np.where(labels == "", "", "other")))
+    return np.array([names.index(c) for c in classes], dtype=np.int8)
 
 
 def _robust_extent(values, share: float = 0.995, margin: float = 0.25) -> tuple[float, float]:
@@ -366,15 +408,6 @@ def _percentile_rank(scores):
     rank = xp.empty(scores.shape[0], dtype=xp.float64)
     rank[order] = xp.arange(scores.shape[0]) / max(scores.shape[0] - 1, 1)
     return rank
-
-
-def _class_codes(shared):
-    """Each beat's AAMI class as a code into CLASS_COLORS (device array)."""
-    from pipeline.evaluate import aami_class
-
-    names = list(CLASS_COLORS)
-    codes = np.array([names.index(c) for c in aami_class(shared.beats["label"].to_numpy())], dtype=np.int8)
-    return shared.xp.asarray(codes)
 
 
 def _density_image(counts: np.ndarray, rgb: np.ndarray, alpha: tuple[int, int]) -> np.ndarray:

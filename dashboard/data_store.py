@@ -29,7 +29,8 @@ import param
 
 from pipeline import backend
 
-BRUSH_COLUMNS = ("length_s", "z1", "z2", "score", "time_s", "rr_prev_s", "rr_next_s")
+BRUSH_COLUMNS = ("length_s", "z1", "z2", "score", "time_s", "rr_prev_s", "rr_next_s", "family")
+COLOUR_MODES = {"Score": "score", "Reference": "reference", "Review": "review", "Family": "family"}
 SPLITS = {"All beats": "all", "Training 75%": "train", "Held-out 25%": "test"}
 OUTLIER_QUANTILE = 0.98     # default threshold: the top 2% of scores
 TABLE_LIMIT = 500           # rows the ranked outlier table holds at most
@@ -70,6 +71,7 @@ class SharedRun:
     _derived: dict = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _model: Future | None = field(default=None, repr=False)
+    _review_cache: tuple = field(default=(None, None), repr=False)
 
     @classmethod
     def from_run(cls, run, device: str | None = None) -> "SharedRun":
@@ -84,6 +86,8 @@ class SharedRun:
         # Brushable columns in float64: with NumPy 2 a float32 array compared with a Python float
         # compares in float32, so a brush edge within half a float32 step of a value would select
         # differently from pandas/cuDF queries, which compare in float64.
+        if "family" not in beats:    # a run made before families existed: one family
+            beats["family"] = np.zeros(len(beats), dtype=np.int16)
         columns = {c: xp.asarray(beats[c].to_numpy(dtype=np.float64)) for c in BRUSH_COLUMNS}
         columns["is_test"] = xp.asarray(beats["is_test"].to_numpy())
         return cls(run=run, beats=beats, signal=signal, fs=float(run.fs), xp=xp, columns=columns,
@@ -123,6 +127,23 @@ class SharedRun:
     def host(self, column: str) -> np.ndarray:
         """A selection column as a host array."""
         return backend.to_host(self.columns[column])
+
+    # ------------------------------------------------------------------ the reviewer's labels
+    def review_labels(self):
+        """The reviewer's labels of this recording (one object per process: every session sees
+        every saved change)."""
+        from dashboard.labels import ReviewLabels
+
+        return self.derived("review-labels", lambda: ReviewLabels.for_run(self.run))
+
+    def review_of_beats(self) -> np.ndarray:
+        """Each beat's review label ('' for none), for the labels' current version."""
+        labels = self.review_labels()
+        version, values = self._review_cache
+        if version != labels.version or values is None:
+            values = labels.labels_of(self.beats["fiducial"].to_numpy())
+            self._review_cache = (labels.version, values)
+        return values
 
     # ------------------------------------------------------------------ the model (CPU)
     def load_model(self, background: bool = False) -> None:
@@ -239,6 +260,8 @@ class DataStore(pn.viewable.Viewer):
     split = param.Selector(default="all", objects=SPLITS, label="Beats")
     threshold = param.Number(default=0.0, label="Outlier threshold (score)")
     focus = param.Integer(default=None, allow_None=True, doc="beat_id shown in detail (from the table)")
+    colour_by = param.Selector(default="score", objects=COLOUR_MODES, label="Colour the planes by")
+    labels_version = param.Integer(default=0, doc="version of the reviewer's labels this session shows")
     selection = param.ClassSelector(class_=Selection, doc="the current selection (output)")
 
     _versions = itertools.count(1)
@@ -252,10 +275,27 @@ class DataStore(pn.viewable.Viewer):
         self._base_cache: tuple | None = None
         self._brush_cache: dict = {}
         self._refresh()
-        if not shared.decoder_ready():   # loading in the background: the centre's decoding follows it
-            doc = pn.state.curdoc
-            if doc is not None and doc.session_context is not None:
-                shared.when_decoder_ready(lambda: doc.add_next_tick_callback(self._decoder_arrived))
+        doc = pn.state.curdoc
+        live = doc is not None and doc.session_context is not None
+        if not shared.decoder_ready() and live:   # loading in the background: the centre's decoding follows it
+            shared.when_decoder_ready(lambda: doc.add_next_tick_callback(self._decoder_arrived))
+        self._follow_labels(doc if live else None)
+
+    def _follow_labels(self, doc) -> None:
+        """Show every saved change of the reviewer's labels: this session's own at once, another
+        session's on this session's next tick (their selections stay theirs)."""
+        labels = self.shared.review_labels()
+        self.labels_version = labels.version
+
+        def changed(version: int) -> None:
+            if doc is None or pn.state.curdoc is doc:
+                self.param.update(labels_version=version)
+            else:
+                doc.add_next_tick_callback(lambda: self.update(labels_version=version))
+
+        token = labels.subscribe(changed)
+        if doc is not None:
+            pn.state.on_session_destroyed(lambda context: labels.unsubscribe(token))
 
     def _decoder_arrived(self) -> None:
         with one_patch():
@@ -385,7 +425,7 @@ class DataStore(pn.viewable.Viewer):
         return widget
 
     def widget(self, name: str, **params):
-        """A new widget for ``threshold``, ``split`` or ``follow_window``, linked both ways."""
+        """A new widget for ``threshold``, ``split``, ``colour_by`` or ``follow_window``, linked both ways."""
         if name == "threshold":
             lo, hi = self.param.threshold.bounds
             widget = pn.widgets.EditableFloatSlider(name=self.param.threshold.label, value=self.threshold, start=lo,
@@ -393,10 +433,13 @@ class DataStore(pn.viewable.Viewer):
         elif name == "split":
             widget = pn.widgets.RadioButtonGroup(options=SPLITS, value=self.split, button_type="primary",
                                                  button_style="outline", **params)
+        elif name == "colour_by":
+            widget = pn.widgets.RadioButtonGroup(options=COLOUR_MODES, value=self.colour_by, button_type="primary",
+                                                 button_style="outline", **params)
         elif name == "follow_window":
             widget = pn.widgets.Checkbox(name=self.param.follow_window.label, value=self.follow_window, **params)
         else:
-            raise ValueError(f"widget name must be one of threshold, split, follow_window; got {name!r}")
+            raise ValueError(f"widget name must be one of threshold, split, colour_by, follow_window; got {name!r}")
         return self._link(widget, name)
 
     def __panel__(self):
@@ -404,6 +447,9 @@ class DataStore(pn.viewable.Viewer):
         clear.on_click(lambda _: self.clear())
         label = pn.pane.HTML("<span style='font-size:13px;font-weight:600;color:#3d4b5c'>Beats shown</span>",
                              margin=(8, 10, 0, 10))
+        colour = pn.pane.HTML("<span style='font-size:13px;font-weight:600;color:#3d4b5c'>Colour the planes by</span>",
+                              margin=(8, 10, 0, 10))
         return pn.Column(self.widget("threshold", sizing_mode="stretch_width"), label,
-                         self.widget("split", sizing_mode="stretch_width"), self.widget("follow_window"), clear,
+                         self.widget("split", sizing_mode="stretch_width"), self.widget("follow_window"), colour,
+                         self.widget("colour_by", sizing_mode="stretch_width"), clear,
                          sizing_mode="stretch_width", css_classes=["ecg-controls"])

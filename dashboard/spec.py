@@ -23,8 +23,13 @@ MEAN_COLOR = "#457b9d"
 MUTED = "#9aa5b1"
 UNSELECTED_COLOR = "#c9d2dc"
 SCORE_CMAP = ["#fde0c5", "#facba6", "#f8b58b", "#f59e72", "#f2855d", "#ef6a4c", "#eb4a40", "#c52a3f", "#8f1d3f"]
-# AAMI beat classes (and beats without a reference label), for colouring by reference labels.
-CLASS_COLORS = {"N": "#8fa8c8", "S": "#f4a261", "V": "#e63946", "F": "#9b5de5", "Q": "#6b7785", "": "#d9dee5"}
+# Beat classes for colouring by label (AAMI classes of reference or review labels, then the
+# reviewer's artefacts and own labels, then no label), in the order of precedence on a pixel that
+# holds several: the rarer and more abnormal first.
+CLASS_COLORS = {"V": "#e63946", "F": "#9b5de5", "S": "#f4a261", "Q": "#6b7785", "artefact": "#2b2d42",
+                "other": "#ffb703", "N": "#8fa8c8", "": "#d9dee5"}
+FAMILY_COLORS = ["#1d3557", "#e63946", "#2a9d8f", "#f4a261", "#9b5de5", "#457b9d", "#e9c46a", "#8d99ae",
+                 "#bc4749", "#6a994e", "#c9d2dc"]   # the ten largest families, then the rest
 
 
 @dataclass(frozen=True)
@@ -33,7 +38,7 @@ class ViewSpec:
 
     name: str
     title: str
-    kind: str                      # signal | tachogram | histogram | plane | table | beat | decoded | centre
+    kind: str                      # signal | tachogram | histogram | plane | table | beat | strip | families | decoded | centre
     x: str | None = None
     y: str | None = None
     bins: int = 60
@@ -45,6 +50,7 @@ class ViewSpec:
     controls: tuple[str, ...] = ()  # DataStore parameters with a widget on this view's card
     height: int = 280
     help: str = ""
+    tab: str = ""                  # its tab's name, when it shares a box with others
 
 
 VIEWS = {v.name: v for v in (
@@ -72,15 +78,21 @@ VIEWS = {v.name: v for v in (
              help="Drag across bars to select a score range; the red line is the outlier threshold."),
     ViewSpec("outliers", "Ranked outliers in the selection", "table", height=360,
              help="Selected beats above the threshold, highest score first. Click a row to inspect it."),
-    ViewSpec("beat", "Beat and its reconstruction", "beat", height=300),
-    ViewSpec("decoded", "Decoder outputs over the latent plane", "decoded", height=300,
+    ViewSpec("beat", "Beat and its reconstruction", "beat", height=300, tab="Beat"),
+    ViewSpec("strip", "Strip at paper speed", "strip", height=300, tab="Strip",
+             help="The focused beat ± 5 s at 25 mm/s and 10 mm/mV, on the standard grid."),
+    ViewSpec("families", "Beat families", "families", height=420, tab="Families",
+             help="Beats grouped by shape: each family's template (median, with the middle half of its beats "
+                  "shaded). Click a family to select its beats; label it in the Review panel."),
+    ViewSpec("decoded", "Decoder outputs over the latent plane", "decoded", height=300, tab="Decoder",
              help="decode(z) on a 3 × 3 grid spanning the central 90% of the beats' latent positions."),
-    ViewSpec("centre", "Selection centre", "centre", height=300,
+    ViewSpec("centre", "Selection centre", "centre", height=300, tab="Centre",
              help="decode(mean z of the selected beats) beside the mean of the selected beats themselves."),
 )}
 LINKED = tuple(name for name, v in VIEWS.items() if v.brush)   # brushes here filter every beat view
-LAYOUT = (("signal",), ("rhythm",), ("lengths", "scores"), ("latent", "poincare"), ("outliers", "beat"),
-          ("decoded", "centre"))
+# Rows of cards; a tuple in a row is one card with a tab per view (only the open tab is drawn).
+LAYOUT = (("signal",), ("rhythm",), ("lengths", "scores", "latent", "poincare"),
+          ("outliers", ("beat", "strip", "families", "centre", "decoded")))
 RENDERED_BY_BOARD = ("signal", "tachogram", "histogram", "plane")
 
 

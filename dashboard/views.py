@@ -1,13 +1,13 @@
 """The views that only read a :class:`~dashboard.data_store.DataStore` (the ranked outlier table,
-the focused beat, the decoded grid, the selection centre, the summary), and the page's layout.
-They are the same whichever board draws the linked charts, and they are plain Bokeh models whose
-data sources get small binary arrays on each change.
+the focused beat, the decoded grid, the selection centre, the summary). They are the same
+whichever board draws the linked charts, and they are plain Bokeh models whose data sources get
+small binary arrays on each change.
 
 See Also
 --------
 dashboard.spec : what each view shows.
 dashboard.charts, dashboard.cuxfilter_board : the boards that draw the linked charts.
-dashboard.app.App : puts :func:`layout` on the page.
+dashboard.page : lays them out.
 """
 from __future__ import annotations
 
@@ -18,8 +18,12 @@ from bokeh.models import (ColumnDataSource, DataTable, HTMLTemplateFormatter, Le
 
 from dashboard.charts import add, figure
 from dashboard.data_store import TABLE_LIMIT, DataStore, Selection
-from dashboard.spec import (CENTRE_COLOR, LAYOUT, MEAN_COLOR, MUTED, RENDERED_BY_BOARD, SIGNAL_COLOR, STYLESHEET,
-                            VIEWS, ViewSpec, duration, hms)
+from dashboard.spec import CENTRE_COLOR, MEAN_COLOR, MUTED, SIGNAL_COLOR, STYLESHEET, ViewSpec, duration, hms
+from pipeline.score import explain
+
+# Why a beat ranks high, as table columns (when the run has them): its shape's rarity and its timing.
+COMPONENT_COLUMNS = {"p_shape": ("shape rarity", "0.0000"), "rr_pre": ("RR before", "0.00"),
+                     "rr_post": ("RR after", "0.00")}
 
 # A table cell's seconds as H:MM:SS.s, formatted in the browser (the column travels as float64).
 _HMS_CELL = ("<%= (function (s) { const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60);"
@@ -79,9 +83,13 @@ class OutlierTable(View):
         super().__init__(store, spec)
         columns = [("beat_id", "beat", None), ("time_s", "time", HTMLTemplateFormatter(template=_HMS_CELL)),
                    ("length_s", "length (s)", NumberFormatter(format="0.000")),
-                   ("score", "score", NumberFormatter(format="0.00")), ("split", "split", None)]
+                   ("score", "score", NumberFormatter(format="0.00"))]
+        columns += [(c, title, NumberFormatter(format=fmt)) for c, (title, fmt) in COMPONENT_COLUMNS.items()
+                    if c in store.shared.beats]
+        columns.append(("split", "split", None))
         if store.shared.has_labels:
             columns.append(("label", "reference", None))
+        columns.append(("review", "yours", None))
         self.source = ColumnDataSource(self._data(store.selection))
         self.table = DataTable(
             source=self.source, height=spec.height - 40, sizing_mode="stretch_width", index_position=None,
@@ -92,14 +100,17 @@ class OutlierTable(View):
         self.caption = html("", css_classes=["ecg-caption"], margin=(0, 10))
         self._draw(store.selection)
         store.param.watch(lambda event: self._draw(event.new), "selection")
+        store.param.watch(lambda event: self._draw(store.selection), "labels_version")
 
     def _data(self, sel: Selection) -> dict:
-        out = sel.outliers
+        out, shared = sel.outliers, self.store.shared
         data = {"beat_id": out["beat_id"].to_numpy(dtype=np.int32), "time_s": out["time_s"].to_numpy(dtype=np.float64),
                 "length_s": out["length_s"].to_numpy(dtype=np.float32), "score": out["score"].to_numpy(dtype=np.float32),
                 "split": out["split"].astype(str).to_numpy()}
-        if self.store.shared.has_labels:
+        data.update({c: out[c].to_numpy(dtype=np.float32) for c in COMPONENT_COLUMNS if c in out})
+        if shared.has_labels:
             data["label"] = out["label"].to_numpy()
+        data["review"] = shared.review_of_beats()[out["beat_id"].to_numpy()]
         return data
 
     def _draw(self, sel: Selection) -> None:
@@ -133,6 +144,7 @@ class BeatDetail(View):
                                                   "recon": ("reconstruction decode(μ)", CENTRE_COLOR, "dashed", 2)})
         self.info = html(self._info(), css_classes=["ecg-caption"], margin=(0, 10))
         store.param.watch(self._draw, "focus")
+        store.param.watch(lambda event: setattr(self.info, "object", self._info()), "labels_version")
 
     def _info(self) -> str:
         focused = self.store.focused()
@@ -140,8 +152,11 @@ class BeatDetail(View):
             return "Click a row of the outlier table to see that beat here and zoom the recording to it."
         beat = focused[0]
         label = f" · reference <b>{beat['label'] or '–'}</b>" if "label" in beat else ""
+        review = self.store.shared.review_of_beats()[int(beat["beat_id"])]
+        why = f"<br>Why: {explain(beat)}" if all(c in beat for c in ("p_shape", "rr_pre", "rr_post")) else ""
         return (f"Beat <b>{int(beat['beat_id'])}</b> at <b>{hms(beat['time_s'])}</b> · length "
-                f"{beat['length_s'] * 1000:.0f} ms · score <b>{beat['score']:.2f}</b> · {beat['split']}{label}")
+                f"{beat['length_s'] * 1000:.0f} ms · score <b>{beat['score']:.2f}</b> · {beat['split']}{label}"
+                f" · yours <b>{review or '–'}</b>{why}")
 
     def _draw(self, event=None) -> None:
         focused = self.store.focused()
@@ -233,9 +248,6 @@ class SelectionCentre(View):
                          sizing_mode="stretch_width")
 
 
-SHARED_VIEWS = {"table": OutlierTable, "beat": BeatDetail, "decoded": DecodedGrid, "centre": SelectionCentre}
-
-
 # --------------------------------------------------------------------------- text
 def status_line(shared) -> str:
     """Recording length, beats kept, device, pipeline time per stage (HTML)."""
@@ -277,33 +289,3 @@ class SelectionSummary(View):
 
     def __panel__(self):
         return self.text
-
-
-# --------------------------------------------------------------------------- the page
-def card(spec: ViewSpec, body, controls: tuple = ()) -> pn.Column:
-    """A titled box around one view; the CSS class ``ecg-view-<name>`` lets tests find it."""
-    header = html(f"<div class='ecg-card-title'>{spec.title}</div>"
-                  + (f"<div class='ecg-card-help'>{spec.help}</div>" if spec.help else ""), margin=(4, 10, 0, 10))
-    return pn.Column(header, *controls, body, sizing_mode="stretch_width",
-                     css_classes=["ecg-card", f"ecg-view-{spec.name}"], margin=(6, 6), stylesheets=[STYLESHEET])
-
-
-def layout(store: DataStore, board) -> tuple[pn.Column, dict]:
-    """The dashboard body: LAYOUT's rows of cards. ``board`` draws the linked kinds.
-
-    Returns the body and ``{view name: view object}``.
-    """
-    views, rows = {}, []
-    for names in LAYOUT:
-        cells = []
-        for name in names:
-            spec = VIEWS[name]
-            if spec.kind in RENDERED_BY_BOARD:
-                view = board.chart(spec)
-            else:
-                view = SHARED_VIEWS[spec.kind](store, spec)
-            views[name] = view
-            controls = [store.widget(c, sizing_mode="stretch_width", margin=(2, 10)) for c in spec.controls]
-            cells.append(card(spec, view, controls))
-        rows.append(pn.Row(*cells, sizing_mode="stretch_width") if len(cells) > 1 else cells[0])
-    return pn.Column(*rows, *board.extras(), sizing_mode="stretch_width", css_classes=["ecg-dashboard"]), views

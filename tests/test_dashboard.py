@@ -51,7 +51,7 @@ def store(shared) -> DataStore:
 def page(shared):
     """One session's whole dashboard (store, board, views) in a Bokeh document."""
     from dashboard.app import make_board
-    from dashboard.views import layout
+    from dashboard.page import layout
 
     doc = Document()
     with set_curdoc(doc):
@@ -103,7 +103,7 @@ def test_length_brush_filters_table_and_views(shared, page):
     assert not np.allclose(sel.mean_beat, mean_before)
     np.testing.assert_allclose(sel.mean_beat, shared.embeddings[mask].mean(axis=0), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(centre.source.data["mean"], sel.mean_beat, rtol=1e-6)
-    assert all(v.rendered == sel.version for v in views.values() if hasattr(v, "rendered") and v.spec.kind not in ("beat", "decoded"))
+    assert all(v.rendered == sel.version for v in views.values() if hasattr(v, "rendered") and v.spec.kind not in ("beat", "strip", "families", "decoded"))
     assert board.version.text == str(sel.version)
 
     store.clear()
@@ -483,7 +483,9 @@ def test_app_shows_progress_then_the_dashboard_without_reload(shared):
         assert "Beats kept" in page.statusbar.object and "Device</b> cpu" in page.statusbar.object
         root = page.page().get_root(doc)
         doc.add_root(root)
-        assert len(doc.models) < 400, f"a session's page should stay small; it has {len(doc.models)} models"
+        # The page before the redesign had 526 models with four views fewer (HoloViews, Tabulator,
+        # FastListTemplate); tabs build only the open view.
+        assert len(doc.models) < 440, f"a session's page should stay small; it has {len(doc.models)} models"
 
 
 def test_cpu_dashboard_never_imports_gpu_libraries(run):
@@ -500,7 +502,7 @@ from bokeh.document import Document
 from panel.io.state import set_curdoc
 import dashboard.app
 from dashboard.data_store import DataStore, SharedRun
-from dashboard.views import layout
+from dashboard.page import layout
 from pipeline.results import load_run
 shared = SharedRun.from_run(load_run({str(run.path)!r}))
 doc = Document()
@@ -516,3 +518,88 @@ print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in gpu)))
     done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+
+
+# --------------------------------------------------------------------------- review tools
+@pytest.fixture
+def review_page(shared, tmp_path, monkeypatch):
+    """A page whose reviewer labels live in a fresh folder (the module's run is shared by tests)."""
+    from dashboard.labels import ReviewLabels
+
+    shared._derived.pop("review-labels", None)
+    monkeypatch.setattr(ReviewLabels, "for_run", classmethod(lambda cls, run: cls(tmp_path / "labels.parquet", run.fs)))
+    yield shared
+    shared._derived.pop("review-labels", None)
+
+
+def test_selecting_a_family_selects_its_beats_everywhere(review_page, page):
+    store, board, views = page
+    families = views["families"]
+    beats = review_page.beats
+    assert families.source.data["count"].tolist() == np.bincount(beats["family"]).tolist()
+    second = 1 if len(families.source.data["family"]) > 1 else 0
+    families.source.selected.indices = [second]                      # a click on that family's row
+    assert store.brush == {"family": (float(second), float(second))}
+    assert store.selection.count == int((beats["family"] == second).sum())
+    assert f"#{second}</b> selected" in families.caption.object
+
+
+def test_labels_reach_the_table_other_sessions_and_undo(review_page, page):
+    from dashboard.review import ReviewPanel
+
+    store, board, views = page
+    other = DataStore(review_page)                                    # a second session
+    panel = ReviewPanel(store)
+    beat_id = int(store.selection.outliers["beat_id"].iloc[0])
+    store.update(focus=beat_id)
+    panel.apply("V")
+    assert views["outliers"].source.data["review"][0] == "V"
+    assert other.labels_version == store.labels_version > 0
+    assert review_page.review_of_beats()[beat_id] == "V" and other.brush == {}
+    saved = pd.read_parquet(review_page.review_labels().path)
+    assert saved["sample"].tolist() == [int(review_page.beats["fiducial"].iloc[beat_id])]
+
+    panel.scope.value = "selection"
+    store.select_range("length_s", *middle_range(review_page.beats["length_s"], 0.4, 0.5))
+    panel.apply("check")
+    assert (review_page.review_of_beats()[store.selection.ids] == "check").all()
+    panel.undo()
+    assert (review_page.review_of_beats() != "check").all() and review_page.review_of_beats()[beat_id] == "V"
+    panel.scope.value = "family"
+    panel.apply("N")
+    family = review_page.beats["family"].iloc[beat_id]
+    assert (review_page.review_of_beats()[(review_page.beats["family"] == family).to_numpy()] == "N").all()
+    panel.apply("  ")
+    assert "label must be" in panel.status.object
+
+
+def test_strip_is_at_paper_speed_with_labels_and_intervals(review_page, page):
+    from dashboard.review import PAPER_MM_PER_MV, PAPER_MM_PER_S, STRIP_SECONDS
+
+    store, board, views = page
+    strip = views["strip"]
+    beat_id = int(store.selection.outliers["beat_id"].iloc[0])
+    review_page.review_labels().set([int(review_page.beats["fiducial"].iloc[beat_id])], "V")
+    store.update(focus=beat_id)
+    t = strip.trace.data["t"]
+    assert t[0] == pytest.approx(-STRIP_SECONDS, abs=2 / review_page.fs) and t[-1] == pytest.approx(STRIP_SECONDS, abs=2 / review_page.fs)
+    x = np.asarray(strip.labels.data["x"])
+    assert "V" == strip.labels.data["text"][int(np.argmin(np.abs(x)))]
+    assert len(strip.intervals.data["text"]) == len(x) - 1
+    band = strip.figure.y_range.end - strip.figure.y_range.start
+    assert strip.figure.aspect_ratio == pytest.approx(2 * STRIP_SECONDS * PAPER_MM_PER_S / (band * PAPER_MM_PER_MV))
+    assert strip.figure.xgrid.ticker.interval == 0.2 and strip.figure.ygrid.ticker.interval == 0.5
+    assert strip.figure.xgrid.ticker.num_minor_ticks == 5      # 0.04 s and 0.1 mV minor lines
+
+
+def test_planes_colour_by_family_and_labels(review_page, page):
+    from dashboard.charts import label_classes
+
+    store, board, views = page
+    latent = board.charts["latent"]
+    by_score = latent.foreground.data["image"][0].copy()
+    store.update(colour_by="family")
+    by_family = latent.foreground.data["image"][0]
+    assert np.array_equal(by_family >> 24 > 0, by_score >> 24 > 0) and not np.array_equal(by_family, by_score)
+    assert label_classes(np.array(["V", "N", "", "artefact", "own text", "A"], dtype=object)).tolist() == \
+        [0, 6, 7, 4, 5, 2]
