@@ -21,13 +21,11 @@ dashboard.cuxfilter_board : the same linked charts drawn by cuxfilter (GPU, on r
 """
 from __future__ import annotations
 
-import weakref
-
 import numpy as np
 import panel as pn
 from bokeh.core.properties import Float, List, Nullable
 from bokeh.model import DataModel
-from bokeh.models import (BoxAnnotation, BoxSelectTool, BoxZoomTool, CDSView, ColorBar, ColumnDataSource, CustomJS, Div,
+from bokeh.models import (BoxAnnotation, BoxSelectTool, BoxZoomTool, ColorBar, ColumnDataSource, CustomJS, Div,
                           HoverTool, ImageRGBA, Line, LinearColorMapper, PanTool, Quad, Range1d, ResetTool, SaveTool,
                           Scatter, Span, WheelZoomTool)
 from bokeh.plotting import figure as bokeh_figure
@@ -77,6 +75,7 @@ def figure(spec: ViewSpec, tools: list, **kwargs):
     kwargs.setdefault("x_axis_label", spec.xlabel or None)
     kwargs.setdefault("y_axis_label", spec.ylabel or None)
     kwargs.setdefault("sizing_mode", "stretch_width")
+    kwargs.setdefault("name", f"ecg-{spec.name}")   # how tests and benchmarks find a view's figure
     p = bokeh_figure(tools=tools, **kwargs)
     p.toolbar.logo = None
     p.outline_line_color = None
@@ -87,16 +86,11 @@ def figure(spec: ViewSpec, tools: list, **kwargs):
     return p
 
 
-_VIEWS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
 def add(p, source: ColumnDataSource, glyph):
     """Draw ``glyph`` from ``source`` on ``p``: one renderer without the selection and muted copies
-    of the glyph that Bokeh's plotting API adds, all renderers of a session sharing one view of
-    their data (each of these is a model every session would build and send)."""
-    doc = pn.state.curdoc
-    view = _VIEWS.setdefault(doc, CDSView()) if doc is not None else CDSView()
-    return p.add_glyph(source, glyph, view=view)
+    of the glyph that Bokeh's plotting API adds (models every session would build and send). (A
+    view of the data cannot be shared between renderers: the browser keeps its indices in it.)"""
+    return p.add_glyph(source, glyph)
 
 
 IMAGE = dict(image="image", x="x", y="y", dw="dw", dh="dh")
@@ -464,7 +458,7 @@ class SignalChart(pn.viewable.Viewer):
         hover = HoverTool(tooltips=[("beat", "@beat_id"), ("score", "@score{0.00}")])
         p = figure(spec, [wheel, pan, BoxZoomTool(dimensions="width"), hover, ResetTool(), SaveTool()],
                    x_range=Range1d(*self._extent, bounds=self._extent, min_interval=4 / raster.fs),
-                   y_range=Range1d(*raster.y_range), name="ecg-signal")
+                   y_range=Range1d(*raster.y_range))
         p.toolbar.active_scroll, p.toolbar.active_drag = wheel, pan
         p.xaxis.formatter = hms_tick_formatter()
         add(p, self.image, ImageRGBA(**IMAGE))

@@ -13,6 +13,7 @@ import shutil
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from benchmarks.served import Server
@@ -122,6 +123,33 @@ class Page:
         self.page.mouse.move(x1, y1, steps=6)
         self.page.mouse.up()
 
+    def to_screen(self, view: str, x: float, y: float | None = None) -> tuple[float, float]:
+        """Page coordinates of the data point (x, y) in a view's figure (y: the frame's middle)."""
+        return tuple(self.page.evaluate("""([name, x, y]) => {
+            const view = Bokeh.index.find_one(Bokeh.documents[0].get_model_by_name(name));
+            const box = view.canvas_view.el.getBoundingClientRect(), frame = view.frame;
+            const sy = y === null ? frame.bbox.vcenter : frame.y_scale.compute(y);
+            return [box.left + frame.x_scale.compute(x), box.top + sy]; }""", [f"ecg-{view}", x, y]))
+
+    def quantiles(self, view: str, lo: float, hi: float) -> tuple[float, float]:
+        """The values at the ``lo`` and ``hi`` quantiles of a histogram's beats (from its bars)."""
+        return tuple(self.page.evaluate("""([name, lo, hi]) => {
+            const d = Bokeh.documents[0].get_model_by_name(name).renderers[0].data_source.data;
+            const total = d.all.reduce((a, b) => a + b, 0); let run = 0, a = null, b = null;
+            for (let i = 0; i < d.all.length; i++) { run += d.all[i];
+                if (a === null && run >= lo * total) a = d.left[i];
+                if (b === null && run >= hi * total) b = d.right[i]; }
+            return [a, b]; }""", [f"ecg-{view}", lo, hi]))
+
+    def brush_values(self, view: str, x0: float, x1: float) -> None:
+        """Drag across the data range [x0, x1] of a histogram."""
+        (a, y), (b, _) = self.to_screen(view, x0), self.to_screen(view, x1)
+        self.page.mouse.move(a, y)
+        self.page.mouse.down()
+        self.page.mouse.move((a + b) / 2, y, steps=6)
+        self.page.mouse.move(b, y, steps=6)
+        self.page.mouse.up()
+
     def double_click(self, view: str) -> None:
         box = self.canvas_box(view)
         self.page.mouse.dblclick(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
@@ -161,8 +189,9 @@ def test_brush_filters_the_views_and_a_click_zooms_to_the_beat(server, browser):
         assert total > 500 and len(rows) > 0
         assert x_whole[1] - x_whole[0] > 600   # the whole 20-minute recording
 
-        # Brush the tall part of the length histogram: fewer beats, another table, redrawn charts.
-        page.brush("lengths", 0.52, 0.60)
+        # Brush most of the length histogram: fewer beats, another table, redrawn charts.
+        page.canvas_box("lengths")
+        page.brush_values("lengths", *page.quantiles("lengths", 0.02, 0.7))
         page.wait_until(lambda: page.count() < total, "the selection count to drop")
         page.wait_until(lambda: page.rows() != rows, "the outlier table to change")
         page.page.wait_for_timeout(1500)
@@ -204,7 +233,8 @@ def test_two_sessions_keep_their_own_selections(server, browser):
         assert bob.count() == total
         bob_rows = bob.rows()
 
-        alice.brush("lengths", 0.52, 0.60)
+        alice.canvas_box("lengths")
+        alice.brush_values("lengths", *alice.quantiles("lengths", 0.02, 0.7))
         alice.wait_until(lambda: alice.count() < total, "Alice's selection")
         alice_count = alice.count()
         bob.page.wait_for_timeout(2000)
@@ -221,3 +251,80 @@ def test_two_sessions_keep_their_own_selections(server, browser):
     finally:
         alice.close()
         bob.close()
+
+
+# --------------------------------------------------------------------------- review tools
+def test_poincare_brush_and_family_selection_filter_the_views(server, browser):
+    page = Page(browser, server.url)
+    try:
+        page.wait_dashboard()
+        total, rows = page.count(), page.rows()
+        page.brush("poincare", 0.3, 0.6, top=0.2, bottom=0.8)
+        page.wait_until(lambda: "rr_prev_s:" in page.page.locator(".ecg-summary .ecg-muted").first.inner_text(),
+                        "the Poincaré brush")
+        page.wait_until(lambda: page.count() < total, "the Poincaré brush to narrow the selection")
+        page.shot("poincare-brush.png")
+        page.page.locator(".ecg-summary").first.scroll_into_view_if_needed()
+        page.page.get_by_role("button", name="Clear selection").click()
+        page.wait_until(lambda: page.count() == total, "the selection to clear")
+
+        page.page.locator(".bk-tab", has_text="Families").first.click()
+        family_rows = page.page.locator(".ecg-view-families .slick-row")
+        family_rows.first.wait_for(timeout=UPDATE_S * 1000)
+        second = family_rows.nth(1) if family_rows.count() > 1 else family_rows.first
+        size = int(second.locator(".slick-cell.l1").inner_text().replace(",", ""))
+        second.locator(".slick-cell.l0").click()
+        page.wait_until(lambda: page.count() == size, f"the family's {size} beats to be selected")
+        page.shot("families.png")
+        assert page.rows() != rows or size == total
+        assert not page.errors, "\n".join(page.errors)
+    finally:
+        page.close()
+
+
+def test_labels_show_in_the_table_survive_a_restart_and_export_to_wfdb(browser, tmp_path):
+    import wfdb
+
+    out = tmp_path / "runs"
+    srv = Server([*APP_ARGS, "--out", str(out)], tmp_path / "server-1.log")
+    try:
+        srv.wait_ready(READY_S)
+        page = Page(browser, srv.url)
+        page.wait_dashboard()
+        page.canvas_box("lengths")
+        page.brush_values("lengths", *page.quantiles("lengths", 0.02, 0.7))
+        page.wait_until(lambda: page.rows() and "V" not in page.rows()[0].split(), "a selection")
+        page.page.locator(".bk-btn-group .bk-btn", has_text=re.compile("^Selection$")).first.click()
+        page.page.get_by_role("button", name="V", exact=True).click()
+        page.wait_until(lambda: all(r.split()[-1] == "V" for r in page.rows()), "the table to show the labels")
+        labelled = [r.split()[0] for r in page.rows()]
+        page.page.locator(".bk-tab", has_text="Strip").first.click()
+        page.page.locator(".ecg-view-outliers .slick-row").first.locator(".slick-cell.l0").click()
+        page.page.wait_for_timeout(1500)
+        page.shot("strip.png")
+        with page.page.expect_download() as download:
+            page.page.get_by_role("button", name="WFDB (.rev)").click()
+        target = tmp_path / "export" / download.value.suggested_filename
+        target.parent.mkdir()
+        download.value.save_as(target)
+        assert not page.errors, "\n".join(page.errors)
+        page.close()
+    finally:
+        srv.stop()
+
+    saved = pd.read_parquet(next((out / "labels").glob("*.parquet")))
+    ann = wfdb.rdann(str(target.with_suffix("")), "rev")
+    assert ann.sample.tolist() == saved["sample"].tolist() and set(ann.symbol) == {"V"}
+
+    again = Server([*APP_ARGS, "--out", str(out)], tmp_path / "server-2.log")   # a restart
+    try:
+        again.wait_ready(READY_S)
+        page = Page(browser, again.url)
+        page.wait_dashboard()
+        page.canvas_box("lengths")
+        page.brush_values("lengths", *page.quantiles("lengths", 0.02, 0.7))
+        page.wait_until(lambda: [r.split()[0] for r in page.rows()] == labelled, "the same selection")
+        assert all(r.split()[-1] == "V" for r in page.rows()), "labels survive a restart"
+        page.close()
+    finally:
+        again.stop()
