@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -27,7 +28,7 @@ import panel as pn
 import param
 
 from dashboard import startup
-from dashboard.data_store import DataStore, SharedRun
+from dashboard.data_store import BACKGROUND_DELAY_S, DataStore, SharedRun
 from dashboard.spec import ASSETS, STYLESHEET, duration, hms
 from dashboard.page import layout
 from dashboard.review import ReviewPanel
@@ -90,16 +91,17 @@ def prepare(settings: startup.Settings):
         board = resolve_board(settings.board, run)
         shared = SharedRun.from_run(run)
         shared.extras["board"] = board
-        # What only some views need, and takes seconds, loads beside the first sessions rather than
-        # before them: PyTorch and the model (the decoded centre), Datashader's compiled line
-        # drawing (the recording's raster; the browser draws its levels as a line until then).
-        shared.load_model(background=True)
-        signal_raster(shared).compile_in_background()
+        # What only some views need, and takes seconds, loads once the first page is up rather than
+        # before it: PyTorch and the model (the decoded centre), Datashader's compiled line drawing
+        # (the recording's raster; the browser draws its levels as a line until then).
+        shared.extras["first_page"] = first_page = threading.Event()
+        shared.load_model(background=True, after=first_page)
+        signal_raster(shared).compile_in_background(after=first_page, delay_s=BACKGROUND_DELAY_S)
         if board == "cuxfilter":
             from dashboard import cuxfilter_board
 
             cuxfilter_board.prepare(shared)
-        startup._log(f"ECG dashboard: views warmed up in {warm_up(shared):.1f} s ({board} board)")
+            startup._log(f"ECG dashboard: views warmed up in {warm_up(shared):.1f} s ({board} board)")
         return shared
     return _prepare
 
@@ -225,6 +227,8 @@ class App(pn.viewable.Viewer):
         ]
         self.main.objects = [self.statusbar, body]
         self.state = "ready"
+        if "first_page" in shared.extras:   # the page is drawn: what waited for it may start
+            pn.state.onload(shared.extras["first_page"].set)
 
     # ------------------------------------------------------------------ page
     def page(self) -> pn.Column:

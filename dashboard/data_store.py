@@ -34,6 +34,7 @@ COLOUR_MODES = {"Score": "score", "Reference": "reference", "Review": "review", 
 SPLITS = {"All beats": "all", "Training 75%": "train", "Held-out 25%": "test"}
 OUTLIER_QUANTILE = 0.98     # default threshold: the top 2% of scores
 TABLE_LIMIT = 500           # rows the ranked outlier table holds at most
+BACKGROUND_DELAY_S = 10.0   # work for later starts this long after the run is ready, or when the first page is up
 
 
 @contextlib.contextmanager
@@ -146,20 +147,23 @@ class SharedRun:
         return values
 
     # ------------------------------------------------------------------ the model (CPU)
-    def load_model(self, background: bool = False) -> None:
-        """Load the VAE for decoding (once). ``background``: in a thread of its own, so that a start
-        from a cached run does not wait for PyTorch's import; :meth:`decoder_ready` tells when it is
-        there and :meth:`when_decoder_ready` calls back then."""
+    def load_model(self, background: bool = False, after: threading.Event | None = None) -> None:
+        """Load the VAE for decoding (once). ``background``: in a thread of its own, once ``after``
+        is set (or 10 s have passed), so that a start from a cached run does not wait for PyTorch's
+        import; :meth:`decoder_ready` tells when it is there and :meth:`when_decoder_ready` calls
+        back then."""
         with self._lock:
             if self._model is not None:
                 return
             self._model = Future()
         if background:
-            threading.Thread(target=self._load_model, name="ecg-model", daemon=True).start()
+            threading.Thread(target=self._load_model, args=(after,), name="ecg-model", daemon=True).start()
         else:
             self._load_model()
 
-    def _load_model(self) -> None:
+    def _load_model(self, after: threading.Event | None = None) -> None:
+        if after is not None:
+            after.wait(timeout=BACKGROUND_DELAY_S)
         try:
             self._model.set_result(self.run.model("cpu"))
         except Exception as err:   # surfaces where the model is used

@@ -87,8 +87,13 @@ class SignalRaster:
         self.render(0.0, x1, 8, 8)        # float bounds: Numba compiles for the argument types real renders use
         self.compiled.set()
 
-    def compile_in_background(self) -> None:
-        threading.Thread(target=self.compile, name="ecg-datashader-jit", daemon=True).start()
+    def compile_in_background(self, after: threading.Event | None = None, delay_s: float = 10.0) -> None:
+        """:meth:`compile` in a thread of its own, once ``after`` is set (or ``delay_s`` passed)."""
+        def work():
+            if after is not None:
+                after.wait(timeout=delay_s)
+            self.compile()
+        threading.Thread(target=work, name="ecg-datashader-jit", daemon=True).start()
 
     def _level(self, block: int, t, y) -> Level:
         return Level(block, self._frame({"t": t, "y": y.astype(np.float32)}))

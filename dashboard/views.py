@@ -19,7 +19,6 @@ from bokeh.models import (ColumnDataSource, DataTable, HTMLTemplateFormatter, Le
 from dashboard.charts import add, figure
 from dashboard.data_store import TABLE_LIMIT, DataStore, Selection
 from dashboard.spec import CENTRE_COLOR, MEAN_COLOR, MUTED, SIGNAL_COLOR, STYLESHEET, ViewSpec, duration, hms
-from pipeline.score import explain
 
 # Why a beat ranks high, as table columns (when the run has them): its shape's rarity and its timing.
 COMPONENT_COLUMNS = {"p_shape": ("shape rarity", "0.0000"), "rr_pre": ("RR before", "0.00"),
@@ -152,6 +151,8 @@ class BeatDetail(View):
             return "Click a row of the outlier table to see that beat here and zoom the recording to it."
         beat = focused[0]
         label = f" · reference <b>{beat['label'] or '–'}</b>" if "label" in beat else ""
+        from pipeline.score import explain   # here, not at the top: it brings PyTorch, which the first page does without
+
         review = self.store.shared.review_of_beats()[int(beat["beat_id"])]
         why = f"<br>Why: {explain(beat)}" if all(c in beat for c in ("p_shape", "rr_pre", "rr_post")) else ""
         return (f"Beat <b>{int(beat['beat_id'])}</b> at <b>{hms(beat['time_s'])}</b> · length "

@@ -1,0 +1,154 @@
+"""Benchmark: from the server command to a usable dashboard, in fresh processes.
+
+    python -m benchmarks.serve_start [--runs 3] [--cold] [--no-browser] [-- APP ARGS ...]
+
+Each run starts ``panel serve dashboard/app.py`` (what ``./run.sh`` starts) in a new process and
+times, from the command: the first HTTP answer of the page; the server's "ready" log line (the run
+loaded or computed, the views prepared); and the first usable dashboard — in Chromium (started
+before the server, so its own start is not counted) until every view is drawn, or without a
+browser (``--no-browser``, the GPU machine) until a ``bokeh.client`` session holds the whole
+dashboard. ``--cold`` makes the server recompute the run (``--no-cache``); otherwise the run comes
+from the cache (one untimed start fills it first). Prints a table and writes JSON and Markdown under
+``benchmarks/results/`` (``--out``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+from benchmarks.measure import describe_machine, machine_name
+from benchmarks.served import ROOT, Server, pull_dashboard
+from pipeline import backend
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+# Every view drawn: the selection marker, the histograms' bars and the recording's first drawing.
+USABLE_JS = """() => {
+    if (!window.Bokeh || !Bokeh.documents.length) return false;
+    const doc = Bokeh.documents[0], get = (name) => doc.get_model_by_name(name);
+    if (!get('ecg-version') || !get('ecg-lengths') || !get('ecg-signal')) return false;
+    const bars = get('ecg-lengths').renderers[0].data_source.data.all;
+    const signal = get('ecg-signal').renderers.slice(0, 2).map(r => r.data_source.data);
+    return bars.length > 0 && (signal[0].image[0].length > 1 || signal[1].t.length > 0);
+}"""
+
+
+def usable_in_browser(browser, server: Server, timeout: float) -> float:
+    """Seconds from the command until a fresh browser page shows a usable dashboard."""
+    page = browser.new_page(viewport={"width": 1600, "height": 1250})
+    try:
+        deadline = server.started + timeout
+        while True:
+            try:
+                page.goto(server.url, timeout=5000)
+                break
+            except Exception:           # not listening yet
+                if time.perf_counter() > deadline:
+                    raise TimeoutError(f"no page at {server.url}:\n{server.log()[-2000:]}") from None
+                time.sleep(0.05)
+        page.wait_for_function(USABLE_JS, timeout=max(deadline - time.perf_counter(), 1) * 1000, polling=50)
+        page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+        return time.perf_counter() - server.started
+    finally:
+        page.close()
+
+
+def usable_by_protocol(server: Server, timeout: float) -> float:
+    """Seconds from the command until a bokeh.client session holds the whole dashboard."""
+    deadline = server.started + timeout
+    while time.perf_counter() < deadline:
+        try:
+            page = pull_dashboard(server.url)
+            if page["dashboard"]:
+                return time.perf_counter() - server.started
+        except Exception:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"no dashboard at {server.url} after {timeout:.0f} s:\n{server.log()[-2000:]}")
+
+
+def one_start(app_args: list[str], log: Path, browser, timeout: float) -> dict:
+    server = Server(app_args, log)
+    try:
+        server.wait_http(timeout)
+        http_s = time.perf_counter() - server.started
+        usable_s = usable_in_browser(browser, server, timeout) if browser else usable_by_protocol(server, timeout)
+        ready_s = server.wait_ready(timeout)
+        return {"http_s": round(http_s, 3), "ready_s": round(ready_s, 3), "usable_s": round(usable_s, 3),
+                "cached": "cached run" in server.log()}
+    finally:
+        server.stop()
+
+
+def summarize(runs: list[dict]) -> dict:
+    return {key: {"median": round(statistics.median(r[key] for r in runs), 2), "min": min(r[key] for r in runs),
+                  "max": max(r[key] for r in runs)} for key in ("http_s", "ready_s", "usable_s")}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runs", type=int, default=3, help="fresh server starts to time (median of them)")
+    p.add_argument("--cold", action="store_true", help="the server recomputes the run each time (--no-cache)")
+    p.add_argument("--no-browser", action="store_true", help="usable = a bokeh.client session holds the dashboard")
+    p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="folder of the JSON and Markdown")
+    p.add_argument("--label", default="", help="the machine's name in the result files (default: from the machine)")
+    p.add_argument("app_args", nargs=argparse.REMAINDER, help="arguments for the app, after --")
+    args = p.parse_args(argv)
+    app_args = [a for a in args.app_args if a != "--"] + (["--no-cache"] if args.cold else [])
+    logs = Path(tempfile.mkdtemp(prefix="serve-start-"))
+
+    def measure(browser) -> dict:
+        if not args.cold:     # fill the cache first (untimed)
+            one_start(app_args, logs / "fill.log", browser, args.timeout)
+        runs = []
+        for k in range(args.runs):
+            runs.append(one_start(app_args, logs / f"run-{k}.log", browser, args.timeout))
+            print(f"run {k + 1}/{args.runs}: {runs[-1]}", file=sys.stderr, flush=True)
+        return {"runs": runs, "summary": summarize(runs)}
+
+    if args.no_browser:
+        measured = measure(None)
+    else:
+        from playwright.sync_api import sync_playwright
+
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                measured = measure(browser)
+            finally:
+                browser.close()
+    machine = describe_machine(backend.has_gpu())
+    result = {"benchmark": "serve_start", "date": date.today().isoformat(), "machine": machine,
+              "app_args": app_args, "cold": args.cold, "usable_by": "protocol" if args.no_browser else "chromium",
+              **measured}
+    write(result, Path(args.out), args.label or machine_name(machine))
+    return result
+
+
+def write(result: dict, out: Path, label: str) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"serve-start-{label}-{'cold' if result['cold'] else 'cached'}-{result['date']}"
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
+    s = result["summary"]
+    lines = [f"# Server start → usable dashboard ({'recomputed' if result['cold'] else 'cached'} run)", "",
+             f"Machine: {result['machine'].get('cpu', '?')}, {result['machine'].get('cpu_cores', '?')} cores"
+             + (f", {result['machine']['gpu']}" if result['machine'].get('gpu') else "")
+             + f". App arguments: `{' '.join(result['app_args']) or '(defaults)'}`; usable = {result['usable_by']}.", "",
+             "| from the command to | median (s) | min | max |", "| --- | --- | --- | --- |"]
+    for key, name in (("http_s", "first HTTP answer"), ("ready_s", "server ready (log)"),
+                      ("usable_s", "usable dashboard")):
+        lines.append(f"| {name} | {s[key]['median']:.2f} | {s[key]['min']:.2f} | {s[key]['max']:.2f} |")
+    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
