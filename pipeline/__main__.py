@@ -92,6 +92,8 @@ def _add_cluster_options(p: argparse.ArgumentParser) -> None:
                         "local-cuda (one worker per GPU) | a scheduler address such as tcp://host:8786")
     p.add_argument("--workers", type=int, help="local: worker processes (default: one per core, at most one per "
                    "recording); local-cuda: GPUs to use (default: all visible)")
+    p.add_argument("--threads", type=int, help="thread budget of each worker (PyTorch, Numba, OpenMP); default: "
+                   "cores // workers on a local cluster, the workers' own settings on a remote one")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -188,7 +190,8 @@ def _cmd_batch(args) -> int:
 
     paths = batch.find_recordings(args.inputs, exclude=args.out)
     jobs = [batch.Job(_request(args, str(path))) for path in paths]
-    result = batch.run_batch(jobs, cluster=args.cluster, workers=args.workers, progress=not args.quiet)
+    result = batch.run_batch(jobs, cluster=args.cluster, workers=args.workers, threads=args.threads,
+                             progress=not args.quiet)
     print(batch.format_summary(result))
     return 1 if result.failed else 0
 
@@ -210,7 +213,7 @@ def _cmd_evaluate(args) -> int:
 
     table = evaluate.evaluate_directory(Path(args.directory), lambda path: _request(args, str(path)),
                                         neurokit=not args.no_neurokit, cluster=args.cluster, workers=args.workers,
-                                        progress=not args.quiet)
+                                        threads=args.threads, progress=not args.quiet)
     print(evaluate.format_table(table))
     failed = table.attrs.get("failed", {})
     for record, error in failed.items():

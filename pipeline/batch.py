@@ -159,7 +159,7 @@ class Cluster:
 
 @contextlib.contextmanager
 def open_cluster(cluster: str = "auto", workers: int | None = None, device: str = "auto",
-                 max_workers: int | None = None):
+                 max_workers: int | None = None, threads: int | None = None):
     """Start (or connect to) the cluster for a batch; close what was started on exit.
 
     Parameters
@@ -172,11 +172,15 @@ def open_cluster(cluster: str = "auto", workers: int | None = None, device: str 
         ``local-cuda``: GPUs to use (default: every visible one). Ignored for an address.
     max_workers : int, optional
         No more local workers than this (the number of recordings): idle ones cost start-up.
+    threads : int, optional
+        Thread budget of each worker (PyTorch, Numba, OpenMP). Default on a local cluster:
+        ``cores // workers``; on a cluster given by address: the workers' own settings.
     """
     from pipeline import backend
 
-    if workers is not None and workers < 1:
-        raise ValueError(f"workers must be at least 1; got {workers}")
+    for name, value in (("workers", workers), ("threads", threads)):
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be at least 1; got {value}")
     if cluster == "auto":
         cluster = "local-cuda" if device != "cpu" and backend.has_gpu() else "local"
     started = time.perf_counter()
@@ -185,7 +189,7 @@ def open_cluster(cluster: str = "auto", workers: int | None = None, device: str 
         n = workers or cores
         if max_workers:
             n = min(n, max_workers)
-        threads = max(1, cores // n)
+        threads = threads or max(1, cores // n)
         client = _local_cluster(n, threads)
     elif cluster == "local-cuda":
         if device == "cpu":
@@ -195,10 +199,10 @@ def open_cluster(cluster: str = "auto", workers: int | None = None, device: str 
         if workers is not None and workers > n:
             raise ValueError(f"--workers {workers} asks for more GPUs than the {n} visible ones")
         n = min(workers or n, max_workers or n)
-        threads = max(1, usable_cores() // n)
+        threads = threads or max(1, usable_cores() // n)
         client = _local_cuda_cluster(n, threads)
     elif "://" in cluster or ":" in cluster:
-        client, threads = _connect(cluster), None
+        client = _connect(cluster)
         n = len(client.scheduler_info()["workers"])
     else:
         raise ValueError(f"cluster must be one of {', '.join(CLUSTERS)} or a scheduler address such as "
@@ -582,7 +586,7 @@ class BatchResult:
 
 
 def run_batch(jobs: list[Job], *, cluster: str | Cluster = "auto", workers: int | None = None,
-              progress: bool = True, write_archive: bool = True) -> BatchResult:
+              threads: int | None = None, progress: bool = True, write_archive: bool = True) -> BatchResult:
     """Run every job on a Dask cluster, one task per recording; write the archive as they finish.
 
     Parameters
@@ -590,8 +594,8 @@ def run_batch(jobs: list[Job], *, cluster: str | Cluster = "auto", workers: int 
     jobs : list of Job
         All with the same ``request.out`` (where the runs and the archive table go).
     cluster : str or Cluster
-        Passed to :func:`open_cluster` (started here and closed at the end), or a cluster
-        already opened with it (kept open: several batches can share one).
+        Passed to :func:`open_cluster` with ``workers`` and ``threads`` (started here and closed at
+        the end), or a cluster already opened with it (kept open: several batches can share one).
     progress : bool
         A live bar on stderr: recordings done of all, counts by status, the stage of each
         running recording, elapsed time and ETA; and the Dask dashboard link.
@@ -604,7 +608,7 @@ def run_batch(jobs: list[Job], *, cluster: str | Cluster = "auto", workers: int 
     if isinstance(cluster, Cluster):
         return _run_on(jobs, cluster, progress, write_archive)
     device = jobs[0].request.device
-    with open_cluster(cluster, workers, device=device, max_workers=len(jobs)) as opened:
+    with open_cluster(cluster, workers, device=device, max_workers=len(jobs), threads=threads) as opened:
         return _run_on(jobs, opened, progress, write_archive)
 
 

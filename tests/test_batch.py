@@ -177,7 +177,7 @@ def test_a_second_batch_reuses_every_run_and_keeps_other_rows(mixed_batch, tmp_p
     before = {p.name: p.stat().st_mtime_ns for p in out.iterdir() if p.is_dir()}
     other = _write_good(tmp_path, "other.csv", seed=9)
     result = _cli("batch", folder / "slow.csv", folder / "fast.csv", other, "--device", "cpu", "--epochs", 2,
-                  "--workers", 1, "--out", out, "--quiet")
+                  "--workers", 1, "--threads", 1, "--out", out, "--quiet")
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""  # --quiet: no bar; clean inputs: no warnings
     archive = batch.read_archive(out).set_index("name")
@@ -185,6 +185,31 @@ def test_a_second_batch_reuses_every_run_and_keeps_other_rows(mixed_batch, tmp_p
     assert archive.loc[["flat.csv", "words.csv"], "status"].tolist() == ["failed", "failed"]  # earlier rows stay
     after = {p.name: p.stat().st_mtime_ns for p in out.iterdir() if p.is_dir()}
     assert {k: after[k] for k in before} == before and len(after) == len(before) + 1
+
+
+def test_a_batch_run_equals_a_single_process_run(mixed_batch, tmp_path):
+    from pipeline.config import VAEConfig
+    from pipeline.run import RunRequest, run_pipeline
+
+    folder, out, _ = mixed_batch
+    row = batch.read_archive(out).set_index("name").loc["slow.csv"]
+    single = run_pipeline(RunRequest(input=str(folder / "slow.csv"), device="cpu", out=str(tmp_path),
+                                     vae=VAEConfig(epochs=2)))
+    _assert_same_results(Path(row["run_dir"]), single)
+
+
+def _assert_same_results(run_dir: Path, single) -> None:
+    """The same beats (exactly) and the same scores (within float summation-order differences)."""
+    from pipeline.results import load_run
+
+    run = load_run(run_dir)
+    assert run.report["key"] == single.report["key"]  # same input, same parameters
+    np.testing.assert_array_equal(run.fiducials, single.fiducials)
+    fixed = ["beat_id", "start", "fiducial", "length", "split"]
+    pd.testing.assert_frame_equal(run.beats[fixed], single.beats[fixed])
+    np.testing.assert_allclose(run.beats["score"], single.beats["score"], rtol=1e-2,
+                               atol=1e-3 * float(single.beats["score"].median()))
+    assert np.corrcoef(run.beats["score"], single.beats["score"])[0, 1] > 0.999
 
 
 # --------------------------------------------------------------------------- resuming after a crash
@@ -195,7 +220,7 @@ def test_resume_after_a_killed_batch_recomputes_nothing_finished(tmp_path):
         _write_good(folder, f"rec{seed}.csv", seed=seed + 20)
     out = tmp_path / "runs"
     args = [sys.executable, "-m", "pipeline", "batch", folder, "--device", "cpu", "--epochs", 2, "--workers", 1,
-            "--out", out, "--quiet"]
+            "--threads", 1, "--out", out, "--quiet"]
     first = subprocess.Popen(list(map(str, args)), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True)  # its own process group: the worker processes die with it
     try:
@@ -251,3 +276,71 @@ def test_evaluate_runs_through_the_batch_and_prints_the_table(tmp_path):
     archive = batch.read_archive(out).set_index("name")  # evaluate writes the archive table too
     assert archive.loc[["bad", "r1", "r2"], "status"].tolist() == ["failed", "ok", "ok"]
     assert archive.loc["r1", "reference_beats"] == int(rows["r1"][1])
+
+
+# --------------------------------------------------------------------------- GPUs (dask-cuda)
+@pytest.mark.gpu
+def test_local_cuda_starts_one_worker_per_gpu():
+    pytest.importorskip("dask_cuda")
+    import cupy
+
+    n_gpus = cupy.cuda.runtime.getDeviceCount()
+    with batch.open_cluster("local-cuda", device="gpu") as cluster:
+        assert cluster.kind == "local-cuda" and cluster.workers == n_gpus
+        visible = cluster.client.run(lambda: os.environ["CUDA_VISIBLE_DEVICES"].split(",")[0])
+        assert len(visible) == n_gpus and len(set(visible.values())) == n_gpus  # a different GPU each
+        uuids = cluster.client.run(lambda: __import__("cupy").cuda.Device(0).pci_bus_id)
+        assert len(set(uuids.values())) == n_gpus
+
+
+@pytest.mark.gpu
+def test_local_cuda_batch_is_zero_copy_and_equals_a_single_process_run(small_csv, tmp_path):
+    pytest.importorskip("dask_cuda")
+    import json
+
+    import cupy
+
+    from pipeline.config import VAEConfig
+    from pipeline.run import RunRequest, run_pipeline
+
+    inputs = [small_csv] + [_write_good(tmp_path, f"extra{seed}.csv", seed=seed) for seed in range(3)]
+    template = RunRequest(device="gpu", out=str(tmp_path / "runs"), vae=VAEConfig(epochs=2))
+    jobs = [batch.Job(RunRequest(**{**template.__dict__, "input": str(path)})) for path in inputs]
+    result = batch.run_batch(jobs, cluster="local-cuda", progress=False)
+    assert [row["status"] for row in result.rows] == ["ok"] * len(inputs), [row["error"] for row in result.rows]
+    assert result.cluster.workers == cupy.cuda.runtime.getDeviceCount()
+    for row in result.rows:
+        report = json.loads((Path(row["run_dir"]) / "report.json").read_text())
+        assert report["device"]["name"] == "gpu" and report["memory"]["gpu_peak_bytes"] > 0
+        pairs = {(h["source"], h["target"]) for h in report["handoffs"]}
+        assert {("cudf", "cupy"), ("cupy", "numba.cuda"), ("cupy", "torch"), ("torch", "cupy")} <= pairs
+        assert all(h["same_pointer"] for h in report["handoffs"]), [h for h in report["handoffs"] if not h["same_pointer"]]
+    single = run_pipeline(RunRequest(**{**template.__dict__, "input": str(small_csv), "out": str(tmp_path / "single")}))
+    _assert_same_results(Path(result.rows[0]["run_dir"]), single)
+
+
+# --------------------------------------------------------------------------- the archive benchmark
+def test_archive_benchmark_writes_results(tmp_path):
+    import json
+
+    from benchmarks import archive
+    from pipeline.load import load_ecg
+    from pipeline.synth import read_annotations
+
+    data = tmp_path / "data"
+    returned = archive.main(["--recordings", "2", "--samples", "20000", "--workers", "1,2", "--repeats", "1",
+                             "--epochs", "1", "--device", "cpu", "--threads", "1", "--data-dir", str(data),
+                             "--out", str(tmp_path / "results"), "--quiet"])
+    files = sorted(data.glob("*.parquet"))
+    assert len(files) == 2
+    for seed, path in enumerate(files, start=1000):  # what the pipeline reads is the seeded recording
+        expected = synthesize(SynthConfig(n_samples=20_000, fs=archive.FS, seed=seed))
+        np.testing.assert_array_equal(load_ecg(path).signal, expected.signal)
+        np.testing.assert_array_equal(read_annotations(path)[0], expected.r_peaks)
+    report = json.loads(Path(returned["paths"]["json"]).read_text())
+    rows = {row["workers"]: row for row in report["summary"]["rows"]}
+    assert sorted(rows) == [1, 2] and all(row["recordings"] == 2 and row["per_minute"] > 0 for row in rows.values())
+    assert report["summary"]["speedup"] == pytest.approx(rows[2]["per_minute"] / rows[1]["per_minute"])
+    markdown = Path(returned["paths"]["md"]).read_text()
+    assert "| workers | threads each | recordings |" in markdown and "speed-up of 2 workers over 1" in markdown
+    assert not any(p.name.startswith("archive-runs-") for p in data.iterdir())  # the passes' runs are removed
