@@ -43,6 +43,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -125,16 +126,22 @@ def main(argv: list[str] | None = None) -> dict:
         "configs": [],
     }
     out_root = Path(tempfile.mkdtemp(prefix="archive-runs-", dir=args.data_dir))
+
+    def save() -> dict:  # after every pass, so that a run cut short keeps what it measured
+        machine["load_average_end"] = load_average()
+        report["elapsed_s"] = round(time.perf_counter() - started, 1)
+        report["summary"] = summarise(report)
+        return _write(report, args.out)
+
     try:
         plan = _Plan(args.budget_s - (time.perf_counter() - started), workers, len(paths), args.repeats)
         for w in workers:
-            report["configs"].append(_measure_config(w, paths, args, device, out_root, plan))
+            config = {"workers": w, "passes": []}
+            report["configs"].append(config)
+            _measure_config(config, paths, args, device, out_root, plan, save)
     finally:
         shutil.rmtree(out_root, ignore_errors=True)
-    machine["load_average_end"] = load_average()
-    report["elapsed_s"] = round(time.perf_counter() - started, 1)
-    report["summary"] = summarise(report)
-    paths_out = _write(report, args.out)
+    paths_out = save()
     print(Path(paths_out["md"]).read_text())
     return {**report, "paths": paths_out}
 
@@ -161,14 +168,16 @@ class _Plan:
         return self.recordings
 
 
-def _measure_config(w: int, paths: list[Path], args, device: str, out_root: Path, plan: _Plan) -> dict:
+def _measure_config(config: dict, paths: list[Path], args, device: str, out_root: Path, plan: _Plan,
+                    save: Callable[[], dict]) -> None:
     from pipeline.batch import Job, open_cluster, run_batch
 
+    w = config["workers"]
     template = _request(args, device, out_root / f"w{w}-warmup")
     print(f"{w} worker{'s' if w != 1 else ''}: starting the cluster", file=sys.stderr)
     with open_cluster(args.cluster, w, device=device, threads=args.threads) as cluster:
-        config = {"workers": cluster.workers, "threads": cluster.threads, "cluster": cluster.kind,
-                  "startup_s": round(cluster.startup_s, 3), "passes": []}
+        config.update(workers=cluster.workers, threads=cluster.threads, cluster=cluster.kind,
+                      startup_s=round(cluster.startup_s, 3))
         # one untimed run per worker; a prefix of the archive, so that the budget can use its time
         warm = run_batch([Job(replace(template, input=str(p))) for p in paths[:w]], cluster=cluster,
                          progress=not args.quiet)
@@ -177,14 +186,19 @@ def _measure_config(w: int, paths: list[Path], args, device: str, out_root: Path
         # a cold worker's first run (imports, JIT, first training) overestimates a recording: safe side
         n = plan.fix(statistics.median(row["wall_s"] for row in warm.rows))
         for repeat in range(plan.repeats):
+            if repeat and time.perf_counter() > plan.deadline:
+                config["stopped"] = f"budget spent after {repeat} pass(es)"
+                break
             out = out_root / f"w{w}-r{repeat}"
             jobs = [Job(replace(template, input=str(p), out=str(out))) for p in paths[:n]]
             result = run_batch(jobs, cluster=cluster, progress=not args.quiet)
             _check(result)
             config["passes"].append(_pass_record(result))
+            print(f"{w} worker{'s' if w != 1 else ''}, pass {repeat + 1}: {len(jobs)} recordings in "
+                  f"{result.seconds:.1f} s ({result.per_minute:.1f} per minute)", file=sys.stderr)
             shutil.rmtree(out, ignore_errors=True)
+            save()
         plan.workers = [x for x in plan.workers if x != w]
-    return config
 
 
 def _request(args, device: str, out: Path):
@@ -218,6 +232,8 @@ def summarise(report: dict) -> dict:
     rows = []
     for config in report["configs"]:
         passes = config["passes"]
+        if not passes:
+            continue
         seconds = [p["seconds"] for p in passes]
         per_recording = [t for p in passes for t in p["recording_s"]]
         per_minute = statistics.median(p["per_minute"] for p in passes)
@@ -227,7 +243,9 @@ def summarise(report: dict) -> dict:
                      "recording_median_s": statistics.median(per_recording), "recording_p95_s": _p95(per_recording),
                      "worker_hours_per_1000": 1000 * config["workers"] / (per_minute * 60),
                      "startup_s": config["startup_s"], "warmup_s": config["warmup_s"],
-                     "stage_median_s": passes[0]["stage_median_s"]})
+                     "stage_median_s": passes[0]["stage_median_s"], "stopped": config.get("stopped", "")})
+    if not rows:
+        return {"rows": [], "speedup": None, "targets": []}
     one = next((r for r in rows if r["workers"] == 1), None)
     most = max(rows, key=lambda r: r["workers"])
     speedup = most["per_minute"] / one["per_minute"] if one and most is not one else None
@@ -291,6 +309,9 @@ def markdown(report: dict) -> str:
                      f"{r['pass_median_s']:.1f} / {r['pass_p95_s']:.1f} s | {r['per_minute']:.1f} | "
                      f"{r['recording_median_s']:.2f} / {r['recording_p95_s']:.2f} s | "
                      f"{r['worker_hours_per_1000']:.2f} | {r['startup_s']:.1f} s | {r['warmup_s']:.1f} s |")
+    if not s["rows"]:
+        return "\n".join(lines) + "\n\nNo pass finished.\n"
+    lines += [f"- {r['workers']} worker(s): {r['stopped']}" for r in s["rows"] if r["stopped"]]
     lines += ["", "Median stage times per recording (s), first pass:", "",
               "| workers | " + " | ".join(s["rows"][0]["stage_median_s"]) + " |",
               "| --- |" + " --- |" * len(s["rows"][0]["stage_median_s"])]

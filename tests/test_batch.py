@@ -102,6 +102,15 @@ def test_process_recording_fails_alone_with_the_loader_message(tmp_path):
     assert list(frame.columns) == list(batch.ARCHIVE_COLUMNS) and frame["beats"].isna().all()
 
 
+def test_reading_the_archive_imports_neither_dask_nor_gpu_libraries():
+    """The dashboard reads the archive table; that must not cost Dask's (or a GPU stack's) import."""
+    script = ("import sys, pipeline.batch; print(sorted(m for m in sys.modules if m.split('.')[0] in "
+              "('dask', 'distributed', 'dask_cuda', 'cupy', 'cudf', 'rmm', 'torch')))")
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
 def test_read_archive_without_one_says_how_to_make_it(tmp_path):
     with pytest.raises(ValueError, match=r"no archive table at .*archive.parquet; make one with: python -m pipeline batch"):
         batch.read_archive(tmp_path)
