@@ -5,24 +5,31 @@
 
 A synthetic archive (distinct seeds, one Parquet file per recording with its annotation sidecar,
 synthesised in parallel on every core) is written once to ``--data-dir`` and reused. For each
-worker count (largest first) one cluster is started (its start-up timed apart), warmed up with
-one untimed run per worker (imports, CUDA context, JIT, first training), then the whole archive
-runs ``--repeats`` times with the cache off, each time into a fresh output folder that is deleted
-afterwards. A pass is timed from the first task sent to the last result; throughput is
-recordings / pass time. The speed-up is the throughput with the most workers over that with 1.
+worker count one cluster is started (its start-up timed apart) and warmed up with one untimed run
+per worker (imports, CUDA context, JIT, first training); the clusters stay up together and take
+turns, pass by pass, so that load from other processes falls on each alike. A pass runs the
+archive with the cache off into a fresh output folder, deleted afterwards, and is timed from the
+first task sent to the last result; throughput is recordings / pass time. The speed-up is the
+throughput with the most workers over that with 1.
 
-Time is kept within ``--budget-s``: after the warm-up the time of every remaining pass is
-predicted from the warm-up's per-recording time, and when they would not fit, every pass runs
-on the same smaller prefix of the archive (recorded as ``recordings`` in the results) so that the
-worker counts stay comparable.
+Time is kept within ``--budget-s``: the passes' time is predicted from the warm-up's
+per-recording time, and when they would not fit, every pass runs on the same smaller prefix of
+the archive (``recordings`` in the results), so that the worker counts stay comparable; no new
+round of passes starts after the budget is spent.
 
-Results: ``benchmarks/results/archive-<machine>-<date>.{json,md}``.
+Results: ``benchmarks/results/archive-<machine>-<date>[-<tag>].{json,md}``. ``--inputs`` times an
+existing archive instead (e.g. the four MIT-BIH records).
 
 On the 2-GPU H200 machine (pack loaded as in ``../shared/gpu/README.md``), one command::
 
     python3 .gpupack/meta/load.py && . .gpupack/meta/env.sh &&
     PYTHONPATH=.:$PYTHONPATH python3 -m benchmarks.archive --recordings 40 --samples 20M \\
         --workers 1,2 --repeats 1 --budget-s 420 --data-dir /tmp/ecg-archive --out benchmarks/results
+
+and the MIT-BIH records (``$ECG_MITDB``: the folder of 100, 119, 208, 233)::
+
+    PYTHONPATH=.:$PYTHONPATH python3 -m benchmarks.archive --inputs $ECG_MITDB --workers 1,2 --repeats 3 \
+        --tag mitdb --out benchmarks/results
 
 See Also
 --------
@@ -31,6 +38,7 @@ pipeline.batch : what is timed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import shlex
@@ -111,18 +119,25 @@ def main(argv: list[str] | None = None) -> dict:
     if min(workers) < 1 or args.recordings < 1 or args.repeats < 1:
         raise SystemExit("error: --workers, --recordings and --repeats must be at least 1")
     started = time.perf_counter()
-    print(f"archive: {args.recordings} × {args.samples:,} samples in {args.data_dir}", file=sys.stderr)
-    paths, synth_s = make_archive(args.recordings, args.samples, args.data_dir)
+    if args.inputs:  # an existing archive, e.g. the MIT-BIH records
+        from pipeline.batch import find_recordings
+
+        paths, synth_s = find_recordings(args.inputs), 0.0
+        args.recordings, args.samples = len(paths), None
+    else:
+        print(f"archive: {args.recordings} × {args.samples:,} samples in {args.data_dir}", file=sys.stderr)
+        paths, synth_s = make_archive(args.recordings, args.samples, args.data_dir)
+    args.data_dir.mkdir(parents=True, exist_ok=True)
     machine = describe_machine(device == "gpu")
     report = {
         "machine": machine, "machine_name": machine_name(machine),
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
         "command": "python -m benchmarks.archive " + " ".join(shlex.quote(a) for a in (argv if argv is not None
                                                                                        else sys.argv[1:])),
-        "options": {"recordings": args.recordings, "samples": args.samples, "fs": FS, "format": "parquet",
+        "options": {"recordings": args.recordings, "samples": args.samples, "fs": FS, "inputs": args.inputs,
                     "workers": workers, "threads": args.threads, "repeats": args.repeats, "epochs": args.epochs,
                     "cluster": args.cluster, "device": device, "budget_s": args.budget_s, "tag": args.tag},
-        "archive": {"bytes": sum(p.stat().st_size for p in paths), "made_s": round(synth_s, 3)},
+        "archive": {"bytes": sum(_bytes(p) for p in paths), "made_s": round(synth_s, 3)},
         "configs": [],
     }
     out_root = Path(tempfile.mkdtemp(prefix="archive-runs-", dir=args.data_dir))
@@ -134,11 +149,8 @@ def main(argv: list[str] | None = None) -> dict:
         return _write(report, args.out)
 
     try:
-        plan = _Plan(args.budget_s - (time.perf_counter() - started), workers, len(paths), args.repeats)
-        for w in workers:
-            config = {"workers": w, "passes": []}
-            report["configs"].append(config)
-            _measure_config(config, paths, args, device, out_root, plan, save)
+        _measure(report, paths, args, device, workers, out_root, save,
+                 deadline=started + args.budget_s)
     finally:
         shutil.rmtree(out_root, ignore_errors=True)
     paths_out = save()
@@ -146,59 +158,52 @@ def main(argv: list[str] | None = None) -> dict:
     return {**report, "paths": paths_out}
 
 
-class _Plan:
-    """How many recordings each pass runs so that all passes fit the budget (same for every
-    worker count, so that their throughputs compare like with like)."""
-
-    def __init__(self, budget_s: float, workers: list[int], n: int, repeats: int):
-        self.deadline = time.perf_counter() + budget_s
-        self.workers, self.n, self.repeats = workers, n, repeats
-        self.recordings: int | None = None
-
-    def fix(self, per_recording_s: float) -> int:
-        """After the first warm-up: the prefix length that fits the remaining passes."""
-        if self.recordings is None:
-            left = self.deadline - time.perf_counter()
-            todo = self.workers
-            # a pass on w workers takes about n × t / w; the next cluster's start and warm-up ≈ 2 t
-            cost_per_recording = sum(self.repeats * per_recording_s / w for w in todo)
-            overhead = 2 * per_recording_s * (len(todo) - 1)
-            fits = int((left - overhead) / cost_per_recording) if cost_per_recording > 0 else self.n
-            self.recordings = max(min(self.workers), min(self.n, fits))
-        return self.recordings
-
-
-def _measure_config(config: dict, paths: list[Path], args, device: str, out_root: Path, plan: _Plan,
-                    save: Callable[[], dict]) -> None:
+def _measure(report: dict, paths: list[Path], args, device: str, workers: list[int], out_root: Path,
+             save: Callable[[], dict], deadline: float) -> None:
+    """Start a cluster per worker count (all kept open), warm each up, then run the passes in turns
+    (w=2, w=1, w=2, w=1, …): load from other processes that comes and goes then falls on every
+    worker count alike, instead of on whichever happened to run at the time."""
     from pipeline.batch import Job, open_cluster, run_batch
 
-    w = config["workers"]
-    template = _request(args, device, out_root / f"w{w}-warmup")
-    print(f"{w} worker{'s' if w != 1 else ''}: starting the cluster", file=sys.stderr)
-    with open_cluster(args.cluster, w, device=device, threads=args.threads) as cluster:
-        config.update(workers=cluster.workers, threads=cluster.threads, cluster=cluster.kind,
-                      startup_s=round(cluster.startup_s, 3))
-        # one untimed run per worker; a prefix of the archive, so that the budget can use its time
-        warm = run_batch([Job(replace(template, input=str(p))) for p in paths[:w]], cluster=cluster,
-                         progress=not args.quiet)
-        _check(warm)
-        config["warmup_s"] = round(warm.seconds, 3)
-        # a cold worker's first run (imports, JIT, first training) overestimates a recording: safe side
-        n = plan.fix(statistics.median(row["wall_s"] for row in warm.rows))
-        for repeat in range(plan.repeats):
-            if repeat and time.perf_counter() > plan.deadline:
-                config["stopped"] = f"budget spent after {repeat} pass(es)"
+    template = _request(args, device, out_root / "warmup")
+    with contextlib.ExitStack() as stack:
+        clusters = {}
+        for w in workers:
+            print(f"{w} worker{'s' if w != 1 else ''}: starting the cluster", file=sys.stderr)
+            cluster = stack.enter_context(open_cluster(args.cluster, w, device=device, threads=args.threads))
+            # one untimed run per worker (imports, CUDA context, JIT, first training)
+            warm = run_batch([Job(replace(template, input=str(p), out=str(out_root / f"warm-{w}")))
+                              for p in paths[:w]], cluster=cluster, progress=not args.quiet)
+            _check(warm)
+            clusters[w] = cluster
+            report["configs"].append({"workers": cluster.workers, "threads": cluster.threads, "cluster": cluster.kind,
+                                      "startup_s": round(cluster.startup_s, 3), "warmup_s": round(warm.seconds, 3),
+                                      "warmup_recording_s": [round(r["wall_s"], 3) for r in warm.rows],
+                                      "passes": []})
+        n = _recordings_that_fit(report["configs"], len(paths), args.repeats, deadline)
+        for repeat in range(args.repeats):
+            if repeat and time.perf_counter() > deadline:
+                report["stopped"] = f"budget spent after {repeat} round(s) of passes"
                 break
-            out = out_root / f"w{w}-r{repeat}"
-            jobs = [Job(replace(template, input=str(p), out=str(out))) for p in paths[:n]]
-            result = run_batch(jobs, cluster=cluster, progress=not args.quiet)
-            _check(result)
-            config["passes"].append(_pass_record(result))
-            print(f"{w} worker{'s' if w != 1 else ''}, pass {repeat + 1}: {len(jobs)} recordings in "
-                  f"{result.seconds:.1f} s ({result.per_minute:.1f} per minute)", file=sys.stderr)
-            shutil.rmtree(out, ignore_errors=True)
-            save()
-        plan.workers = [x for x in plan.workers if x != w]
+            for config, (w, cluster) in zip(report["configs"], clusters.items()):
+                out = out_root / f"w{w}-r{repeat}"
+                jobs = [Job(replace(template, input=str(p), out=str(out))) for p in paths[:n]]
+                result = run_batch(jobs, cluster=cluster, progress=not args.quiet)
+                _check(result)
+                config["passes"].append(_pass_record(result))
+                print(f"{w} worker{'s' if w != 1 else ''}, pass {repeat + 1}: {len(jobs)} recordings in "
+                      f"{result.seconds:.1f} s ({result.per_minute:.1f} per minute)", file=sys.stderr)
+                shutil.rmtree(out, ignore_errors=True)
+                save()
+
+
+def _recordings_that_fit(configs: list[dict], n: int, repeats: int, deadline: float) -> int:
+    """The archive's prefix that every pass runs: all of it, unless the passes predicted from the
+    warm-up would pass the deadline (a cold worker's first run overestimates a recording: safe side)."""
+    per_recording = max(statistics.median(c["warmup_recording_s"]) for c in configs)
+    cost = sum(repeats * per_recording / c["workers"] for c in configs)  # seconds per recording of the archive
+    fits = int((deadline - time.perf_counter()) / cost) if cost > 0 else n
+    return max(max(c["workers"] for c in configs), min(n, fits))
 
 
 def _request(args, device: str, out: Path):
@@ -243,7 +248,7 @@ def summarise(report: dict) -> dict:
                      "recording_median_s": statistics.median(per_recording), "recording_p95_s": _p95(per_recording),
                      "worker_hours_per_1000": 1000 * config["workers"] / (per_minute * 60),
                      "startup_s": config["startup_s"], "warmup_s": config["warmup_s"],
-                     "stage_median_s": passes[0]["stage_median_s"], "stopped": config.get("stopped", "")})
+                     "stage_median_s": passes[0]["stage_median_s"]})
     if not rows:
         return {"rows": [], "speedup": None, "targets": []}
     one = next((r for r in rows if r["workers"] == 1), None)
@@ -258,7 +263,7 @@ def _p95(values: list[float]) -> float:
 
 def _targets(report: dict, most: dict, speedup: float | None) -> list[dict]:
     o = report["options"]
-    gpu_archive = o["device"] == "gpu" and o["samples"] >= TARGETS["archive_samples"]
+    gpu_archive = o["device"] == "gpu" and (o["samples"] or 0) >= TARGETS["archive_samples"]
     targets = [{"target": f"speed-up of {most['workers']} workers over 1 ≥ {TARGETS['speedup']}×",
                 "measured": "–" if speedup is None else f"{speedup:.2f}×",
                 "status": "not measured" if speedup is None else "met" if speedup >= TARGETS["speedup"] else "missed"}]
@@ -294,12 +299,10 @@ def markdown(report: dict) -> str:
              f"GPU: {gpu}",
              f"- Load average at start / end: {m.get('load_average_start')} / {m.get('load_average_end')} "
              "(other processes share the machine; it was not reserved)",
-             f"- Archive: {o['recordings']} synthetic recordings × {o['samples']:,} samples at {o['fs']:g} Hz "
-             f"({o['samples'] / o['fs'] / 60:.1f} min each), Parquet, {report['archive']['bytes'] / 1e6:,.0f} MB; "
-             f"made in {report['archive']['made_s']:.1f} s (0: reused)",
+             _archive_line(report),
              f"- Each pass: `pipeline.batch` over the archive, cache off, device {o['device']}, "
              f"VAE epochs {o['epochs'] or 'default'}; {o['repeats']} timed pass(es) per worker count after an "
-             "untimed warm-up run on each worker",
+             "untimed warm-up run on each worker; the clusters stay up together and take turns, pass by pass",
              f"- Command: `{report['command']}`; took {report['elapsed_s']:.0f} s (budget {o['budget_s']:.0f} s)", "",
              "| workers | threads each | recordings | pass time (median / p95) | recordings per minute | "
              "per recording (median / p95) | worker-hours per 1,000 | cluster start | warm-up |",
@@ -311,7 +314,8 @@ def markdown(report: dict) -> str:
                      f"{r['worker_hours_per_1000']:.2f} | {r['startup_s']:.1f} s | {r['warmup_s']:.1f} s |")
     if not s["rows"]:
         return "\n".join(lines) + "\n\nNo pass finished.\n"
-    lines += [f"- {r['workers']} worker(s): {r['stopped']}" for r in s["rows"] if r["stopped"]]
+    if report.get("stopped"):
+        lines += ["", f"**Stopped early:** {report['stopped']}"]
     lines += ["", "Median stage times per recording (s), first pass:", "",
               "| workers | " + " | ".join(s["rows"][0]["stage_median_s"]) + " |",
               "| --- |" + " --- |" * len(s["rows"][0]["stage_median_s"])]
@@ -322,10 +326,28 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _bytes(path: Path) -> int:
+    """Size of a recording's data (a WFDB record: its .dat beside the .hea)."""
+    path = Path(path)
+    data = path.with_suffix(".dat") if path.suffix.lower() == ".hea" else path
+    return data.stat().st_size if data.exists() else path.stat().st_size
+
+
+def _archive_line(report: dict) -> str:
+    o, size = report["options"], f"{report['archive']['bytes'] / 1e6:,.0f} MB"
+    if o.get("inputs"):
+        return f"- Archive: {o['recordings']} recordings from {' '.join(o['inputs'])}, {size}"
+    return (f"- Archive: {o['recordings']} synthetic recordings × {o['samples']:,} samples at {o['fs']:g} Hz "
+            f"({o['samples'] / o['fs'] / 60:.1f} min each), Parquet, {size}; made in "
+            f"{report['archive']['made_s']:.1f} s (0: reused)")
+
+
 def _parser() -> argparse.ArgumentParser:
     from benchmarks.run import parse_size
 
     p = argparse.ArgumentParser(prog="python -m benchmarks.archive", description=__doc__.splitlines()[0])
+    p.add_argument("--inputs", nargs="+", help="time these recordings (files, folders, globs) instead of a "
+                   "synthetic archive, e.g. the MIT-BIH folder")
     p.add_argument("--recordings", type=int, help="recordings in the archive (default: 8 on a CPU, 40 on a GPU)")
     p.add_argument("--samples", type=parse_size, help="samples per recording, e.g. 30000, 20M "
                    "(default: 30,000 = 2 min on a CPU; 20M = 22 h on a GPU)")

@@ -67,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
 
     evaluate = sub.add_parser("evaluate", help="score detection and outliers on annotated WFDB records")
     evaluate.add_argument("directory", help="folder of WFDB records with .atr reference annotations")
-    _add_run_options(evaluate, synthetic=False)
+    _add_run_options(evaluate)
     _add_cluster_options(evaluate)
     evaluate.add_argument("--no-neurokit", action="store_true", help="skip the NeuroKit2 comparison")
     evaluate.set_defaults(func=_cmd_evaluate)

@@ -306,6 +306,7 @@ def test_local_cuda_starts_one_worker_per_gpu():
 def test_local_cuda_batch_is_zero_copy_and_equals_a_single_process_run(small_csv, tmp_path):
     pytest.importorskip("dask_cuda")
     import json
+    from dataclasses import replace
 
     import cupy
 
@@ -314,7 +315,7 @@ def test_local_cuda_batch_is_zero_copy_and_equals_a_single_process_run(small_csv
 
     inputs = [small_csv] + [_write_good(tmp_path, f"extra{seed}.csv", seed=seed) for seed in range(3)]
     template = RunRequest(device="gpu", out=str(tmp_path / "runs"), vae=VAEConfig(epochs=2))
-    jobs = [batch.Job(RunRequest(**{**template.__dict__, "input": str(path)})) for path in inputs]
+    jobs = [batch.Job(replace(template, input=str(path))) for path in inputs]
     result = batch.run_batch(jobs, cluster="local-cuda", progress=False)
     assert [row["status"] for row in result.rows] == ["ok"] * len(inputs), [row["error"] for row in result.rows]
     assert result.cluster.workers == cupy.cuda.runtime.getDeviceCount()
@@ -324,7 +325,7 @@ def test_local_cuda_batch_is_zero_copy_and_equals_a_single_process_run(small_csv
         pairs = {(h["source"], h["target"]) for h in report["handoffs"]}
         assert {("cudf", "cupy"), ("cupy", "numba.cuda"), ("cupy", "torch"), ("torch", "cupy")} <= pairs
         assert all(h["same_pointer"] for h in report["handoffs"]), [h for h in report["handoffs"] if not h["same_pointer"]]
-    single = run_pipeline(RunRequest(**{**template.__dict__, "input": str(small_csv), "out": str(tmp_path / "single")}))
+    single = run_pipeline(replace(template, input=str(small_csv), out=str(tmp_path / "single")))
     _assert_same_results(Path(result.rows[0]["run_dir"]), single)
 
 
