@@ -254,7 +254,8 @@ def summarise(report: dict) -> dict:
     one = next((r for r in rows if r["workers"] == 1), None)
     most = max(rows, key=lambda r: r["workers"])
     speedup = most["per_minute"] / one["per_minute"] if one and most is not one else None
-    return {"rows": rows, "speedup": speedup, "speedup_workers": most["workers"], "targets": _targets(report, most, speedup)}
+    return {"rows": rows, "speedup": speedup, "speedup_workers": most["workers"],
+            "targets": _targets(report, most, speedup)}
 
 
 def _p95(values: list[float]) -> float:

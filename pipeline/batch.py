@@ -111,7 +111,8 @@ def find_recordings(inputs: Iterable[str], exclude: str | Path | None = None) ->
 def _expand(text: str) -> list[Path]:
     if any(ch in text for ch in "*?["):
         matches = sorted(Path(m) for m in glob.glob(text, recursive=True))
-        picked = [r for m in matches for r in (_folder_recordings(m) if m.is_dir() else [m] if _is_recording(m) else [])]
+        picked = [r for m in matches
+                  for r in (_folder_recordings(m) if m.is_dir() else [m] if _is_recording(m) else [])]
         if not picked:
             raise ValueError(f"no recordings match {text!r}")
         return picked
@@ -221,17 +222,34 @@ def usable_cores() -> int:
 
 def _thread_budget_config(threads: int) -> dict:
     """Environment of new worker processes: OpenMP/MKL/OpenBLAS/Numba pools sized to the budget
-    before any of them starts (Dask's own default is 1 thread)."""
-    return {f"distributed.nanny.pre-spawn-environ.{name}": str(threads) for name in THREAD_ENV}
+    before any of them starts (Dask's own default is 1 thread). ``distributed.nanny.environ`` is
+    applied in the worker process only and overrides Dask's ``pre-spawn-environ`` defaults."""
+    return {f"distributed.nanny.environ.{name}": str(threads) for name in THREAD_ENV}
+
+
+@contextlib.contextmanager
+def _starting_workers(threads: int):
+    """Around a local cluster's start: the workers' thread budget, and this process's environment
+    as it was afterwards (Dask's nanny writes its ``pre-spawn-environ``, e.g. ``OMP_NUM_THREADS=1``,
+    into the spawning process's ``os.environ``, which would then reach every later subprocess)."""
+    import dask
+
+    saved = dict(os.environ)
+    try:
+        with dask.config.set(_thread_budget_config(threads)):
+            yield
+    finally:
+        for name in set(os.environ) - set(saved):
+            del os.environ[name]
+        os.environ.update(saved)
 
 
 def _local_cluster(n: int, threads: int):
     import logging
 
-    import dask
     from distributed import Client, LocalCluster
 
-    with dask.config.set(_thread_budget_config(threads)):
+    with _starting_workers(threads):
         cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
                                dashboard_address=_dashboard_address(), silence_logs=logging.ERROR)
     return Client(cluster)
@@ -240,14 +258,13 @@ def _local_cluster(n: int, threads: int):
 def _local_cuda_cluster(n: int, threads: int):
     import logging
 
-    import dask
     from distributed import Client
 
     try:
         from dask_cuda import LocalCUDACluster
     except ImportError:
         raise ValueError("--cluster local-cuda needs dask-cuda (pip install '.[gpu]')") from None
-    with dask.config.set(_thread_budget_config(threads)):
+    with _starting_workers(threads):
         cluster = LocalCUDACluster(n_workers=n, threads_per_worker=1, dashboard_address=_dashboard_address(),
                                    silence_logs=logging.ERROR)
     return Client(cluster)
@@ -305,8 +322,9 @@ def configure_worker(threads: int | None, device: str) -> None:
     """Set this worker's thread budget and device memory before a recording runs.
 
     PyTorch's intra-op pool is process-wide; Numba's thread count is per calling thread, so this
-    runs in the thread that runs the task, every time (it is cheap). The environment of the
-    worker process (``OMP_NUM_THREADS`` etc.) was set to the same budget when it was spawned.
+    runs in the thread that runs the task, every time (it is cheap). On a local cluster the
+    worker process's environment (``OMP_NUM_THREADS`` etc.) was set to the same budget when it
+    was spawned; on a remote one this is the only place the budget is applied.
     On a GPU worker, the pipeline's RMM pool is made on the worker's device (idempotent).
     """
     if threads is not None:

@@ -66,8 +66,8 @@ def evaluate_directory(directory: Path, request_for: Callable, neurokit: bool = 
             import neurokit2  # noqa: F401
         except ImportError:
             neurokit = False
-    jobs = [Job(request_for(record.with_suffix(".hea")), then=functools.partial(_score_record, record, neurokit=neurokit))
-            for record in records]
+    jobs = [Job(request_for(record.with_suffix(".hea")),
+                then=functools.partial(_score_record, record, neurokit=neurokit)) for record in records]
     result = run_batch(jobs, cluster=cluster, workers=workers, threads=threads, progress=progress)
     rows = [scored for scored, row in zip(result.outputs, result.rows) if row["status"] != "failed"]
     failed = {record.name: row["error"] for record, row in zip(records, result.rows) if row["status"] == "failed"}

@@ -92,8 +92,8 @@ def test_process_recording_fails_alone_with_the_loader_message(tmp_path):
 
     bad = tmp_path / "words.csv"
     bad.write_text("0.1\n0.2\nhello\n")
-    row, output = batch.process_recording(batch.Job(RunRequest(input=str(bad), device="cpu", out=str(tmp_path / "runs")),
-                                                    then=lambda run: pytest.fail("then must not run")))
+    request = RunRequest(input=str(bad), device="cpu", out=str(tmp_path / "runs"))
+    row, output = batch.process_recording(batch.Job(request, then=lambda run: pytest.fail("then must not run")))
     with pytest.raises(ValueError) as expected:
         load_ecg(bad)
     assert row["status"] == "failed" and row["error"] == str(expected.value) and output is None
@@ -112,8 +112,27 @@ def test_reading_the_archive_imports_neither_dask_nor_gpu_libraries():
 
 
 def test_read_archive_without_one_says_how_to_make_it(tmp_path):
-    with pytest.raises(ValueError, match=r"no archive table at .*archive.parquet; make one with: python -m pipeline batch"):
+    with pytest.raises(ValueError, match=r"no archive table at .*archive.parquet; make one with: python -m pipeline"):
         batch.read_archive(tmp_path)
+
+
+# --------------------------------------------------------------------------- the thread budget
+def _thread_counts(threads):
+    import numba
+    import torch
+
+    batch.configure_worker(threads, "cpu")
+    return torch.get_num_threads(), numba.get_num_threads(), {k: os.environ.get(k) for k in batch.THREAD_ENV}
+
+
+def test_local_workers_get_the_thread_budget_and_leave_this_process_alone():
+    before = dict(os.environ)
+    with batch.open_cluster("local", workers=1, threads=3, device="cpu") as cluster:
+        assert (cluster.kind, cluster.workers, cluster.threads) == ("local", 1, 3)
+        torch_threads, numba_threads, env = cluster.client.submit(_thread_counts, cluster.threads).result()
+    assert torch_threads == 3 and numba_threads == 3
+    assert env == {name: "3" for name in batch.THREAD_ENV}  # set before the worker process started
+    assert dict(os.environ) == before  # Dask's pre-spawn environment did not leak into this process
 
 
 # --------------------------------------------------------------------------- a batch on a LocalCluster
@@ -259,7 +278,8 @@ def _finished_runs(out: Path) -> list[Path]:
     """Run directories renamed into place (complete by construction: see results.write_run)."""
     if not out.exists():
         return []
-    return sorted(p for p in out.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / "report.json").exists())
+    return sorted(p for p in out.iterdir()
+                  if p.is_dir() and not p.name.startswith(".") and (p / "report.json").exists())
 
 
 # --------------------------------------------------------------------------- evaluate through the batch
@@ -324,7 +344,8 @@ def test_local_cuda_batch_is_zero_copy_and_equals_a_single_process_run(small_csv
         assert report["device"]["name"] == "gpu" and report["memory"]["gpu_peak_bytes"] > 0
         pairs = {(h["source"], h["target"]) for h in report["handoffs"]}
         assert {("cudf", "cupy"), ("cupy", "numba.cuda"), ("cupy", "torch"), ("torch", "cupy")} <= pairs
-        assert all(h["same_pointer"] for h in report["handoffs"]), [h for h in report["handoffs"] if not h["same_pointer"]]
+        copies = [h for h in report["handoffs"] if not h["same_pointer"]]
+        assert not copies, copies
     single = run_pipeline(replace(template, input=str(small_csv), out=str(tmp_path / "single")))
     _assert_same_results(Path(result.rows[0]["run_dir"]), single)
 
