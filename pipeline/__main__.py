@@ -1,4 +1,4 @@
-"""Command line: ``python -m pipeline run | synth | evaluate``.
+"""Command line: ``python -m pipeline run | batch | synth | evaluate``.
 
 Bad input ends with one line on stderr (``error: …``) and exit status 2; warnings print as
 ``warning: …``.
@@ -47,6 +47,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress bars")
     run.set_defaults(func=_cmd_run)
 
+    batch = sub.add_parser("batch", help="run the pipeline on many recordings on a Dask cluster, one task each; "
+                           "write <out>/archive.parquet")
+    batch.add_argument("inputs", nargs="+", metavar="INPUT",
+                       help="recording files, folders (their recordings) or glob patterns ('**' recurses)")
+    _add_run_options(batch, synthetic=False)
+    _add_cluster_options(batch)
+    batch.set_defaults(func=_cmd_batch)
+
     synth = sub.add_parser("synth", help="write a synthetic ECG as CSV (+ <stem>.annotations.csv)")
     synth.add_argument("output", help="CSV path to write")
     synth.add_argument("--samples", type=int, default=2_000_000)
@@ -60,12 +68,13 @@ def _parser() -> argparse.ArgumentParser:
     evaluate = sub.add_parser("evaluate", help="score detection and outliers on annotated WFDB records")
     evaluate.add_argument("directory", help="folder of WFDB records with .atr reference annotations")
     _add_run_options(evaluate)
+    _add_cluster_options(evaluate)
     evaluate.add_argument("--no-neurokit", action="store_true", help="skip the NeuroKit2 comparison")
     evaluate.set_defaults(func=_cmd_evaluate)
     return parser
 
 
-def _add_run_options(p: argparse.ArgumentParser) -> None:
+def _add_run_options(p: argparse.ArgumentParser, synthetic: bool = True) -> None:
     p.add_argument("--fs", type=float, help="sampling rate in Hz (default: from the file, else 250)")
     p.add_argument("--lead", help="lead to analyse, by name or 0-based index (default: MLII / lead II when a lead "
                    "is so named, else the lead with the clearest QRS)")
@@ -73,9 +82,21 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=("auto", "gpu", "cpu"), default="auto",
                    help="auto = GPU when CUDA, CuPy and cuDF are usable")
     p.add_argument("--out", default="runs", help="folder of cached runs (default: runs)")
-    p.add_argument("--samples", type=int, help="length of the synthetic default recording")
+    if synthetic:
+        p.add_argument("--samples", type=int, help="length of the synthetic default recording")
     p.add_argument("--epochs", type=int, default=VAEConfig.epochs, help="VAE training epochs")
     p.add_argument("--no-cache", action="store_true", help="recompute even when a cached run exists")
+
+
+def _add_cluster_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cluster", default="auto",
+                   help="auto (local-cuda with a GPU, else local) | local (one process per worker) | "
+                        "local-cuda (one worker per GPU) | a scheduler address such as tcp://host:8786")
+    p.add_argument("--workers", type=int, help="local: worker processes (default: one per core, at most one per "
+                   "recording); local-cuda: GPUs to use (default: all visible)")
+    p.add_argument("--threads", type=int, help="thread budget of each worker (PyTorch, Numba, OpenMP); default: "
+                   "cores // workers on a local cluster, the workers' own settings on a remote one")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def _request(args, input_path):
@@ -86,8 +107,8 @@ def _request(args, input_path):
     lead = args.lead if args.lead is not None else args.column
     return RunRequest(input=input_path, device=args.device, out=args.out, fs=args.fs,
                       column=int(lead) if lead and lead.isdigit() else lead,
-                      samples=args.samples, signal=SignalConfig(), vae=replace(VAEConfig(), epochs=args.epochs),
-                      use_cache=not args.no_cache)
+                      samples=getattr(args, "samples", None), signal=SignalConfig(),
+                      vae=replace(VAEConfig(), epochs=args.epochs), use_cache=not args.no_cache)
 
 
 # --------------------------------------------------------------------------- run
@@ -173,6 +194,19 @@ def summary(run) -> str:
     return "\n".join(lines)
 
 
+# --------------------------------------------------------------------------- batch
+def _cmd_batch(args) -> int:
+    """Exit status 0 when every recording finished, 1 when some failed (each with its error)."""
+    from pipeline import batch
+
+    paths = batch.find_recordings(args.inputs, exclude=args.out)
+    jobs = [batch.Job(_request(args, str(path))) for path in paths]
+    result = batch.run_batch(jobs, cluster=args.cluster, workers=args.workers, threads=args.threads,
+                             progress=not args.quiet)
+    print(batch.format_summary(result))
+    return 1 if result.failed else 0
+
+
 # --------------------------------------------------------------------------- synth, evaluate
 def _cmd_synth(args) -> int:
     from pipeline import synth
@@ -189,9 +223,13 @@ def _cmd_evaluate(args) -> int:
     from pipeline import evaluate
 
     table = evaluate.evaluate_directory(Path(args.directory), lambda path: _request(args, str(path)),
-                                        neurokit=not args.no_neurokit)
+                                        neurokit=not args.no_neurokit, cluster=args.cluster, workers=args.workers,
+                                        threads=args.threads, progress=not args.quiet)
     print(evaluate.format_table(table))
-    return 0
+    failed = table.attrs.get("failed", {})
+    for record, error in failed.items():
+        print(f"error: {record}: {error}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

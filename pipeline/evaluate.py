@@ -55,9 +55,18 @@ def neurokit_peaks(signal: np.ndarray, fs: float) -> np.ndarray:
     return np.asarray(info["ECG_R_Peaks"], dtype=np.int64)
 
 
-def evaluate_directory(directory: Path, request_for: Callable, neurokit: bool = True) -> pd.DataFrame:
-    """Run the pipeline on every annotated WFDB record in ``directory`` and score it."""
-    from pipeline.run import run_pipeline
+def evaluate_directory(directory: Path, request_for: Callable, neurokit: bool = True, *, cluster="auto",
+                       workers: int | None = None, threads: int | None = None, progress: bool = True) -> pd.DataFrame:
+    """Run the pipeline on every annotated WFDB record in ``directory`` and score it.
+
+    The records run as one batch (:func:`pipeline.batch.run_batch`: parallel on a Dask cluster,
+    a progress bar, ``<out>/archive.parquet``); each is scored on its worker right after its run.
+    A record that fails does not stop the others: the table holds the ones that finished, and
+    ``table.attrs["failed"]`` maps each failed record to its one-line error.
+    """
+    import functools
+
+    from pipeline.batch import Job, run_batch
 
     records = sorted(p.with_suffix("") for p in Path(directory).glob("*.hea") if p.with_suffix(".atr").exists())
     if not records:
@@ -67,12 +76,18 @@ def evaluate_directory(directory: Path, request_for: Callable, neurokit: bool = 
             import neurokit2  # noqa: F401
         except ImportError:
             neurokit = False
-    rows = []
-    for record in records:
-        run = run_pipeline(request_for(record.with_suffix(".hea")))
-        rows.append(_score_record(record, run, neurokit))
+    jobs = [Job(request_for(record.with_suffix(".hea")),
+                then=functools.partial(_score_record, record, neurokit=neurokit)) for record in records]
+    result = run_batch(jobs, cluster=cluster, workers=workers, threads=threads, progress=progress)
+    rows = [scored for scored, row in zip(result.outputs, result.rows) if row["status"] != "failed"]
+    failed = {record.name: row["error"] for record, row in zip(records, result.rows) if row["status"] == "failed"}
+    if not rows:
+        name, error = next(iter(failed.items()))
+        raise ValueError(f"{directory}: no record could be evaluated; {name}: {error}")
     table = pd.DataFrame(rows)
-    return pd.concat([table, _total(table)], ignore_index=True)
+    table = pd.concat([table, _total(table)], ignore_index=True)
+    table.attrs["failed"] = failed
+    return table
 
 
 def _score_record(record: Path, run, neurokit: bool) -> dict:
