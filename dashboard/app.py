@@ -20,6 +20,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
+from typing import Callable
 
 if __package__ in (None, "") and str(Path(__file__).resolve().parent.parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `panel serve dashboard/app.py`
@@ -28,10 +29,12 @@ import panel as pn
 import param
 
 from dashboard import startup
+from dashboard.archive import SPEC as ARCHIVE_SPEC
+from dashboard.archive import ArchiveView
 from dashboard.data_store import BACKGROUND_DELAY_S, DataStore, SharedRun
-from dashboard.spec import ASSETS, STYLESHEET, duration, hms
-from dashboard.page import layout
+from dashboard.page import card, layout
 from dashboard.review import ReviewPanel
+from dashboard.spec import ASSETS, STYLESHEET, duration, hms
 from dashboard.views import SelectionSummary, html, status_line
 
 TITLE = "ECG explorer · abnormal heartbeats"
@@ -148,12 +151,14 @@ def error_view(message: str) -> list:
 class App(pn.viewable.Viewer):
     """One browser session: progress, then the dashboard (or the error)."""
 
-    state = param.String(default="waiting", doc="waiting | running | ready | error (as this page shows it)")
+    state = param.String(default="waiting", doc="waiting | running | archive | ready | error (as this page shows it)")
 
-    def __init__(self, job: startup.PipelineJob | None = None, error: str = "", **params):
+    def __init__(self, job: startup.PipelineJob | None = None, error: str = "", archive=None,
+                 open_run: Callable | None = None, **params):
         super().__init__(**params)
         self.job = job
         self.store: DataStore | None = None
+        self.above: list = []          # what stays above the dashboard (an archive's recordings)
         self.board = None
         self.views: dict = {}
         self._callback = None
@@ -161,7 +166,14 @@ class App(pn.viewable.Viewer):
         self.main = pn.Column(sizing_mode="stretch_width", css_classes=["ecg-main"])
         self.sidebar = pn.Column(width=290, css_classes=["ecg-sidebar"], stylesheets=[STYLESHEET])
         self.statusbar = html("", css_classes=["ecg-status"], margin=(0, 12))
-        if error or job is None:
+        if archive is not None:
+            self._open_run = open_run
+            self.archive = ArchiveView(archive, self.open)
+            self.above = [card(ARCHIVE_SPEC, self.archive)]
+            self.main.objects = [*self.above, self.statusbar]
+            self.statusbar.object = "Open a recording of the archive: click its row or its point."
+            self.state = "archive"
+        elif error or job is None:
             self._show_error(error or "no pipeline job")
         else:
             self._poll()
@@ -203,6 +215,27 @@ class App(pn.viewable.Viewer):
                                        stylesheets=[STYLESHEET], sizing_mode="stretch_width", margin=(20, 10),
                                        max_width=900)]
 
+    def open(self, run_dir: str, name: str) -> None:
+        """Show the dashboard of one recording of the archive (instead of the one shown): say so at
+        once, then load and build it on the next tick."""
+        self.statusbar.object = f"Opening <b>{name}</b>…"
+        doc = pn.state.curdoc
+        if doc is not None and doc.session_context is not None:
+            doc.add_next_tick_callback(lambda: self._open(run_dir, name))
+        else:
+            self._open(run_dir, name)
+
+    def _open(self, run_dir: str, name: str) -> None:
+        try:
+            shared = self._open_run(run_dir)
+        except Exception as err:     # a damaged or missing run: say so, keep the page
+            self.statusbar.object = f"<span style='color:#9b1c1c'>{name}: {err}</span>"
+            return
+        if self.store is not None:
+            self.store.close()
+        with pn.io.hold():           # the sidebar and the body change in one message
+            self._show_dashboard(shared)
+
     def _show_dashboard(self, shared: SharedRun) -> None:
         self.store = DataStore(shared)
         self.board = make_board(self.store)
@@ -225,7 +258,7 @@ class App(pn.viewable.Viewer):
                  f"{Path(shared.report['input']['path']).name} · "
                  f"{duration(shared.duration_s)}</div>", margin=(14, 10)),
         ]
-        self.main.objects = [self.statusbar, body]
+        self.main.objects = [*self.above, self.statusbar, body]
         self.state = "ready"
         if "first_page" in shared.extras:   # the page is drawn: what waited for it may start
             pn.state.onload(shared.extras["first_page"].set)
@@ -247,6 +280,11 @@ def serve_page(argv: list[str] | None = None) -> App:
     """Build this session's page from the server's arguments (never from the request)."""
     try:
         settings = startup.settings_from(sys.argv[1:] if argv is None else argv)
+        if settings.archive:
+            from pipeline.batch import read_archive
+
+            return App(archive=read_archive(settings.archive),
+                       open_run=lambda run_dir: startup.archived_run(run_dir, prepare(settings)))
     except ValueError as err:
         return App(error=str(err))
     return App(job=startup.process_job(settings, prepare=prepare(settings)))

@@ -297,9 +297,13 @@ class DataStore(pn.viewable.Viewer):
             else:
                 doc.add_next_tick_callback(lambda: self.update(labels_version=version))
 
-        token = labels.subscribe(changed)
+        self._labels_token = labels.subscribe(changed)
         if doc is not None:
-            pn.state.on_session_destroyed(lambda context: labels.unsubscribe(token))
+            pn.state.on_session_destroyed(lambda context: self.close())
+
+    def close(self) -> None:
+        """Stop following the shared labels (the session ended, or it opened another recording)."""
+        self.shared.review_labels().unsubscribe(self._labels_token)
 
     def _decoder_arrived(self) -> None:
         with one_patch():

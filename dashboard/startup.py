@@ -19,6 +19,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Callable
 
 from pipeline.config import SignalConfig, VAEConfig
@@ -26,7 +27,8 @@ from pipeline.run import STAGES, RunRequest, run_pipeline
 
 BOARDS = ("auto", "bokeh", "cuxfilter")
 ENV = {"input": "ECG_INPUT", "device": "ECG_DEVICE", "samples": "ECG_SAMPLES", "epochs": "ECG_EPOCHS",
-       "out": "ECG_OUT", "board": "ECG_BOARD", "fs": "ECG_FS", "column": "ECG_COLUMN"}
+       "out": "ECG_OUT", "board": "ECG_BOARD", "fs": "ECG_FS", "column": "ECG_COLUMN", "archive": "ECG_ARCHIVE"}
+OPEN_RUNS = 4              # runs of an archive kept ready in memory (the most recently opened)
 
 # Rough share of a first (uncached) run's time spent in each stage, for one overall progress bar.
 STAGE_WEIGHTS = {"synth": 8, "hash": 1, "warmup": 4, "load": 3, "wavelet": 2, "peaks": 1, "lengths": 0.5,
@@ -40,6 +42,7 @@ class Settings:
 
     request: RunRequest = field(default_factory=RunRequest)
     board: str = "auto"
+    archive: str | None = None     # a batch's output folder: pick its recordings instead of running one
 
 
 class _Parser(argparse.ArgumentParser):
@@ -57,6 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--fs", help="sampling rate in Hz when the file has none")
     p.add_argument("--column", help="CSV/Parquet column or WFDB lead")
     p.add_argument("--board", help="linked charts drawn by: bokeh (default), cuxfilter (GPU runs) or auto")
+    p.add_argument("--archive", help="folder of a batch (python -m pipeline batch … --out DIR): open its recordings")
     p.add_argument("--no-cache", action="store_true", help="recompute even when a cached run exists")
     return p
 
@@ -72,7 +76,7 @@ def settings_from(argv: list[str] | None = None, environ: dict | None = None) ->
     args, unknown = _parser().parse_known_args(list(argv or []))
     if unknown:
         raise ValueError(f"server arguments: unknown {' '.join(unknown)!r} "
-                         "(known: --input --device --samples --epochs --out --fs --column --board --no-cache)")
+                         "(known: --input --device --samples --epochs --out --fs --column --board --archive --no-cache)")
     values = {}
     for name, var in ENV.items():
         value = getattr(args, name)
@@ -108,7 +112,7 @@ def settings_from(argv: list[str] | None = None, environ: dict | None = None) ->
                          signal=SignalConfig(),
                          vae=replace(VAEConfig(), epochs=epochs) if epochs else VAEConfig(),
                          use_cache=not args.no_cache)
-    return Settings(request=request, board=board)
+    return Settings(request=request, board=board, archive=values["archive"] or None)
 
 
 # --------------------------------------------------------------------------- progress
@@ -246,6 +250,28 @@ def _log(message: str) -> None:
 # --------------------------------------------------------------------------- the process's job
 _JOB: PipelineJob | None = None
 _JOB_LOCK = threading.Lock()
+
+
+_OPEN: dict = {}
+_OPEN_LOCK = threading.Lock()
+
+
+def archived_run(run_dir: str, prepare: Callable):
+    """The prepared data of a run directory of an archive, shared by every session that opens it;
+    the OPEN_RUNS most recently opened stay in memory."""
+    from pipeline.results import find_cached, load_run
+
+    with _OPEN_LOCK:
+        if run_dir in _OPEN:
+            _OPEN[run_dir] = _OPEN.pop(run_dir)           # most recent last
+            return _OPEN[run_dir]
+        path = Path(run_dir)
+        if find_cached(path.parent, path.name) is None:
+            raise ValueError(f"{run_dir} is not a finished run (missing or damaged); run the batch again")
+        _OPEN[run_dir] = prepare(load_run(path))
+        while len(_OPEN) > OPEN_RUNS:
+            _OPEN.pop(next(iter(_OPEN)))
+        return _OPEN[run_dir]
 
 
 def process_job(settings: Settings, prepare: Callable | None = None) -> PipelineJob:

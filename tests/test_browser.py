@@ -328,3 +328,42 @@ def test_labels_show_in_the_table_survive_a_restart_and_export_to_wfdb(browser, 
         page.close()
     finally:
         again.stop()
+
+
+def test_archive_picker_switches_recordings_without_a_restart(browser, tmp_path):
+    """A batch of two recordings, served with --archive: a click on a row opens one recording's
+    dashboard, a click on the other row switches to it (no reload, no restart)."""
+    import subprocess
+    import sys
+
+    from pipeline.synth import SynthConfig, synthesize, write_csv
+
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    for name, seed, pvc in (("calm", 1, 0.0), ("ectopic", 2, 0.06)):
+        write_csv(synthesize(SynthConfig(n_samples=100_000, seed=seed, pvc_fraction=pvc)), inputs / f"{name}.csv")
+    out = tmp_path / "runs"
+    done = subprocess.run([sys.executable, "-m", "pipeline", "batch", str(inputs), "--out", str(out), "--device", "cpu",
+                           "--epochs", "2", "--workers", "1", "--quiet"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+    srv = Server(["--device", "cpu", "--archive", str(out)], tmp_path / "server.log")
+    try:
+        srv.wait_http(120)
+        page = Page(browser, srv.url)
+        rows = page.page.locator(".ecg-view-archive .slick-row")
+        rows.first.wait_for(timeout=UPDATE_S * 1000)
+        listed = [r.split() for r in rows.all_inner_texts()]
+        assert sorted(r[0] for r in listed) == ["calm.csv", "ectopic.csv"]
+        assert int(listed[0][3].replace(",", "")) >= int(listed[1][3].replace(",", "")), "most outliers first"
+        page.shot("archive.png")
+        for row, name in ((0, listed[0][0]), (1, listed[1][0])):
+            rows.nth(row).locator(".slick-cell.l0").click()
+            page.wait_until(lambda: page.page.get_by_text(f"input {name}").count() > 0, f"{name} to open")
+            page.page.wait_for_selector(".ecg-dashboard", timeout=UPDATE_S * 1000)
+        total = page.count()
+        assert total > 50
+        assert not page.errors, "\n".join(page.errors)
+        page.close()
+    finally:
+        srv.stop()
