@@ -26,8 +26,8 @@ import panel as pn
 from bokeh.core.properties import Float, List, Nullable
 from bokeh.model import DataModel
 from bokeh.models import (BoxAnnotation, BoxSelectTool, BoxZoomTool, ColorBar, ColumnDataSource, CustomJS, Div,
-                          HoverTool, ImageRGBA, Line, LinearColorMapper, PanTool, Quad, Range1d, ResetTool, SaveTool,
-                          Scatter, Span, WheelZoomTool)
+                          FixedTicker, HoverTool, ImageRGBA, LinearColorMapper, MultiLine, PanTool, Quad, Range1d,
+                          ResetTool, SaveTool, Scatter, Span, WheelZoomTool)
 from bokeh.plotting import figure as bokeh_figure
 
 from dashboard.bins import BinIndex, grid_index, histogram_index
@@ -419,15 +419,17 @@ def _density_image(counts: np.ndarray, rgb: np.ndarray, alpha: tuple[int, int]) 
 # --------------------------------------------------------------------------- the recording
 class SignalChart(pn.viewable.Viewer):
     """The whole recording: a Datashader raster of the visible window (raw samples once zoomed in
-    to them), markers for the selected beats and the outliers, the focused beat shaded.
+    to them), markers for the selected beats and the outliers, the focused beat shaded. The other
+    leads of a multi-lead recording are drawn below the analysed one, each in a band of its own.
 
     The visible window goes to ``store.time_range``; a click in the outlier table
     (``store.focus``) zooms here without moving that filter.
     """
 
-    def __init__(self, store: DataStore, spec: ViewSpec, raster: SignalRaster):
+    def __init__(self, store: DataStore, spec: ViewSpec, raster: SignalRaster, others: list | None = None):
         super().__init__()
         self.store, self.spec, self.raster = store, spec, raster
+        self.leads = [(store.shared.report["input"]["channel"], raster), *(others or [])]
         self.rendered = 0
         self.renders = 0
         self._focus_range = None
@@ -436,9 +438,15 @@ class SignalChart(pn.viewable.Viewer):
         self._extent = (0.0, raster.duration_s)
         peaks = shared.beats["peak"].to_numpy()
         self._marker_offset = 0.12 * float(np.subtract(*np.quantile(peaks, [0.99, 0.01]))) if len(peaks) else 0.0
-        self.image = ColumnDataSource(dict(image=[np.zeros((1, 1), np.uint32)], x=[0.0], y=[raster.y_range[0]],
-                                           dw=[1.0], dh=[raster.y_range[1] - raster.y_range[0]]), name="ecg-raster")
-        self.samples = ColumnDataSource(dict(t=np.zeros(0), y=np.zeros(0, np.float32)))
+        # Bands of one height, the analysed lead's on top at its own values, the others shifted below.
+        self.band = max(r.y_range[1] - r.y_range[0] for _, r in self.leads)
+        top = raster.y_range[1] + (self.band - (raster.y_range[1] - raster.y_range[0])) / 2
+        self.offsets = [top - (k + 0.5) * self.band - sum(r.y_range) / 2 for k, (_, r) in enumerate(self.leads)]
+        self.y_range = (top - len(self.leads) * self.band, top)
+        self.band_pixels = RASTER_HEIGHT if len(self.leads) == 1 else max(80, 2 * RASTER_HEIGHT // len(self.leads))
+        self.image = ColumnDataSource(dict(image=[np.zeros((1, 1), np.uint32)], x=[0.0], y=[self.y_range[0]],
+                                           dw=[1.0], dh=[self.y_range[1] - self.y_range[0]]), name="ecg-raster")
+        self.samples = ColumnDataSource(dict(t=[], y=[]))
         self.selected = ColumnDataSource(dict(t=np.zeros(0), y=np.zeros(0, np.float32)))
         self.outliers = ColumnDataSource(dict(t=np.zeros(0), y=np.zeros(0, np.float32),
                                               beat_id=np.zeros(0, np.int32), score=np.zeros(0, np.float32)))
@@ -456,13 +464,19 @@ class SignalChart(pn.viewable.Viewer):
         spec, raster = self.spec, self.raster
         wheel, pan = WheelZoomTool(dimensions="width"), PanTool(dimensions="width")
         hover = HoverTool(tooltips=[("beat", "@beat_id"), ("score", "@score{0.00}")])
-        p = figure(spec, [wheel, pan, BoxZoomTool(dimensions="width"), hover, ResetTool(), SaveTool()],
+        height = spec.height if len(self.leads) == 1 else spec.height - RASTER_HEIGHT + self.band_pixels * len(self.leads)
+        p = figure(spec, [wheel, pan, BoxZoomTool(dimensions="width"), hover, ResetTool(), SaveTool()], height=height,
                    x_range=Range1d(*self._extent, bounds=self._extent, min_interval=4 / raster.fs),
-                   y_range=Range1d(*raster.y_range))
+                   y_range=Range1d(*self.y_range))
         p.toolbar.active_scroll, p.toolbar.active_drag = wheel, pan
         p.xaxis.formatter = hms_tick_formatter()
+        if len(self.leads) > 1:     # the y axis names the leads at their bands' middles
+            middles = [self.y_range[1] - (k + 0.5) * self.band for k in range(len(self.leads))]
+            p.yaxis.ticker = FixedTicker(ticks=middles)
+            p.yaxis.major_label_overrides = {m: name for m, (name, _) in zip(middles, self.leads)}
+            p.yaxis.axis_label = "leads"
         add(p, self.image, ImageRGBA(**IMAGE))
-        add(p, self.samples, Line(x="t", y="y", line_color=SIGNAL_COLOR, line_width=1.2))
+        add(p, self.samples, MultiLine(xs="t", ys="y", line_color=SIGNAL_COLOR, line_width=1.2))
         add(p, self.selected, Scatter(x="t", y="y", size=5, fill_color=SELECTED_COLOR, fill_alpha=0.55, line_color=None))
         flagged = add(p, self.outliers, Scatter(x="t", y="y", marker="inverted_triangle", size=11,
                                                 fill_color=OUTLIER_COLOR, line_color="white"))
@@ -486,17 +500,18 @@ class SignalChart(pn.viewable.Viewer):
         """Draw the window [x0, x1]: raw samples when zoomed in to them, else a raster (or, while
         Datashader is still being compiled after a start, the raster's level as a line)."""
         width = self._width()
-        raw = self.raster.raw_samples(x0, x1, width)
-        if raw is None and not self.raster.compiled.is_set():
-            raw = self.raster.trace(x0, x1, width)
-        if raw is not None:
-            self.samples.data = {"t": raw[0], "y": raw[1]}
+        lines = [r.raw_samples(x0, x1, width) for _, r in self.leads]
+        if lines[0] is None and not self.raster.compiled.is_set():
+            lines = [r.trace(x0, x1, width) for _, r in self.leads]
+        if lines[0] is not None:
+            self.samples.data = {"t": [t for t, _ in lines],
+                                 "y": [y + offset for (_, y), offset in zip(lines, self.offsets)]}
             self.image.data["image"] = [np.zeros((1, 1), np.uint32)]
         else:
-            image = self.raster.render(x0, x1, width, RASTER_HEIGHT)
+            bands = [r.render(x0, x1, width, self.band_pixels, _centred(r.y_range, self.band)) for _, r in self.leads]
             if len(self.samples.data["t"]):
-                self.samples.data = {"t": np.zeros(0), "y": np.zeros(0, np.float32)}
-            self.image.data.update(image=[image], x=[x0], dw=[x1 - x0])
+                self.samples.data = {"t": [], "y": []}
+            self.image.data.update(image=[np.vstack(bands[::-1])], x=[x0], dw=[x1 - x0])   # row 0 at the bottom
         self._shown = (x0, x1)
         self.renders += 1
 
@@ -644,6 +659,22 @@ def signal_raster(shared) -> SignalRaster:
     return shared.derived("signal-raster", build)
 
 
+def _centred(extent: tuple[float, float], height: float) -> tuple[float, float]:
+    """A range ``height`` high around the middle of ``extent``."""
+    middle = (extent[0] + extent[1]) / 2
+    return (middle - height / 2, middle + height / 2)
+
+
+def other_leads(shared) -> list:
+    """(name, raster) of the recording's leads besides the analysed one (once per run; drawn from
+    host frames: they are for the eye, and their levels keep every render small)."""
+    def build():
+        names, values, analysed = shared.leads()
+        return [(name, SignalRaster(np.ascontiguousarray(values[:, k]), shared.fs))
+                for k, name in enumerate(names) if k != analysed]
+    return shared.derived("other-leads", build)
+
+
 def version_marker(store: DataStore) -> Div:
     """A hidden model holding the version of the selection the page shows: it changes in the same
     patch as every view, so tests and benchmarks in the browser know when a change has landed."""
@@ -664,7 +695,7 @@ class BokehBoard:
 
     def chart(self, spec: ViewSpec):
         if spec.kind == "signal":
-            view = SignalChart(self.store, spec, signal_raster(self.store.shared))
+            view = SignalChart(self.store, spec, signal_raster(self.store.shared), other_leads(self.store.shared))
         elif spec.kind == "histogram":
             view = HistogramChart(self.store, spec)
         elif spec.kind == "plane":

@@ -33,7 +33,7 @@ import holoviews as hv
 import numpy as np
 import panel as pn
 
-from dashboard.charts import LOG_FLOOR, SignalChart, TachogramChart, signal_raster, version_marker
+from dashboard.charts import LOG_FLOOR, SignalChart, TachogramChart, other_leads, signal_raster, version_marker
 from dashboard.data_store import DataStore, one_patch
 from dashboard.spec import LINKED, OUTLIER_COLOR, SCORE_CMAP, SIGNAL_COLOR, VIEWS, ViewSpec
 
@@ -185,7 +185,7 @@ class CuxfilterBoard:
 
     def chart(self, spec: ViewSpec):
         if spec.kind == "signal":
-            view = SignalChart(self.store, spec, signal_raster(self.store.shared))
+            view = SignalChart(self.store, spec, signal_raster(self.store.shared), other_leads(self.store.shared))
         elif spec.kind == "tachogram":   # not linked: the default board's, on the recording's x range
             signal = self.views["signal"]
             view = TachogramChart(self.store, spec, signal.window_watch, signal.figure.x_range)

@@ -70,7 +70,7 @@ class SharedRun:
     embeddings: object
     extras: dict = field(default_factory=dict)       # renderer-specific shared data (e.g. cuDF frames)
     _derived: dict = field(default_factory=dict, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)   # derived data may derive from derived data
     _model: Future | None = field(default=None, repr=False)
     _review_cache: tuple = field(default=(None, None), repr=False)
 
@@ -128,6 +128,22 @@ class SharedRun:
     def host(self, column: str) -> np.ndarray:
         """A selection column as a host array."""
         return backend.to_host(self.columns[column])
+
+    def leads(self) -> tuple[list[str], np.ndarray, int]:
+        """Every lead of the recording for display (names, samples × leads, index of the analysed
+        one), read once from the input; only the analysed lead when the input cannot be read now."""
+        def build():
+            from pipeline.load import load_leads
+
+            channel = self.report["input"]["channel"]
+            try:
+                names, values = load_leads(self.report["input"]["path"])
+            except (ValueError, OSError):
+                names, values = [], np.zeros((0, 0), np.float32)
+            if channel not in names or values.shape[0] != len(self.signal):
+                return [channel], self.signal[:, None], 0
+            return names, values, names.index(channel)
+        return self.derived("leads", build)
 
     # ------------------------------------------------------------------ the reviewer's labels
     def review_labels(self):

@@ -14,7 +14,7 @@ import io
 import numpy as np
 import pandas as pd
 import panel as pn
-from bokeh.models import (BoxAnnotation, ColumnDataSource, DataTable, Line, NumberFormatter, Range1d,
+from bokeh.models import (BoxAnnotation, ColumnDataSource, DataTable, Line, MultiLine, NumberFormatter, Range1d,
                           SingleIntervalTicker, TableColumn, Text, VArea)
 
 from dashboard.charts import add, figure
@@ -132,17 +132,26 @@ class FamiliesView(View):
 
 # --------------------------------------------------------------------------- the strip
 class StripView(View):
-    """The focused beat's ± 5 s on ECG paper: 25 mm/s and 10 mm/mV (the figure keeps those
-    proportions), minor grid 0.04 s × 0.1 mV, major 0.2 s × 0.5 mV; each beat's label (yours, else the
-    reference's) above it and the RR intervals between beats written below."""
+    """The focused beat's ± 5 s on ECG paper, every lead one above the other (the analysed one
+    first): 25 mm/s and 10 mm/mV (the figure keeps those proportions), minor grid 0.04 s × 0.1 mV,
+    major 0.2 s × 0.5 mV; each beat's label (yours, else the reference's) above it and the RR
+    intervals between beats written below."""
 
     def __init__(self, store: DataStore, spec: ViewSpec):
         super().__init__(store, spec)
         shared = store.shared
         lo, hi = np.nanpercentile(shared.beats["peak"].to_numpy(), [1, 99]) if shared.n_beats else (-1.0, 1.0)
         amplitude = max(float(hi) - min(float(lo), 0.0), 0.5)
-        self.band = (min(float(lo), 0.0) - 0.6 * amplitude, float(hi) + 0.5 * amplitude)
-        self.trace = ColumnDataSource({"t": np.zeros(0), "y": np.zeros(0, np.float32)})
+        # Each lead gets a band of whole 0.5 mV squares, so that every trace sits on the same grid.
+        self.lead_height = float(np.ceil(1.6 * amplitude / 0.5) * 0.5)
+        names, _, analysed = shared.leads()
+        self.lead_order = [analysed] + [i for i in range(len(names)) if i != analysed]
+        bottom = min(float(lo), 0.0) - 0.5 * amplitude - self.lead_height * (len(names) - 1)
+        self.band = (bottom, float(hi) + 0.5 * amplitude)
+        self.trace = ColumnDataSource({"t": [], "y": []})
+        self.lead_names = ColumnDataSource({"x": [-STRIP_SECONDS + 0.05] * len(names),
+                                            "y": [-k * self.lead_height + 0.6 * float(hi) for k in range(len(names))],
+                                            "text": [names[i] for i in self.lead_order]})
         self.labels = ColumnDataSource({"x": [], "y": [], "text": [], "colour": []})
         self.intervals = ColumnDataSource({"x": [], "y": [], "text": []})
         self.focus_box = BoxAnnotation(fill_color=OUTLIER_COLOR, fill_alpha=0.10, line_color=None, visible=False)
@@ -164,7 +173,8 @@ class StripView(View):
         p.grid.minor_grid_line_color, p.grid.minor_grid_line_alpha = "#f6b8b8", 0.45
         p.xaxis.ticker = SingleIntervalTicker(interval=1.0)
         p.background_fill_color = "#fffafa"
-        add(p, self.trace, Line(x="t", y="y", line_color="#111111", line_width=1.2))
+        add(p, self.trace, MultiLine(xs="t", ys="y", line_color="#111111", line_width=1.2))
+        add(p, self.lead_names, Text(x="x", y="y", text="text", text_color="#6b7785", text_font_size="9pt"))
         add(p, self.labels, Text(x="x", y="y", text="text", text_color="colour", text_align="center",
                                  text_font_size="11pt", text_font_style="bold"))
         add(p, self.intervals, Text(x="x", y="y", text="text", text_color="#3d4b5c", text_align="center",
@@ -181,9 +191,11 @@ class StripView(View):
         centre = int(beats["fiducial"].iloc[focus])
         half = int(round(STRIP_SECONDS * shared.fs))
         lo, hi = max(centre - half, 0), min(centre + half + 1, len(shared.signal))
+        _, leads, _ = shared.leads()
+        t = ((np.arange(lo, hi) - centre) / shared.fs).astype(np.float32)
         with one_patch():
-            self.trace.data = {"t": (np.arange(lo, hi) - centre) / shared.fs,
-                               "y": np.asarray(shared.signal[lo:hi], dtype=np.float32)}
+            self.trace.data = {"t": [t] * len(self.lead_order),
+                               "y": [leads[lo:hi, i] - k * self.lead_height for k, i in enumerate(self.lead_order)]}
             fiducial = beats["fiducial"].to_numpy()
             near = np.flatnonzero((fiducial >= lo) & (fiducial < hi))
             x = (fiducial[near] - centre) / shared.fs

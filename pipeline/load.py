@@ -125,9 +125,11 @@ class _LeadChoice:
     def __init__(self, column):
         self.column = column
         self.reason = "the only lead"
+        self.names: list[str] = []
 
     def pick(self, names: list[str], path: Path, read, fs: float | None = None) -> int:
         """Index among ``names``; ``read(index)`` gives a lead's values when they must be compared."""
+        self.names = list(names)
         if self.column is not None:
             index = _pick_column(names, self.column, path)
             self.reason = f"chosen by the user ({self.column!r})"
@@ -155,6 +157,29 @@ def choose_lead(names: list[str], read, fs: float | None = None) -> tuple[int, s
     if best != leads[0] and clarity[best] > CLEARER_BY * clarity[leads[0]]:
         return best, f"clearest QRS of {len(leads)} leads (clarity {listed})"
     return leads[0], f"first lead; no other has a clearly clearer QRS (clarity {listed})"
+
+
+def load_leads(path) -> tuple[list[str], np.ndarray]:
+    """Every lead of a recording, for display: their names and their samples as host float32
+    columns (n_samples, n_leads), gaps left as NaN. Columns that index time are not leads.
+
+    See Also
+    --------
+    load_ecg : the one lead the pipeline analyses (validated, gaps repaired, on the device).
+    """
+    path = Path(path)
+    reader = _reader_for(path)
+    first = _LeadChoice(0)
+    columns = {0: _host(reader(path, first, "cpu")[0])}
+    leads = [i for i, name in enumerate(first.names) if name.strip().lower() not in TIME_COLUMNS]
+    for index in leads:
+        if index not in columns:
+            columns[index] = _host(reader(path, _LeadChoice(index), "cpu")[0])
+    return [first.names[i] for i in leads], np.stack([columns[i] for i in leads], axis=1)
+
+
+def _host(values) -> np.ndarray:
+    return np.asarray(backend.to_host(values), dtype=np.float32)
 
 
 # --------------------------------------------------------------------------- format dispatch

@@ -321,7 +321,7 @@ def test_recording_view_draws_single_samples_when_zoomed_in(shared, page):
     store, board, views = page
     signal = board.charts["signal"]
     signal.zoom(10.0, 12.0)
-    t, y = signal.samples.data["t"], signal.samples.data["y"]
+    t, y = signal.samples.data["t"][0], signal.samples.data["y"][0]
     first = int(np.ceil(10.0 * shared.fs))
     assert t[1] == pytest.approx(first / shared.fs) and np.array_equal(y[1:-1], shared.signal[first:first + len(y) - 2])
 
@@ -581,7 +581,7 @@ def test_strip_is_at_paper_speed_with_labels_and_intervals(review_page, page):
     beat_id = int(store.selection.outliers["beat_id"].iloc[0])
     review_page.review_labels().set([int(review_page.beats["fiducial"].iloc[beat_id])], "V")
     store.update(focus=beat_id)
-    t = strip.trace.data["t"]
+    t = strip.trace.data["t"][0]
     assert t[0] == pytest.approx(-STRIP_SECONDS, abs=2 / review_page.fs) and t[-1] == pytest.approx(STRIP_SECONDS, abs=2 / review_page.fs)
     x = np.asarray(strip.labels.data["x"])
     assert "V" == strip.labels.data["text"][int(np.argmin(np.abs(x)))]
@@ -603,3 +603,43 @@ def test_planes_colour_by_family_and_labels(review_page, page):
     assert np.array_equal(by_family >> 24 > 0, by_score >> 24 > 0) and not np.array_equal(by_family, by_score)
     assert label_classes(np.array(["V", "N", "", "artefact", "own text", "A"], dtype=object)).tolist() == \
         [0, 6, 7, 4, 5, 2]
+
+
+def test_strip_draws_every_lead_of_a_multi_lead_recording(tmp_path):
+    """A two-lead CSV (with a time column): the strip draws both leads, the analysed one on top,
+    each offset by whole 0.5 mV squares; its samples are the file's."""
+    from dashboard.charts import DEFAULT_WIDTH
+    from dashboard.review import StripView
+    from dashboard.spec import VIEWS
+    from pipeline.synth import SynthConfig, synthesize
+
+    ecg = synthesize(SynthConfig(n_samples=60_000, seed=4))
+    path = tmp_path / "two.csv"
+    pd.DataFrame({"time": np.arange(60_000) / ecg.fs, "V1": -0.5 * ecg.signal, "II": ecg.signal}).to_csv(path, index=False)
+    run = run_pipeline(RunRequest(input=str(path), out=str(tmp_path / "runs"), device="cpu",
+                                  vae=dataclasses.replace(VAEConfig(), epochs=2)))
+    assert run.report["input"]["channel"] == "II"                      # lead II by name
+    shared = SharedRun.from_run(run)
+    names, leads, analysed = shared.leads()
+    assert names == ["V1", "II"] and analysed == 1 and leads.shape == (60_000, 2)
+    store = DataStore(shared)
+    strip = StripView(store, VIEWS["strip"])
+    store.update(focus=10)
+    ys = strip.trace.data["y"]
+    assert len(ys) == 2 and strip.lead_names.data["text"] == ["II", "V1"]
+    centre = int(shared.beats["fiducial"].iloc[10])
+    start = centre - int(round(5.0 * shared.fs))
+    np.testing.assert_allclose(ys[0], leads[start:start + len(ys[0]), 1], rtol=1e-6)
+    np.testing.assert_allclose(ys[1], leads[start:start + len(ys[1]), 0] - strip.lead_height, rtol=1e-6)
+    assert (strip.lead_height / 0.5).is_integer()
+
+    from dashboard.charts import SignalChart, other_leads, signal_raster
+
+    signal_raster(shared).compile()
+    chart = SignalChart(store, VIEWS["signal"], signal_raster(shared), other_leads(shared))
+    assert [name for name, _ in chart.leads] == ["II", "V1"]
+    assert chart.image.data["image"][0].shape == (2 * chart.band_pixels, DEFAULT_WIDTH)
+    chart.zoom(10.0, 11.0)                                             # single samples: one line per lead
+    first = int(np.ceil(10.0 * shared.fs))
+    np.testing.assert_allclose(chart.samples.data["y"][1][1:-1] - chart.offsets[1], leads[first:first + len(
+        chart.samples.data["y"][1]) - 2, 0], atol=1e-5)               # float32 sums with the band's offset

@@ -475,3 +475,23 @@ def test_similar_leads_keep_the_first(tmp_path, leads):
     path = _write_csv(tmp_path / "noise.csv", leads[["V5", "MLII"]].rename(columns={"MLII": "V6"}))
     recording = load_ecg(path)
     assert recording.channel == "V5" and recording.lead_reason.startswith("first lead")
+
+
+def test_load_leads_reads_every_lead_of_each_format(mitdb, tmp_path):
+    """Every lead, for display: a WFDB record's channels, a CSV's columns but its time column, a
+    2-D NPY's columns; the analysed lead among them has the values load_ecg gives."""
+    from pipeline.load import load_ecg, load_leads
+
+    names, values = load_leads(mitdb / "208.hea")
+    assert names == ["MLII", "V1"] and values.shape == (650_000, 2) and values.dtype == np.float32
+    np.testing.assert_array_equal(values[:, 0], load_ecg(mitdb / "208.hea").signal)
+
+    rng = np.random.default_rng(0)
+    two = rng.standard_normal((3000, 2)).astype(np.float32)
+    csv = tmp_path / "two.csv"
+    csv.write_text("time,I,II\n" + "\n".join(f"{i / 250},{a},{b}" for i, (a, b) in enumerate(two)))
+    names, values = load_leads(csv)
+    assert names == ["I", "II"] and np.allclose(values, two, atol=1e-6)
+    np.save(tmp_path / "two.npy", two)
+    names, values = load_leads(tmp_path / "two.npy")
+    assert names == ["column 0", "column 1"] and np.array_equal(values, two)
