@@ -452,8 +452,10 @@ class DataStore(pn.viewable.Viewer):
         """A new widget for ``threshold``, ``split``, ``colour_by`` or ``follow_window``, linked both ways."""
         if name == "threshold":
             lo, hi = self.param.threshold.bounds
-            widget = pn.widgets.EditableFloatSlider(name=self.param.threshold.label, value=self.threshold, start=lo,
-                                                    end=hi, step=0.01, format="0.00", **params)
+            # A plain slider: Panel's editable one links its parts in the browser through a registry
+            # that keeps every closed session's widgets (and this store) alive.
+            widget = pn.widgets.FloatSlider(name=self.param.threshold.label, value=self.threshold, start=lo, end=hi,
+                                            step=0.01, format="0.00", **params)
         elif name == "split":
             widget = pn.widgets.RadioButtonGroup(options=SPLITS, value=self.split, button_type="primary",
                                                  button_style="outline", **params)
