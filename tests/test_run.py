@@ -27,7 +27,13 @@ def _relocated(cpu_run, tmp_path) -> tuple[Path, object]:
 
 
 def _hidden(out: Path) -> list[str]:
-    return [p.name for p in Path(out).iterdir() if p.name.startswith(".")]
+    """Hidden leftovers in a runs folder: temporary or trash folders (the input-hash cache is no leftover)."""
+    return [p.name for p in Path(out).iterdir() if p.name.startswith(".") and p.name != results.HASH_CACHE]
+
+
+def _entries(out: Path) -> list[str]:
+    """What a runs folder holds besides the input-hash cache, sorted."""
+    return sorted(p.name for p in Path(out).iterdir() if p.name != results.HASH_CACHE)
 
 
 # --------------------------------------------------------------------------- the run directory
@@ -208,7 +214,7 @@ def test_different_parameters_different_key(cpu_run, tmp_path):
     out, request = _relocated(cpu_run, tmp_path)
     other = run_pipeline(replace(request, vae=VAEConfig(epochs=1)))
     assert not other.cached and other.path != out / cpu_run.run.path.name
-    assert sorted(p.name for p in out.iterdir()) == sorted([cpu_run.run.path.name, other.path.name])
+    assert _entries(out) == sorted([cpu_run.run.path.name, other.path.name])
     assert other.report["training"]["epochs"] == 1
     assert results.find_cached(out, cpu_run.run.path.name) is not None  # the first run is still there
 
@@ -252,7 +258,7 @@ def test_failure_while_writing_leaves_nothing_behind(cpu_run, tmp_path, monkeypa
     monkeypatch.setattr(torch, "save", _broken_save)  # fails half-way through write_run
     with pytest.raises(OSError, match="disk full"):
         run_pipeline(replace(request, vae=VAEConfig(epochs=1)))  # a new key: computed, then written
-    assert sorted(p.name for p in out.iterdir()) == [cpu_run.run.path.name]  # no partial run, no temp folder
+    assert _entries(out) == [cpu_run.run.path.name]  # no partial run, no temp folder
 
 
 def test_failure_while_rewriting_leaves_the_old_run_untouched(cpu_run, tmp_path, monkeypatch):
@@ -265,7 +271,7 @@ def test_failure_while_rewriting_leaves_the_old_run_untouched(cpu_run, tmp_path,
     monkeypatch.setattr(torch, "save", _broken_save)
     with pytest.warns(PipelineWarning, match="is damaged"), pytest.raises(OSError, match="disk full"):
         run_pipeline(request)
-    assert sorted(p.name for p in out.iterdir()) == [key]
+    assert _entries(out) == [key]
     assert {p.name: p.read_bytes() for p in (out / key).iterdir()} == before
 
 
