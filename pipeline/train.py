@@ -177,7 +177,7 @@ def fit_vae(rows: torch.Tensor, is_train: torch.Tensor, cfg: VAEConfig = VAEConf
     history: list[float] = []
     model.train()
     for epoch in range(cfg.epochs):
-        index, noise = _draw_epoch(n_train, plan, cfg.latent_dim, generator)
+        index, noise = draw_epoch(n_train, plan, cfg.latent_dim, generator)
         step.loss_sum.zero_()
         for k in range(plan.steps_per_epoch):
             step(index[k], noise[k])
@@ -216,7 +216,7 @@ def _model_and_step(train: torch.Tensor, plan: TrainingPlan, cfg: VAEConfig):
             capture = False
 
 
-def _draw_epoch(n_train: int, plan: TrainingPlan, latent_dim: int, generator: torch.Generator):
+def draw_epoch(n_train: int, plan: TrainingPlan, latent_dim: int, generator: torch.Generator):
     """(steps, batch) row indices, a seeded permutation whose last batch wraps around to its start,
     and (steps, batch, latent_dim) standard normal noise: two launches per epoch on the GPU."""
     device = generator.device

@@ -293,3 +293,43 @@ def test_missing_input_is_an_error(tmp_path):
 
     with pytest.raises(ValueError, match="no such file"):
         run_pipeline(RunRequest(input=str(tmp_path / "nope.csv"), device="cpu", out=str(tmp_path / "runs")))
+
+
+# --------------------------------------------------------------------------- cold start
+CACHED_SCRIPT = """
+import json, sys
+from pipeline import results
+from pipeline.config import VAEConfig
+from pipeline.run import RunRequest, run_pipeline
+read = []
+original = results.file_sha256
+results.file_sha256 = lambda path, *a: read.append(str(path)) or original(path, *a)
+run = run_pipeline(RunRequest(input=sys.argv[1], device="cpu", out=sys.argv[2], vae=VAEConfig(epochs=3)))
+print(json.dumps({"cached": run.cached, "read": read, "beats": len(run.beats),
+                  "loaded": sorted(m for m in ("torch", "numba", "scipy.fft", "pyarrow.csv") if m in sys.modules)}))
+"""
+
+
+def test_cached_run_in_a_fresh_process_reads_and_imports_little(cpu_run, tmp_path):
+    """A restart with the same input: the input is not hashed again (its stat is unchanged), the
+    run's files are not hashed (theirs neither), and neither PyTorch nor Numba is imported."""
+    import subprocess
+    import sys
+
+    out, request = _relocated(cpu_run, tmp_path)
+    run_pipeline(request)  # cached: remembers the input's hash in this runs folder
+    assert (out / results.HASH_CACHE).exists()
+    result = subprocess.run([sys.executable, "-c", CACHED_SCRIPT, request.input, str(out)], capture_output=True,
+                            text=True, timeout=300, cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["cached"] and report["beats"] == len(cpu_run.run.beats)
+    assert report["read"] == [] and report["loaded"] == []
+
+
+def test_report_records_the_thread_budget(cpu_run):
+    from pipeline import threads
+
+    used = cpu_run.run.report["device"]["cpu_threads"]
+    assert used["available"] == threads.available_cpus()
+    assert used["torch"] == used["numba"] == threads.resolve_threads()
