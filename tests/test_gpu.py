@@ -323,3 +323,36 @@ def test_torch_keeps_its_own_allocator():
     assert torch.cuda.get_allocator_backend() == "native"
     assert _total_bytes() - before < 4 * n and torch.cuda.memory_allocated() >= 4 * n
     del buffer
+
+
+CACHE_SCRIPT = """
+import json
+import cupy
+from pipeline import _kernels, embed, peaks, wavelet
+fs = 250.0
+t = cupy.arange(60 * 250) / fs
+signal = cupy.exp(-((t % 0.8) - 0.4) ** 2 / 2e-4).astype(cupy.float32)
+positions = peaks.fiducials(wavelet.ricker_response(signal, fs, 0.025), fs)
+embed.embed_beats(signal, positions, fs, width=256)
+kernels = _kernels._cuda_kernels()
+print(json.dumps({name: [sum(k._cache_hits.values()), sum(k._cache_misses.values())] for name, k in kernels.items()}))
+"""
+
+
+def test_cuda_kernels_come_from_the_disk_cache_in_a_new_process():
+    """The second process on a machine loads both Numba CUDA kernels from the disk cache instead of
+    compiling them (the first may compile, or hit a cache an earlier run left)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    def counts():
+        result = subprocess.run([sys.executable, "-c", CACHE_SCRIPT], capture_output=True, text=True, timeout=300,
+                                cwd=Path(__file__).resolve().parents[1])
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout.strip().splitlines()[-1])
+
+    counts()
+    second = counts()
+    assert second == {"nms": [1, 0], "prune_embed": [1, 0]}, second
