@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -172,7 +173,7 @@ def remember_input_sha256(path: Path, folder: Path, signature: list, digest: str
     entries.pop(key, None)
     entries[key] = {"signature": signature, "sha256": digest}
     entries = dict(list(entries.items())[-HASH_CACHE_ENTRIES:])  # the most recently remembered
-    tmp = folder / f"{HASH_CACHE}.tmp-{os.getpid()}"
+    tmp = folder / f"{HASH_CACHE}.tmp-{os.getpid()}-{threading.get_ident()}"
     try:
         tmp.write_text(json.dumps(entries))
         os.replace(tmp, folder / HASH_CACHE)  # atomic: a concurrent reader sees the old or the new file

@@ -169,8 +169,8 @@ def test_captured_step_equals_plain_steps(beats_and_cpu_model):
         plain(index[k], noise[k])
         captured(index[k], noise[k])
     torch.cuda.synchronize()
-    moved = max(float((p - q).abs().max()) for p, q in zip(plain_model.parameters(), initial))
-    assert moved > 5 * cfg.learning_rate  # the steps really changed the weights...
+    moved = max(float((p.detach() - q).abs().max()) for p, q in zip(plain_model.parameters(), initial))
+    assert moved > 2 * cfg.learning_rate  # the steps really changed the weights...
     for a, b in zip(plain_model.parameters(), captured_model.parameters()):
         torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-4)  # ...the same way (Adam moves ~lr = 4e-3 a step)
     torch.testing.assert_close(captured.loss_sum, plain.loss_sum, rtol=1e-4, atol=0)
