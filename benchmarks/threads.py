@@ -58,7 +58,7 @@ def child(policy: str, beats: Path, steps: int) -> dict:
 
     from pipeline.config import VAEConfig
     from pipeline.model import VAE
-    from pipeline.train import build_step, draw_epoch, plan_training, split_train
+    from pipeline.train import batch_lengths, build_step, epoch_batches, plan_training, split_train
 
     rows = torch.from_numpy(np.load(beats))
     cfg = VAEConfig()
@@ -66,8 +66,10 @@ def child(policy: str, beats: Path, steps: int) -> dict:
     plan = plan_training(len(train), cfg)
     torch.manual_seed(0)
     model = VAE(rows.shape[1], cfg)
-    step = build_step(model, torch.optim.Adam(model.parameters(), lr=plan.learning_rate), train, plan.batch)
-    index, noise = draw_epoch(len(train), plan, cfg.latent_dim, torch.Generator().manual_seed(0))
+    step = build_step(model, torch.optim.Adam(model.parameters(), lr=plan.learning_rate), train,
+                      batch_lengths(len(train), plan))
+    batches = epoch_batches(len(train), plan, cfg.latent_dim, torch.Generator().manual_seed(0))
+    full = [b for b in batches if len(b[0]) == plan.batch]  # time steps of the full batch length
 
     lateness, stop = [], threading.Event()
 
@@ -78,13 +80,13 @@ def child(policy: str, beats: Path, steps: int) -> dict:
             lateness.append((time.perf_counter() - asked - 0.005) * 1000)
 
     for k in range(5):
-        step(index[k % plan.steps_per_epoch], noise[k % plan.steps_per_epoch])
+        step(*full[k % len(full)])
     watcher = threading.Thread(target=server_thread, daemon=True)
     watcher.start()
     times = []
     for k in range(steps):
         started = time.perf_counter()
-        step(index[k % plan.steps_per_epoch], noise[k % plan.steps_per_epoch])
+        step(*full[k % len(full)])
         times.append((time.perf_counter() - started) * 1000)
     stop.set()
     watcher.join()

@@ -40,7 +40,7 @@ import numpy as np
 TRAIN_TARGET_S = 1.0
 AUROC_TARGET = 0.99
 ABNORMAL = ("V", "A", "Q")
-BEFORE = dict(batch_size=2048, learning_rate=4e-3, tolerance=0.0, cuda_graph=False)  # the settings this replaced
+BEFORE = dict(batch_size=2048, learning_rate=4e-3, tolerance=0.0, cuda_graph=False)  # the schedule this replaced
 
 
 def parse_size(text: str) -> int:
@@ -112,27 +112,28 @@ def step_times(rows, is_train, cfg, capture: bool, steps: int) -> dict:
     model = VAE(rows.shape[1], cfg).to(device)
     adam = dict(fused=True, capturable=capture) if device.type == "cuda" else {}
     optimizer = torch.optim.Adam(model.parameters(), lr=plan.learning_rate, **adam)
-    step = train.build_step(model, optimizer, training, plan.batch, capture=capture)
+    n_train = int(training.shape[0])
+    step = train.build_step(model, optimizer, training, train.batch_lengths(n_train, plan), capture=capture)
     if step.captured != capture:
         raise RuntimeError(f"asked for a {'captured' if capture else 'plain'} step, got the other kind")
-    generator = torch.Generator(device=device).manual_seed(1)
-    index, noise = train.draw_epoch(int(training.shape[0]), plan, cfg.latent_dim, generator)
-    for k in range(min(10, plan.steps_per_epoch)):  # warm: first calls at these shapes
-        step(index[k], noise[k])
+    batches = train.epoch_batches(n_train, plan, cfg.latent_dim, torch.Generator(device=device).manual_seed(1))
+    for batch in batches[:10]:  # warm: first calls of each graph / shape
+        step(*batch)
     sync(device.type)
+    order = [batches[k % len(batches)] for k in range(steps)]  # whole epochs, the short last batch included
     times = []
     if device.type == "cuda":
         marks = [torch.cuda.Event(enable_timing=True) for _ in range(steps + 1)]
         marks[0].record()
-        for k in range(steps):
-            step(index[k % plan.steps_per_epoch], noise[k % plan.steps_per_epoch])
+        for k, batch in enumerate(order):
+            step(*batch)
             marks[k + 1].record()
         torch.cuda.synchronize()
         times = [marks[k].elapsed_time(marks[k + 1]) for k in range(steps)]
     else:
-        for k in range(steps):
+        for batch in order:
             started = time.perf_counter()
-            step(index[k % plan.steps_per_epoch], noise[k % plan.steps_per_epoch])
+            step(*batch)
             times.append((time.perf_counter() - started) * 1000)
     return {"batch": plan.batch, "steps_per_epoch": plan.steps_per_epoch, "learning_rate": plan.learning_rate,
             "step_ms_median": statistics.median(times), "step_ms_p95": float(np.percentile(times, 95))}

@@ -37,10 +37,9 @@ class VAEConfig:
     channels: tuple[int, ...] = (8, 16, 32)
     hidden: int = 64
     epochs: int = 30                 # at most; training stops earlier once the loss levels off (below)
-    # Rows per step. Every step has this many rows (an epoch's last batch wraps around to its first
-    # rows), so that a step's shapes never change and it can be captured once as a CUDA graph.
-    # 2048: on the 20M default (70,102 training beats) 4096 rows at the scaled rate below reached
-    # AUROC 0.987 in 30 epochs, 2048 rows 0.994 in 17 (CPU, benchmarks.train_speed).
+    # Rows per step (an epoch's last batch holds the rest). 2048: on the 20M default (70,102
+    # training beats) 4096 rows at the scaled rate below reached AUROC 0.987 in 30 epochs, 2048
+    # rows 0.994 in 17 (CPU, benchmarks.train_speed).
     batch_size: int = 2048
     min_steps_per_epoch: int = 16    # ...but smaller batches when there are few beats, so short records still train
     # Adam's step size for batches up to ``lr_reference_batch`` rows; a larger batch averages away
@@ -48,11 +47,13 @@ class VAEConfig:
     learning_rate: float = 4e-3
     lr_reference_batch: int = 2048
     # Convergence stop: end training when the best epoch loss of the last ``patience`` epochs is
-    # not ``tolerance`` (relative) below the best one before them; never before ``min_epochs``.
-    # tolerance = 0 trains all ``epochs``.
+    # not ``tolerance`` (relative) below the best one before them, but never before ``min_steps``
+    # optimiser steps: a VAE's loss can rest on a plateau for several epochs before the latent
+    # code opens up and it falls again. Short records (~16 steps an epoch) thus train all
+    # ``epochs``; the 20M default (35 steps an epoch) may stop after 15. tolerance = 0: no stop.
     tolerance: float = 0.01
     patience: int = 3
-    min_epochs: int = 10
+    min_steps: int = 500
     # Weight of the KL term against the summed squared error: 2σ² for a Gaussian likelihood with
     # σ ≈ 0.07 of the median beat amplitude. At 1.0 the posterior collapses (z ≈ 0 for every beat).
     beta: float = 0.01

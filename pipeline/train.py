@@ -1,10 +1,11 @@
 """Train the VAE on a seeded 75 % of the beats, on the device the beats already live on.
 
-Two functions do the work: :func:`build_step` builds one training step (rows → loss → gradients →
-Adam update), plain, or on the GPU captured once as a CUDA graph and then replayed with a single
-launch; :func:`fit_vae` runs the epochs and stops when the loss levels off. Every step has the
-same shapes: an epoch draws its batch order and its reparameterisation noise at once, and each
-step copies its slice of them into fixed buffers that the captured graph reads.
+Two functions do the work: :func:`build_step` builds the training step (rows → loss → gradients →
+Adam update), plain, or on the GPU captured once as a CUDA graph per batch shape (an epoch's full
+batches and its last, shorter one) and then replayed with a single launch; :func:`fit_vae` runs
+the epochs and stops when the loss levels off. An epoch draws its batch order and its
+reparameterisation noise at once; each step copies its slice of them into the buffers that its
+captured graph reads.
 
 See Also
 --------
@@ -17,7 +18,7 @@ import contextlib
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
@@ -56,11 +57,12 @@ def plan_training(n_train: int, cfg: VAEConfig) -> TrainingPlan:
     return TrainingPlan(batch, math.ceil(n_train / batch), rate)
 
 
-def converged(history: list[float], cfg: VAEConfig) -> bool:
+def converged(history: list[float], cfg: VAEConfig, steps_per_epoch: int) -> bool:
     """True when the best epoch loss of the last ``cfg.patience`` epochs is not ``cfg.tolerance``
-    (relative) below the best loss before them, and at least ``cfg.min_epochs`` epochs have run.
-    The best, not the last: one noisy epoch neither stops training nor keeps it going."""
-    if cfg.tolerance <= 0 or len(history) < max(cfg.min_epochs, cfg.patience + 1):
+    (relative) below the best loss before them, and at least ``cfg.min_steps`` optimiser steps
+    have been taken. The best, not the last: one noisy epoch neither stops training nor keeps it
+    going."""
+    if cfg.tolerance <= 0 or len(history) <= cfg.patience or len(history) * steps_per_epoch < cfg.min_steps:
         return False
     before, recent = min(history[:-cfg.patience]), min(history[-cfg.patience:])
     return before - recent < cfg.tolerance * abs(before)
@@ -68,9 +70,10 @@ def converged(history: list[float], cfg: VAEConfig) -> bool:
 
 # --------------------------------------------------------------------------- one step
 class Step:
-    """A training step: ``step(index, noise)`` runs one Adam update on ``train[index]`` with the
-    reparameterisation ``noise`` (batch, latent_dim), and adds the batch loss to ``loss_sum`` (a
-    device scalar, read once per epoch). ``captured`` says whether it replays a CUDA graph."""
+    """The training step: ``step(index, noise)`` runs one Adam update on ``train[index]`` with the
+    reparameterisation ``noise`` (len(index), latent_dim), and adds the batch's summed loss to
+    ``loss_sum`` (a device scalar, read once per epoch). ``captured`` says whether it replays
+    CUDA graphs."""
 
     def __init__(self, run: Callable[[torch.Tensor, torch.Tensor], None], loss_sum: torch.Tensor, captured: bool):
         self.run, self.loss_sum, self.captured = run, loss_sum, captured
@@ -79,16 +82,17 @@ class Step:
         self.run(index, noise)
 
 
-def build_step(model: VAE, optimizer: torch.optim.Optimizer, train: torch.Tensor, batch: int, *,
+def build_step(model: VAE, optimizer: torch.optim.Optimizer, train: torch.Tensor, batch_sizes: Sequence[int], *,
                capture: bool = False, mixed_precision: bool = False) -> Step:
-    """One training step on the rows of ``train``, plain or (``capture``, CUDA only) captured.
+    """The training step on the rows of ``train``, plain or (``capture``, CUDA only) captured.
 
-    The captured step is recorded once after a few eager warm-up steps on a side stream (which
-    create cuDNN/cuBLAS workspaces and Adam's state outside the graph); the warm-up's updates are
-    then undone, so both kinds of step start from the same weights and optimiser state. Each call
-    copies the batch's indices and noise into the graph's input buffers and replays it.
-    Capture needs an Adam built with ``capturable=True`` and PyTorch's own CUDA allocator
-    (its graph-private memory pools).
+    ``batch_sizes``: the batch lengths it will be called with (see :func:`batch_lengths`). A
+    captured step records one CUDA graph per length after a few eager warm-up steps on a side
+    stream (which create cuDNN/cuBLAS workspaces and Adam's state outside the graphs); the
+    warm-up's updates are then undone, so plain and captured steps start from the same weights
+    and optimiser state. Each call copies the batch's indices and noise into the input buffers of
+    the graph of its length and replays it. Capture needs an Adam built with ``capturable=True``
+    and PyTorch's own CUDA allocator (its graph-private memory pools).
     """
     device = train.device
     loss_sum = torch.zeros((), device=device)
@@ -100,7 +104,7 @@ def build_step(model: VAE, optimizer: torch.optim.Optimizer, train: torch.Tensor
             _, loss = model(train.index_select(0, index), noise)
         loss.backward()
         optimizer.step()
-        loss_sum.add_(loss.detach().float())
+        loss_sum.add_(loss.detach().float() * index.shape[0])  # the batch mean, back to a sum over rows
 
     if not capture:
         def plain(index, noise):
@@ -111,35 +115,39 @@ def build_step(model: VAE, optimizer: torch.optim.Optimizer, train: torch.Tensor
 
     if device.type != "cuda":
         raise ValueError(f"a captured training step needs a CUDA device; the rows are on {device}")
-    index_buffer = torch.zeros(batch, dtype=torch.long, device=device)
-    noise_buffer = torch.zeros(batch, model.cfg.latent_dim, device=device)
-    graph = _capture(lambda: update(index_buffer, noise_buffer), model, optimizer)
+    buffers = {size: (torch.zeros(size, dtype=torch.long, device=device),
+                      torch.zeros(size, model.cfg.latent_dim, device=device)) for size in sorted(set(batch_sizes))}
+    graphs = _capture({size: (lambda b=b: update(*b)) for size, b in buffers.items()}, model, optimizer)
     loss_sum.zero_()
 
     def replay(index, noise):
+        index_buffer, noise_buffer = buffers[index.shape[0]]
         index_buffer.copy_(index)
         noise_buffer.copy_(noise)
-        graph.replay()
+        graphs[index.shape[0]].replay()
 
     return Step(replay, loss_sum, captured=True)
 
 
-def _capture(work: Callable[[], None], model: VAE, optimizer: torch.optim.Optimizer) -> "torch.cuda.CUDAGraph":
-    """Record ``work()`` (forward, backward, Adam) as a CUDA graph; leave the model and optimiser
-    as they were before the warm-up."""
+def _capture(work: dict, model: VAE, optimizer: torch.optim.Optimizer) -> dict:
+    """Record each ``work[size]()`` (forward, backward, Adam) as a CUDA graph with its own memory
+    pool; leave the model and optimiser as they were before the warm-up."""
     initial = [p.detach().clone() for p in model.parameters()]
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*capturable=True.*")  # eager steps of a capturable Adam
-        for _ in range(WARMUP_STEPS):
-            optimizer.zero_grad(set_to_none=True)
-            work()
+        for run in work.values():
+            for _ in range(WARMUP_STEPS):
+                optimizer.zero_grad(set_to_none=True)
+                run()
     torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    optimizer.zero_grad(set_to_none=True)  # so that backward allocates the gradients in the graph's pool
-    with torch.cuda.graph(graph):
-        work()
+    graphs = {}
+    for size, run in work.items():
+        graphs[size] = torch.cuda.CUDAGraph()
+        optimizer.zero_grad(set_to_none=True)  # so that backward allocates the gradients in the graph's pool
+        with torch.cuda.graph(graphs[size]):
+            run()
     with torch.no_grad():  # undo the warm-up: initial weights, a fresh Adam (step 0, zero moments)
         for parameter, value in zip(model.parameters(), initial):
             parameter.copy_(value)
@@ -147,7 +155,7 @@ def _capture(work: Callable[[], None], model: VAE, optimizer: torch.optim.Optimi
             for value in state.values():
                 if torch.is_tensor(value):
                     value.zero_()
-    return graph
+    return graphs
 
 
 # --------------------------------------------------------------------------- epochs
@@ -157,10 +165,10 @@ def fit_vae(rows: torch.Tensor, is_train: torch.Tensor, cfg: VAEConfig = VAEConf
 
     ``rows`` is an (n, width) float32 tensor on the CPU or a CUDA device; batches are index
     slices of it on that device, so no step copies data to or from the host. Each epoch visits
-    every training row once in a seeded random order (plus, in its last batch, a few rows again, so
-    that every batch is full). The epoch loss (mean of its batch losses) is read back once per
-    epoch, the only sync point, for ``history``, ``progress(fraction, text)`` and the convergence
-    stop (:func:`converged`). On the GPU the step is a captured CUDA graph unless
+    every training row once, in a seeded random order, in batches of :func:`plan_training`'s size
+    (the last one shorter). The epoch's mean loss per row is read back once per epoch, the only
+    sync point, for ``history``, ``progress(fraction, text)`` and the convergence stop
+    (:func:`converged`). On the GPU the step replays captured CUDA graphs unless
     ``cfg.cuda_graph`` is off; if capture fails, training goes on with the plain step and a
     :class:`~pipeline.PipelineWarning` says so.
     """
@@ -177,12 +185,11 @@ def fit_vae(rows: torch.Tensor, is_train: torch.Tensor, cfg: VAEConfig = VAEConf
     history: list[float] = []
     model.train()
     for epoch in range(cfg.epochs):
-        index, noise = draw_epoch(n_train, plan, cfg.latent_dim, generator)
         step.loss_sum.zero_()
-        for k in range(plan.steps_per_epoch):
-            step(index[k], noise[k])
-        history.append(step.loss_sum.item() / plan.steps_per_epoch)  # sync point: once per epoch
-        done = converged(history, cfg)
+        for index, noise in epoch_batches(n_train, plan, cfg.latent_dim, generator):
+            step(index, noise)
+        history.append(step.loss_sum.item() / n_train)  # sync point: once per epoch
+        done = converged(history, cfg, plan.steps_per_epoch)
         if progress:
             progress(1.0 if done else (epoch + 1) / cfg.epochs,
                      f"epoch {epoch + 1}/{cfg.epochs}, loss {history[-1]:.2f}" + (" (converged)" if done else ""))
@@ -191,6 +198,21 @@ def fit_vae(rows: torch.Tensor, is_train: torch.Tensor, cfg: VAEConfig = VAEConf
     optimizer.zero_grad(set_to_none=True)
     model.eval()
     return model, history
+
+
+def batch_lengths(n_train: int, plan: TrainingPlan) -> list[int]:
+    """The lengths of an epoch's batches: full ones, then the rest."""
+    full, rest = divmod(n_train, plan.batch)
+    return [plan.batch] * full + ([rest] if rest else [])
+
+
+def epoch_batches(n_train: int, plan: TrainingPlan, latent_dim: int, generator: torch.Generator):
+    """One epoch's batches: (row indices, standard normal noise (len, latent_dim)) pairs, slices of
+    one seeded permutation and one noise draw (two launches per epoch on the GPU)."""
+    device = generator.device
+    order = torch.randperm(n_train, generator=generator, device=device)
+    noise = torch.randn(n_train, latent_dim, generator=generator, device=device)
+    return list(zip(order.split(plan.batch), noise.split(plan.batch)))
 
 
 def _model_and_step(train: torch.Tensor, plan: TrainingPlan, cfg: VAEConfig):
@@ -204,24 +226,13 @@ def _model_and_step(train: torch.Tensor, plan: TrainingPlan, cfg: VAEConfig):
         adam = dict(fused=True, capturable=capture) if device.type == "cuda" else {}
         optimizer = torch.optim.Adam(model.parameters(), lr=plan.learning_rate, **adam)
         try:
-            step = build_step(model, optimizer, train, plan.batch, capture=capture,
+            step = build_step(model, optimizer, train, batch_lengths(int(train.shape[0]), plan), capture=capture,
                               mixed_precision=cfg.mixed_precision)
             return model, optimizer, step
-        except RuntimeError as err:
+        except Exception as err:  # capture unsupported here (driver, allocator, library version)
             if not capture:
                 raise
             first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
-            warnings.warn(f"CUDA graph capture of the training step failed ({first_line}); training without it",
-                          PipelineWarning, stacklevel=3)
+            warnings.warn(f"CUDA graph capture of the training step failed ({type(err).__name__}: {first_line}); "
+                          "training without it", PipelineWarning, stacklevel=3)
             capture = False
-
-
-def draw_epoch(n_train: int, plan: TrainingPlan, latent_dim: int, generator: torch.Generator):
-    """(steps, batch) row indices, a seeded permutation whose last batch wraps around to its start,
-    and (steps, batch, latent_dim) standard normal noise: two launches per epoch on the GPU."""
-    device = generator.device
-    order = torch.randperm(n_train, generator=generator, device=device)
-    shortfall = plan.steps_per_epoch * plan.batch - n_train  # < batch <= n_train
-    order = torch.cat([order, order[:shortfall]]).view(plan.steps_per_epoch, plan.batch)
-    noise = torch.randn(plan.steps_per_epoch, plan.batch, latent_dim, generator=generator, device=device)
-    return order, noise

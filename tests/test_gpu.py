@@ -136,38 +136,40 @@ def _fresh_step(rows, is_train, cfg, capture):
     import torch
 
     from pipeline.model import VAE
-    from pipeline.train import build_step, plan_training
+    from pipeline.train import batch_lengths, build_step, plan_training
 
     train_rows = rows[is_train.to(rows.device)]
     plan = plan_training(int(train_rows.shape[0]), cfg)
     torch.manual_seed(cfg.seed)
     model = VAE(rows.shape[1], cfg).to(rows.device)
     optimizer = torch.optim.Adam(model.parameters(), lr=plan.learning_rate, fused=True, capturable=capture)
-    return model, build_step(model, optimizer, train_rows, plan.batch, capture=capture), plan
+    step = build_step(model, optimizer, train_rows, batch_lengths(int(train_rows.shape[0]), plan), capture=capture)
+    return model, step, plan
 
 
 def test_captured_step_equals_plain_steps(beats_and_cpu_model):
-    """Replaying the captured graph does what the plain step does: the same weights after the
-    same batches and noise (each replay reads the new indices, gradients are not accumulated
-    across replays, Adam counts its steps), up to the order of cuDNN's floating-point sums."""
+    """Replaying the captured graphs does what the plain step does: the same weights after the
+    same batches and noise, the last, shorter batch of the epoch included (each replay reads the
+    new indices, gradients are not accumulated across replays, Adam counts its steps), up to the
+    order of cuDNN's floating-point sums."""
     import torch
 
-    from pipeline.train import draw_epoch
+    from pipeline.train import epoch_batches
 
     _, rows, is_train, _ = beats_and_cpu_model
     rows = rows.to("cuda")
-    cfg = VAEConfig()
+    cfg = VAEConfig(batch_size=64)  # 64 does not divide the ~1,400 training beats: two batch lengths
     plain_model, plain, plan = _fresh_step(rows, is_train, cfg, capture=False)
     captured_model, captured, _ = _fresh_step(rows, is_train, cfg, capture=True)
     assert captured.captured and not plain.captured
     for a, b in zip(plain_model.parameters(), captured_model.parameters()):  # the capture's warm-up was undone
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     initial = [p.detach().clone() for p in plain_model.parameters()]
-    generator = torch.Generator(device="cuda").manual_seed(3)
-    index, noise = draw_epoch(int(is_train.sum()), plan, cfg.latent_dim, generator)
-    for k in range(min(8, plan.steps_per_epoch)):
-        plain(index[k], noise[k])
-        captured(index[k], noise[k])
+    batches = epoch_batches(int(is_train.sum()), plan, cfg.latent_dim, torch.Generator(device="cuda").manual_seed(3))
+    assert len(batches[-1][0]) < plan.batch  # the test covers both graphs
+    for index, noise in batches[:4] + batches[-1:] + batches[4:6]:
+        plain(index, noise)
+        captured(index, noise)
     torch.cuda.synchronize()
     moved = max(float((p.detach() - q).abs().max()) for p, q in zip(plain_model.parameters(), initial))
     assert moved > 2 * cfg.learning_rate  # the steps really changed the weights...

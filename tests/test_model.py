@@ -10,7 +10,7 @@ from pipeline.config import SignalConfig, VAEConfig
 from pipeline.evaluate import auroc
 from pipeline.model import VAE, negative_elbo
 from pipeline.score import decode, latent_grid, score_beats
-from pipeline.train import build_step, converged, draw_epoch, fit_vae, plan_training, split_train
+from pipeline.train import batch_lengths, build_step, converged, epoch_batches, fit_vae, plan_training, split_train
 
 ABNORMAL = ("V", "A", "Q")
 
@@ -130,24 +130,28 @@ def test_plan_training_batches_and_rates():
     ([10, 5, 3, 2, 1.5, 1.2, 1.0, 0.9, 0.85, 0.80, 0.76, 0.72], False),    # still falling 5 % an epoch
     ([10, 5, 3, 2, 1.5, 1.2, 1.0, 0.9, 0.85, 0.84, 1.9, 0.80], False),     # one bad epoch, then a gain
     ([10, 5, 3, 2, 1.5, 1.2, 1.0, 0.9, 0.85, 1.9, 2.0, 2.1], True),        # worse and worse: no gain
-    ([10, 9.99, 9.99, 9.99], False),                                       # flat, but before min_epochs
 ])
 def test_converged_compares_the_best_recent_loss_with_the_best_before(history, expected):
-    assert converged(history, VAEConfig(tolerance=0.01, patience=3, min_epochs=10)) is expected
-    assert converged(history, VAEConfig(tolerance=0.0)) is False  # tolerance 0: train every epoch
+    cfg = VAEConfig(tolerance=0.01, patience=3, min_steps=400)
+    assert converged(history, cfg, steps_per_epoch=35) is expected
+    assert converged(history, cfg, steps_per_epoch=17) is False        # 12 × 17 steps: fewer than 400
+    assert converged(history, VAEConfig(tolerance=0.0), 35) is False    # tolerance 0: train every epoch
 
 
-def test_draw_epoch_visits_every_row_in_full_batches():
+def test_epoch_batches_visit_every_row_once():
     plan = plan_training(1_000, VAEConfig(batch_size=4096, min_steps_per_epoch=16))  # batch 62, 17 steps
+    assert batch_lengths(1_000, plan) == [62] * 16 + [8]
+    assert batch_lengths(992, plan_training(992, VAEConfig(min_steps_per_epoch=16))) == [62] * 16  # no remainder
     generator = torch.Generator().manual_seed(0)
-    index, noise = draw_epoch(1_000, plan, 2, generator)
-    assert index.shape == (17, 62) and noise.shape == (17, 62, 2) and index.dtype == torch.int64
-    flat = index.reshape(-1)
-    assert set(flat.tolist()) == set(range(1_000))                     # every row, once...
-    np.testing.assert_array_equal(flat[1_000:], flat[:17 * 62 - 1_000])  # ...the last batch wrapping around
-    again, _ = draw_epoch(1_000, plan, 2, torch.Generator().manual_seed(0))
-    assert torch.equal(index, again)
-    assert not torch.equal(index, draw_epoch(1_000, plan, 2, generator)[0])  # the next epoch: a new order
+    batches = epoch_batches(1_000, plan, 2, generator)
+    assert [len(index) for index, _ in batches] == batch_lengths(1_000, plan)
+    assert all(noise.shape == (len(index), 2) for index, noise in batches)
+    order = torch.cat([index for index, _ in batches])
+    assert sorted(order.tolist()) == list(range(1_000)) and order.dtype == torch.int64
+    again = epoch_batches(1_000, plan, 2, torch.Generator().manual_seed(0))
+    assert all(torch.equal(a, b) for (a, _), (b, _) in zip(batches, again))              # seeded
+    assert not torch.equal(order, torch.cat([i for i, _ in epoch_batches(1_000, plan, 2, generator)]))  # next epoch
+    noise = torch.cat([n for _, n in batches])
     assert abs(float(noise.mean())) < 0.1 and abs(float(noise.std()) - 1) < 0.1
 
 
@@ -159,7 +163,7 @@ def test_build_step_is_one_adam_step_on_the_indexed_rows():
     model, reference = VAE(64, cfg), VAE(64, cfg)
     reference.load_state_dict(model.state_dict())
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    step = build_step(model, optimizer, rows, batch=8)
+    step = build_step(model, optimizer, rows, [8])
     assert not step.captured and step.loss_sum.item() == 0.0
     index, noise = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6]), torch.randn(8, 2)
     step(index, noise)
@@ -169,23 +173,24 @@ def test_build_step_is_one_adam_step_on_the_indexed_rows():
     by_hand.step()
     for a, b in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(a, b)
-    assert step.loss_sum.item() == pytest.approx(loss.item(), rel=1e-6)
+    assert step.loss_sum.item() == pytest.approx(8 * loss.item(), rel=1e-6)  # summed over the batch's rows
 
 
 def test_build_step_capture_needs_cuda():
     model = VAE(64)
     with pytest.raises(ValueError, match="a captured training step needs a CUDA device; the rows are on cpu"):
-        build_step(model, torch.optim.Adam(model.parameters()), torch.zeros(10, 64), 4, capture=True)
+        build_step(model, torch.optim.Adam(model.parameters()), torch.zeros(10, 64), [4, 2], capture=True)
 
 
 def test_fit_vae_stops_once_the_loss_levels_off(synthetic_beats):
     rows = synthetic_beats[0][:600]
     is_train = split_train(len(rows), 0.75, seed=0)
-    cfg = VAEConfig(epochs=60, tolerance=0.05, patience=2, min_epochs=4)
+    cfg = VAEConfig(epochs=60, tolerance=0.05, patience=2, min_steps=64)
+    steps = plan_training(int(is_train.sum()), cfg).steps_per_epoch
     progress = []
     _, history = fit_vae(rows, is_train, cfg, progress=lambda fraction, message: progress.append((fraction, message)))
-    assert 4 <= len(history) < 60
-    assert converged(history, cfg) and not any(converged(history[:n], cfg) for n in range(1, len(history)))
+    assert 64 <= len(history) * steps and len(history) < 60
+    assert converged(history, cfg, steps) and not any(converged(history[:n], cfg, steps) for n in range(1, len(history)))
     assert progress[-1][0] == 1.0 and progress[-1][1].endswith("(converged)")
     assert progress[-1][1].startswith(f"epoch {len(history)}/60, loss ")
 
