@@ -66,10 +66,10 @@ def child(policy: str, beats: Path, steps: int) -> dict:
     plan = plan_training(len(train), cfg)
     torch.manual_seed(0)
     model = VAE(rows.shape[1], cfg)
+    generator = torch.Generator().manual_seed(0)
     step = build_step(model, torch.optim.Adam(model.parameters(), lr=plan.learning_rate), train,
-                      batch_lengths(len(train), plan))
-    batches = epoch_batches(len(train), plan, cfg.latent_dim, torch.Generator().manual_seed(0))
-    full = [b for b in batches if len(b[0]) == plan.batch]  # time steps of the full batch length
+                      batch_lengths(len(train), plan), generator)
+    full = [b for b in epoch_batches(len(train), plan, generator) if len(b) == plan.batch]  # full-length steps
 
     lateness, stop = [], threading.Event()
 
@@ -80,13 +80,13 @@ def child(policy: str, beats: Path, steps: int) -> dict:
             lateness.append((time.perf_counter() - asked - 0.005) * 1000)
 
     for k in range(5):
-        step(*full[k % len(full)])
+        step(full[k % len(full)])
     watcher = threading.Thread(target=server_thread, daemon=True)
     watcher.start()
     times = []
     for k in range(steps):
         started = time.perf_counter()
-        step(*full[k % len(full)])
+        step(full[k % len(full)])
         times.append((time.perf_counter() - started) * 1000)
     stop.set()
     watcher.join()

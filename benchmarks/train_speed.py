@@ -113,12 +113,13 @@ def step_times(rows, is_train, cfg, capture: bool, steps: int) -> dict:
     adam = dict(fused=True, capturable=capture) if device.type == "cuda" else {}
     optimizer = torch.optim.Adam(model.parameters(), lr=plan.learning_rate, **adam)
     n_train = int(training.shape[0])
-    step = train.build_step(model, optimizer, training, train.batch_lengths(n_train, plan), capture=capture)
+    generator = torch.Generator(device=device).manual_seed(1)
+    step = train.build_step(model, optimizer, training, train.batch_lengths(n_train, plan), generator, capture=capture)
     if step.captured != capture:
         raise RuntimeError(f"asked for a {'captured' if capture else 'plain'} step, got the other kind")
-    batches = train.epoch_batches(n_train, plan, cfg.latent_dim, torch.Generator(device=device).manual_seed(1))
-    for batch in batches[:10]:  # warm: first calls of each graph / shape
-        step(*batch)
+    batches = train.epoch_batches(n_train, plan, generator)
+    for batch in batches[:10] + batches[-1:]:  # warm: first calls of each graph / shape
+        step(batch)
     sync(device.type)
     order = [batches[k % len(batches)] for k in range(steps)]  # whole epochs, the short last batch included
     times = []
@@ -126,14 +127,14 @@ def step_times(rows, is_train, cfg, capture: bool, steps: int) -> dict:
         marks = [torch.cuda.Event(enable_timing=True) for _ in range(steps + 1)]
         marks[0].record()
         for k, batch in enumerate(order):
-            step(*batch)
+            step(batch)
             marks[k + 1].record()
         torch.cuda.synchronize()
         times = [marks[k].elapsed_time(marks[k + 1]) for k in range(steps)]
     else:
         for batch in order:
             started = time.perf_counter()
-            step(*batch)
+            step(batch)
             times.append((time.perf_counter() - started) * 1000)
     return {"batch": plan.batch, "steps_per_epoch": plan.steps_per_epoch, "learning_rate": plan.learning_rate,
             "step_ms_median": statistics.median(times), "step_ms_p95": float(np.percentile(times, 95))}

@@ -3,9 +3,9 @@
 Two functions do the work: :func:`build_step` builds the training step (rows → loss → gradients →
 Adam update), plain, or on the GPU captured once as a CUDA graph per batch shape (an epoch's full
 batches and its last, shorter one) and then replayed with a single launch; :func:`fit_vae` runs
-the epochs and stops when the loss levels off. An epoch draws its batch order and its
-reparameterisation noise at once; each step copies its slice of them into the buffers that its
-captured graph reads.
+the epochs and stops when the loss levels off. Randomness stays outside the graphs: an epoch draws
+its batch order at once, and each step draws its reparameterisation noise (into the buffer its
+graph reads) from the same seeded generator, as the plain step does.
 
 See Also
 --------
@@ -70,31 +70,35 @@ def converged(history: list[float], cfg: VAEConfig, steps_per_epoch: int) -> boo
 
 # --------------------------------------------------------------------------- one step
 class Step:
-    """The training step: ``step(index, noise)`` runs one Adam update on ``train[index]`` with the
-    reparameterisation ``noise`` (len(index), latent_dim), and adds the batch's summed loss to
+    """The training step: ``step(index)`` runs one Adam update on ``train[index]``, drawing the
+    reparameterisation noise from the step's generator, and adds the batch's summed loss to
     ``loss_sum`` (a device scalar, read once per epoch). ``captured`` says whether it replays
     CUDA graphs."""
 
-    def __init__(self, run: Callable[[torch.Tensor, torch.Tensor], None], loss_sum: torch.Tensor, captured: bool):
+    def __init__(self, run: Callable[[torch.Tensor], None], loss_sum: torch.Tensor, captured: bool):
         self.run, self.loss_sum, self.captured = run, loss_sum, captured
 
-    def __call__(self, index: torch.Tensor, noise: torch.Tensor) -> None:
-        self.run(index, noise)
+    def __call__(self, index: torch.Tensor) -> None:
+        self.run(index)
 
 
-def build_step(model: VAE, optimizer: torch.optim.Optimizer, train: torch.Tensor, batch_sizes: Sequence[int], *,
-               capture: bool = False, mixed_precision: bool = False) -> Step:
+def build_step(model: VAE, optimizer: torch.optim.Optimizer, train: torch.Tensor, batch_sizes: Sequence[int],
+               generator: torch.Generator, *, capture: bool = False, mixed_precision: bool = False) -> Step:
     """The training step on the rows of ``train``, plain or (``capture``, CUDA only) captured.
 
-    ``batch_sizes``: the batch lengths it will be called with (see :func:`batch_lengths`). A
-    captured step records one CUDA graph per length after a few eager warm-up steps on a side
-    stream (which create cuDNN/cuBLAS workspaces and Adam's state outside the graphs); the
-    warm-up's updates are then undone, so plain and captured steps start from the same weights
-    and optimiser state. Each call copies the batch's indices and noise into the input buffers of
-    the graph of its length and replays it. Capture needs an Adam built with ``capturable=True``
-    and PyTorch's own CUDA allocator (its graph-private memory pools).
+    ``batch_sizes``: the batch lengths it will be called with (see :func:`batch_lengths`);
+    ``generator``: where the reparameterisation noise comes from (a standard normal
+    (len(index), latent_dim) draw per step, the same draws for both kinds of step). A captured
+    step records one CUDA graph per length after a few eager warm-up steps on a side stream
+    (which create cuDNN/cuBLAS workspaces and Adam's state outside the graphs); the warm-up's
+    updates are then undone, so plain and captured steps start from the same weights and
+    optimiser state. Each call copies the batch's indices into the input buffer of the graph of
+    its length, draws the noise into the graph's noise buffer and replays the graph. Capture
+    needs an Adam built with ``capturable=True`` and PyTorch's own CUDA allocator (its
+    graph-private memory pools).
     """
     device = train.device
+    latent = model.cfg.latent_dim
     loss_sum = torch.zeros((), device=device)
     bf16 = device.type == "cuda" and mixed_precision
 
@@ -107,23 +111,23 @@ def build_step(model: VAE, optimizer: torch.optim.Optimizer, train: torch.Tensor
         loss_sum.add_(loss.detach().float() * index.shape[0])  # the batch mean, back to a sum over rows
 
     if not capture:
-        def plain(index, noise):
+        def plain(index):
             optimizer.zero_grad(set_to_none=True)
-            update(index, noise)
+            update(index, torch.randn(index.shape[0], latent, generator=generator, device=device))
 
         return Step(plain, loss_sum, captured=False)
 
     if device.type != "cuda":
         raise ValueError(f"a captured training step needs a CUDA device; the rows are on {device}")
-    buffers = {size: (torch.zeros(size, dtype=torch.long, device=device),
-                      torch.zeros(size, model.cfg.latent_dim, device=device)) for size in sorted(set(batch_sizes))}
+    buffers = {size: (torch.zeros(size, dtype=torch.long, device=device), torch.zeros(size, latent, device=device))
+               for size in sorted(set(batch_sizes))}
     graphs = _capture({size: (lambda b=b: update(*b)) for size, b in buffers.items()}, model, optimizer)
     loss_sum.zero_()
 
-    def replay(index, noise):
+    def replay(index):
         index_buffer, noise_buffer = buffers[index.shape[0]]
         index_buffer.copy_(index)
-        noise_buffer.copy_(noise)
+        noise_buffer.normal_(generator=generator)  # eager, outside the graph: the same draw as the plain step's
         graphs[index.shape[0]].replay()
 
     return Step(replay, loss_sum, captured=True)
@@ -180,14 +184,14 @@ def fit_vae(rows: torch.Tensor, is_train: torch.Tensor, cfg: VAEConfig = VAEConf
     if n_train < 2:
         raise ValueError(f"need at least 2 training beats; got {n_train}")
     plan = plan_training(n_train, cfg)
-    model, optimizer, step = _model_and_step(train, plan, cfg)
-    generator = torch.Generator(device=device).manual_seed(cfg.seed)
+    generator = torch.Generator(device=device).manual_seed(cfg.seed)  # batch order and noise
+    model, optimizer, step = _model_and_step(train, plan, cfg, generator)
     history: list[float] = []
     model.train()
     for epoch in range(cfg.epochs):
         step.loss_sum.zero_()
-        for index, noise in epoch_batches(n_train, plan, cfg.latent_dim, generator):
-            step(index, noise)
+        for index in epoch_batches(n_train, plan, generator):
+            step(index)
         history.append(step.loss_sum.item() / n_train)  # sync point: once per epoch
         done = converged(history, cfg, plan.steps_per_epoch)
         if progress:
@@ -206,16 +210,12 @@ def batch_lengths(n_train: int, plan: TrainingPlan) -> list[int]:
     return [plan.batch] * full + ([rest] if rest else [])
 
 
-def epoch_batches(n_train: int, plan: TrainingPlan, latent_dim: int, generator: torch.Generator):
-    """One epoch's batches: (row indices, standard normal noise (len, latent_dim)) pairs, slices of
-    one seeded permutation and one noise draw (two launches per epoch on the GPU)."""
-    device = generator.device
-    order = torch.randperm(n_train, generator=generator, device=device)
-    noise = torch.randn(n_train, latent_dim, generator=generator, device=device)
-    return list(zip(order.split(plan.batch), noise.split(plan.batch)))
+def epoch_batches(n_train: int, plan: TrainingPlan, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+    """One epoch's batches of row indices: a seeded permutation cut into :func:`batch_lengths`."""
+    return torch.randperm(n_train, generator=generator, device=generator.device).split(plan.batch)
 
 
-def _model_and_step(train: torch.Tensor, plan: TrainingPlan, cfg: VAEConfig):
+def _model_and_step(train: torch.Tensor, plan: TrainingPlan, cfg: VAEConfig, generator: torch.Generator):
     """A freshly seeded model, its Adam and the step: captured on the GPU when asked, plain otherwise
     (and, with a warning, when capture fails: the model is then rebuilt, untouched by the attempt)."""
     device = train.device
@@ -226,8 +226,8 @@ def _model_and_step(train: torch.Tensor, plan: TrainingPlan, cfg: VAEConfig):
         adam = dict(fused=True, capturable=capture) if device.type == "cuda" else {}
         optimizer = torch.optim.Adam(model.parameters(), lr=plan.learning_rate, **adam)
         try:
-            step = build_step(model, optimizer, train, batch_lengths(int(train.shape[0]), plan), capture=capture,
-                              mixed_precision=cfg.mixed_precision)
+            step = build_step(model, optimizer, train, batch_lengths(int(train.shape[0]), plan), generator,
+                              capture=capture, mixed_precision=cfg.mixed_precision)
             return model, optimizer, step
         except Exception as err:  # capture unsupported here (driver, allocator, library version)
             if not capture:

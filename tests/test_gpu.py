@@ -143,13 +143,15 @@ def _fresh_step(rows, is_train, cfg, capture):
     torch.manual_seed(cfg.seed)
     model = VAE(rows.shape[1], cfg).to(rows.device)
     optimizer = torch.optim.Adam(model.parameters(), lr=plan.learning_rate, fused=True, capturable=capture)
-    step = build_step(model, optimizer, train_rows, batch_lengths(int(train_rows.shape[0]), plan), capture=capture)
+    noise = torch.Generator(device=rows.device).manual_seed(7)  # the same draws for both kinds of step
+    step = build_step(model, optimizer, train_rows, batch_lengths(int(train_rows.shape[0]), plan), noise,
+                      capture=capture)
     return model, step, plan
 
 
 def test_captured_step_equals_plain_steps(beats_and_cpu_model):
     """Replaying the captured graphs does what the plain step does: the same weights after the
-    same batches and noise, the last, shorter batch of the epoch included (each replay reads the
+    same batches and noise draws, the last, shorter batch of the epoch included (each replay reads the
     new indices, gradients are not accumulated across replays, Adam counts its steps), up to the
     order of cuDNN's floating-point sums."""
     import torch
@@ -165,11 +167,11 @@ def test_captured_step_equals_plain_steps(beats_and_cpu_model):
     for a, b in zip(plain_model.parameters(), captured_model.parameters()):  # the capture's warm-up was undone
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     initial = [p.detach().clone() for p in plain_model.parameters()]
-    batches = epoch_batches(int(is_train.sum()), plan, cfg.latent_dim, torch.Generator(device="cuda").manual_seed(3))
-    assert len(batches[-1][0]) < plan.batch  # the test covers both graphs
-    for index, noise in batches[:4] + batches[-1:] + batches[4:6]:
-        plain(index, noise)
-        captured(index, noise)
+    batches = epoch_batches(int(is_train.sum()), plan, torch.Generator(device="cuda").manual_seed(3))
+    assert len(batches[-1]) < plan.batch  # the test covers both graphs
+    for index in batches[:4] + batches[-1:] + batches[4:6]:
+        plain(index)
+        captured(index)
     torch.cuda.synchronize()
     moved = max(float((p.detach() - q).abs().max()) for p, q in zip(plain_model.parameters(), initial))
     assert moved > 2 * cfg.learning_rate  # the steps really changed the weights...
