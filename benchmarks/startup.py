@@ -46,6 +46,19 @@ def pipeline_run(repo: Path, out: Path, device: str, samples: int | None, *extra
     return seconds, Path(result.stdout.splitlines()[0].split()[1])
 
 
+def outcome(run_dir: Path, report: dict) -> dict:
+    """What the run found: beats, training epochs and final loss, outlier AUROC of the injected beats."""
+    import pandas as pd
+
+    from pipeline.evaluate import auroc
+
+    beats = pd.read_parquet(run_dir / "beats.parquet")
+    labelled = beats[beats["label"] != ""] if "label" in beats else beats.iloc[:0]
+    history = report["training"]["loss_history"]
+    return {"beats": len(beats), "epochs": len(history), "final_loss": history[-1],
+            "auroc": round(auroc(labelled["score"], labelled["abnormal"]), 4) if len(labelled) else None}
+
+
 def summarise(times: list[float]) -> dict:
     return {"median_s": statistics.median(times), "p95_s": float(np.percentile(times, 95)),
             "min_s": min(times), "max_s": max(times), "runs": len(times), "all_s": [round(t, 3) for t in times]}
@@ -74,13 +87,16 @@ def main(argv: list[str] | None = None) -> int:
 
     times = {(name, kind): [] for name in checkouts for kind in ("cold", "cached")}
     stages = {name: [] for name in checkouts}
+    quality = {}
     for kind, extra in (("cold", ("--no-cache",)), ("cached", ())):
         for i in range(args.repeats):
             for name, repo in checkouts.items():
                 seconds, run_dir = pipeline_run(repo, outs[name], args.device, args.samples, *extra)
                 times[name, kind].append(seconds)
                 if kind == "cold":
-                    stages[name].append(json.loads((run_dir / "report.json").read_text())["stages_s"])
+                    report = json.loads((run_dir / "report.json").read_text())
+                    stages[name].append(report["stages_s"])
+                    quality[name] = outcome(run_dir, report)
                 print(f"{kind:<7} {name:<8} run {i + 1}: {seconds:6.2f} s", flush=True)
     load_end = os.getloadavg()
 
@@ -96,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:<9} {kind:<7} {s['median_s']:>9.2f} {s['p95_s']:>7.2f} {s['min_s']:>7.2f} {s['max_s']:>7.2f}")
         names = list(dict.fromkeys(k for run in stages[name] for k in run))
         entry["cold_stages_median_s"] = {k: statistics.median(run.get(k, 0.0) for run in stages[name]) for k in names}
+        entry["outcome"] = quality[name]
         print(f"{'':<9} cold stages (median): " + "  ".join(f"{k} {v:.2f}" for k, v in entry["cold_stages_median_s"].items()))
+        print(f"{'':<9} last cold run: {json.dumps(quality[name])}")
         summary["checkouts"][name] = entry
     print(f"load average at the end {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}")
     print(json.dumps(summary))

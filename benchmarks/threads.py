@@ -10,7 +10,8 @@ settings are per process and OpenMP reads its environment once) that applies its
 for 5 steps, then times ``--steps`` steps one by one; a second thread meanwhile asks to wake up
 every 5 ms and records how late it wakes (how a web server thread beside the training fares).
 Policies: ``default`` (nothing set: PyTorch, OpenMP and Numba use every CPU, as before the policy
-existed), ``policy`` (``limit_threads()``), or a number of threads. Conditions: ``idle`` and
+existed), ``policy`` (``limit_threads()``), or a number of threads; a trailing ``p`` (``2p``,
+``defaultp``) also sets ``OMP_WAIT_POLICY=PASSIVE`` (no spinning at OpenMP barriers). Conditions: ``idle`` and
 ``busy`` (a ``python -c 'while True: pass'`` process runs throughout). Cells are interleaved run by
 run so that other load on a shared machine falls on all of them alike.
 
@@ -50,6 +51,9 @@ def make_beats(samples: int, path: Path) -> None:
 
 def child(policy: str, beats: Path, steps: int) -> dict:
     """One measured run, in this (fresh) process."""
+    if policy.endswith("p"):  # OpenMP threads sleep at once at a barrier instead of spinning first
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+        policy = policy[:-1]
     if policy != "default":
         from pipeline import threads
 
@@ -98,7 +102,7 @@ def child(policy: str, beats: Path, steps: int) -> dict:
 
 def run_child(policy: str, beats: Path, steps: int, busy: bool) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("ECG_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-                                                            "OPENBLAS_NUM_THREADS")}
+                                                            "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY")}
     competitor = subprocess.Popen([sys.executable, "-c", BUSY]) if busy else None
     try:
         if competitor:

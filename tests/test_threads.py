@@ -22,7 +22,7 @@ def clean(monkeypatch):
     import torch
 
     monkeypatch.setattr(threads, "_explicit", None)
-    for name in (threads.ENV, *threads.LIBRARY_ENV):
+    for name in (threads.ENV, *threads.LIBRARY_ENV, *threads.WAIT_ENV):
         monkeypatch.delenv(name, raising=False)
     before = torch.get_num_threads(), numba.get_num_threads()
     yield monkeypatch
@@ -30,9 +30,17 @@ def clean(monkeypatch):
     numba.set_num_threads(before[1])
 
 
-def test_default_is_half_the_available_cpus(clean):
+def test_default_is_one_thread_per_available_cpu(clean):
     assert threads.available_cpus() == len(os.sched_getaffinity(0))
-    assert threads.resolve_threads() == threads.default_threads() == max(1, len(os.sched_getaffinity(0)) // 2)
+    assert threads.resolve_threads() == threads.default_threads() == len(os.sched_getaffinity(0))
+
+
+def test_openmp_waits_passively_unless_told_otherwise(clean):
+    threads.limit_threads()
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE" and os.environ["KMP_BLOCKTIME"] == "0"
+    clean.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    threads.limit_threads()
+    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"  # a user's own setting is kept
 
 
 def test_budget_order_explicit_then_environment(clean):
@@ -75,7 +83,7 @@ def test_bad_budget_is_an_error(clean, value):
 
 
 def _run_cli(tmp_path, small_csv, **env):
-    environment = {k: v for k, v in os.environ.items() if k not in (threads.ENV, *threads.LIBRARY_ENV)}
+    environment = {k: v for k, v in os.environ.items() if k not in (threads.ENV, *threads.LIBRARY_ENV, *threads.WAIT_ENV)}
     return subprocess.run([sys.executable, "-m", "pipeline", "run", str(small_csv), "--device", "cpu", "--epochs", "1",
                            "--out", str(tmp_path / "runs"), "--quiet"], cwd=REPO, capture_output=True, text=True,
                           timeout=300, env={**environment, **env})
@@ -93,3 +101,29 @@ def test_a_bad_budget_stops_the_cli_with_one_line(small_csv, tmp_path):
     result = _run_cli(tmp_path, small_csv, ECG_THREADS="lots")
     assert result.returncode == 2
     assert result.stderr == "error: $ECG_THREADS must be a positive whole number of threads; got 'lots'\n"
+
+
+OPENMP_SCRIPT = """
+import ctypes, sys
+from pipeline import threads
+threads.limit_threads()
+import torch
+torch.ones(1000).sum()
+try:
+    display = ctypes.CDLL("libgomp.so.1").omp_display_env  # the OpenMP runtime PyTorch and Numba share
+except (OSError, AttributeError):
+    sys.exit(3)
+display(0)
+"""
+
+
+def test_openmp_runtime_is_passive_in_a_fresh_process():
+    """What GNU OpenMP itself reports after limit_threads and import torch, in that order (as in a run)."""
+    environment = {k: v for k, v in os.environ.items() if k not in (threads.ENV, *threads.LIBRARY_ENV, *threads.WAIT_ENV)}
+    result = subprocess.run([sys.executable, "-c", OPENMP_SCRIPT], cwd=REPO, capture_output=True, text=True,
+                            timeout=120, env=environment)
+    if result.returncode == 3:
+        pytest.skip("this OpenMP runtime cannot display its settings (omp_display_env)")
+    assert result.returncode == 0, result.stderr
+    assert "OMP_WAIT_POLICY = 'PASSIVE'" in result.stderr
+    assert f"OMP_NUM_THREADS = '{threads.default_threads()}'" in result.stderr
