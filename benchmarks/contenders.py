@@ -233,9 +233,10 @@ def _vae(device: str):
             synchronize(device)
             scored = time.perf_counter()
             train_s, score_s = trained - started, scored - trained
-            return {"beats": n, "beats_available": n_all, "train_beats": n_train, "epochs": cfg.epochs,
-                    "train_s": train_s, "score_s": score_s, "epoch_s": train_s / cfg.epochs,
-                    "train_beats_per_s": n_train * cfg.epochs / train_s, "score_beats_per_s": n / score_s,
+            epochs = len(history)  # cfg.epochs at most: training may stop once the loss levels off
+            return {"beats": n, "beats_available": n_all, "train_beats": n_train, "epochs": epochs,
+                    "train_s": train_s, "score_s": score_s, "epoch_s": train_s / epochs,
+                    "train_beats_per_s": n_train * epochs / train_s, "score_beats_per_s": n / score_s,
                     "final_loss": history[-1]}
 
         return Prepared(run, workload=workload, info={"beats": n, "beats_available": n_all})

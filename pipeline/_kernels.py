@@ -158,34 +158,49 @@ def _qrs_shape_cpu(n, signal, positions, search, base, despike, cap, step, reach
         _qrs_shape_cpu_body(i, signal, positions, search, base, despike, cap, step, reach, refined, width, slope)
 
 
+# Set by _cuda_kernels() on the GPU path only. The CUDA wrappers reach numba.cuda and the device
+# bodies as module globals rather than closure cells, so that their on-disk cache key (bytecode,
+# closure contents, signature, GPU architecture) is the same in every process.
+cuda = _nms_cuda_body = _prune_embed_cuda_body = _qrs_shape_cuda_body = None
+
+
 @functools.cache
 def _cuda_kernels() -> dict:
-    """Compile-on-first-use CUDA twins (numba.cuda is imported only on the GPU path)."""
+    """Compile-on-first-use CUDA twins (numba.cuda is imported only on the GPU path), cached on disk
+    like the CPU ones (``cache=True``: in ``__pycache__``, invalidated when this file changes), so
+    that only the first process on a machine pays the compilation."""
+    global cuda, _nms_cuda_body, _prune_embed_cuda_body, _qrs_shape_cuda_body
     from numba import cuda
 
-    nms_body = cuda.jit(device=True)(_nms_one)
-    prune_embed_body = cuda.jit(device=True)(_prune_embed_one)
-    qrs_shape_body = cuda.jit(device=True)(_qrs_shape_body(cuda.jit(device=True)(_median_at)))
+    _nms_cuda_body = cuda.jit(device=True)(_nms_one)
+    _prune_embed_cuda_body = cuda.jit(device=True)(_prune_embed_one)
+    _qrs_shape_cuda_body = cuda.jit(device=True)(_qrs_shape_body(cuda.jit(device=True)(_median_at)))
 
-    @cuda.jit
     def nms(n, envelope, threshold, block, half, gate):
         i = cuda.grid(1)
         if i < n:
-            nms_body(i, envelope, threshold, block, half, gate)
+            _nms_cuda_body(i, envelope, threshold, block, half, gate)
 
-    @cuda.jit
     def prune_embed(n, signal, positions, min_len, max_len, pre, out, keep):
         i = cuda.grid(1)
         if i < n:
-            prune_embed_body(i, signal, positions, min_len, max_len, pre, out, keep)
+            _prune_embed_cuda_body(i, signal, positions, min_len, max_len, pre, out, keep)
 
-    @cuda.jit
     def qrs_shape(n, signal, positions, search, base, despike, cap, step, reach, refined, width, slope):
         i = cuda.grid(1)
         if i < n:
-            qrs_shape_body(i, signal, positions, search, base, despike, cap, step, reach, refined, width, slope)
+            _qrs_shape_cuda_body(i, signal, positions, search, base, despike, cap, step, reach, refined, width, slope)
 
-    return {"nms": nms, "prune_embed": prune_embed, "qrs_shape": qrs_shape}
+    return {"nms": _cuda_jit_cached(nms), "prune_embed": _cuda_jit_cached(prune_embed),
+            "qrs_shape": _cuda_jit_cached(qrs_shape)}
+
+
+def _cuda_jit_cached(kernel):
+    """``cuda.jit(cache=True)``, or without the disk cache where no writable cache folder exists."""
+    try:
+        return cuda.jit(cache=True)(kernel)
+    except RuntimeError:  # numba: "cannot cache function ...: no locator available"
+        return cuda.jit(kernel)
 
 
 def launch(name: str, n: int, *arrays_and_scalars):

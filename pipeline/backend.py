@@ -96,10 +96,13 @@ _POOL = None
 
 
 def use_rmm_pool(initial_pool_bytes: int | None = None):
-    """Make one RMM pool (with statistics) the allocator of cuDF, CuPy, Numba and PyTorch.
+    """Make one RMM pool (with statistics) the allocator of cuDF, CuPy and Numba. Idempotent.
 
-    Must run before any of them allocates device memory (PyTorch refuses to change its
-    allocator afterwards). Idempotent.
+    Must run before any of them allocates device memory. PyTorch keeps its own caching allocator:
+    capturing the training step as a CUDA graph needs its graph-private memory pools (memory used
+    inside a graph must not be handed to anyone else between replays), which an external
+    allocator plugged into PyTorch does not provide. Tensors still share memory with CuPy and
+    Numba arrays through DLPack, whichever allocator made them.
     """
     global _POOL
     if _POOL is not None:
@@ -110,9 +113,6 @@ def use_rmm_pool(initial_pool_bytes: int | None = None):
     import rmm.mr
     from rmm.allocators.cupy import rmm_cupy_allocator
     from rmm.allocators.numba import RMMNumbaManager
-    from rmm.allocators.torch import rmm_torch_allocator
-
-    import torch
 
     free, _total = cupy.cuda.runtime.memGetInfo()
     if initial_pool_bytes is None:  # a quarter of free memory: grows on demand, rarely needs to
@@ -122,7 +122,6 @@ def use_rmm_pool(initial_pool_bytes: int | None = None):
     rmm.mr.set_current_device_resource(stats)
     cupy.cuda.set_allocator(rmm_cupy_allocator)
     numba.cuda.set_memory_manager(RMMNumbaManager)
-    torch.cuda.memory.change_current_allocator(rmm_torch_allocator)
     _POOL = stats
     return stats
 
@@ -131,8 +130,10 @@ class PeakMemory:
     """Peak memory of the work inside ``with PeakMemory(device) as peak:``; ``peak.read()`` any time.
 
     GPU: RMM's statistics in a counter frame pushed on entry and popped on exit, so a long-lived
-    server measures each run alone. Host: the resident high-water mark (``VmHWM``), reset on entry
-    through ``/proc/self/clear_refs`` where Linux allows it; elsewhere the process's lifetime peak
+    server measures each run alone, plus PyTorch's own allocator's peak (reset on entry):
+    ``gpu_peak_bytes`` is their sum, an upper bound of the device memory the run held at once.
+    Host: the resident high-water mark (``VmHWM``), reset on entry through
+    ``/proc/self/clear_refs`` where Linux allows it; elsewhere the process's lifetime peak
     (``ru_maxrss``), and ``host_peak_scope`` says which.
     """
 
@@ -143,6 +144,10 @@ class PeakMemory:
     def __enter__(self):
         if self.gpu:
             _POOL.push_counters()
+            if _torch_cuda_ready():
+                import torch
+
+                torch.cuda.reset_peak_memory_stats()
         try:
             with open("/proc/self/clear_refs", "w") as f:
                 f.write("5")
@@ -159,8 +164,20 @@ class PeakMemory:
         out = {"host_peak_rss_bytes": _host_peak_bytes(), "host_peak_scope": self.host_scope}
         if self.gpu:
             counts = _POOL.allocation_counts  # a dict in older RMM releases, an object in newer ones
-            out["gpu_peak_bytes"] = int(counts["peak_bytes"] if isinstance(counts, dict) else counts.peak_bytes)
+            out["gpu_peak_rmm_bytes"] = int(counts["peak_bytes"] if isinstance(counts, dict) else counts.peak_bytes)
+            out["gpu_peak_torch_bytes"] = 0
+            if _torch_cuda_ready():
+                import torch
+
+                out["gpu_peak_torch_bytes"] = int(torch.cuda.max_memory_allocated())
+            out["gpu_peak_bytes"] = out["gpu_peak_rmm_bytes"] + out["gpu_peak_torch_bytes"]
         return out
+
+
+def _torch_cuda_ready() -> bool:
+    """PyTorch is imported and has set up CUDA (asking does neither)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.cuda.is_initialized()
 
 
 def _host_peak_bytes() -> int:

@@ -47,9 +47,13 @@ class VAE(nn.Module):
         """(n, latent_dim) → (n, width)."""
         return self.decoder(self.from_latent(z))
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor, noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``noise``: the (n, latent_dim) standard normal draws of the reparameterisation; drawn
+        here when not given (training passes them in, so that a captured step reads them from a
+        buffer instead of drawing inside the graph)."""
         mu, logvar = self.encode(x)
-        z = mu + torch.randn_like(mu) * torch.exp(0.5 * logvar)
+        noise = torch.randn_like(mu) if noise is None else noise
+        z = mu + noise * torch.exp(0.5 * logvar)
         recon = self.decode(z)
         return recon, negative_elbo(x, recon, mu, logvar, self.cfg.beta).mean()
 

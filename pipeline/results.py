@@ -3,7 +3,14 @@
 A run lives in ``<out>/<key>/`` where ``key`` hashes the input's bytes and every parameter.
 It is written in a hidden temporary folder and renamed into place when complete, so a failed or
 interrupted run never leaves a half-written or overwritten run behind. ``report.json`` lists the
-SHA-256 of every other file; a run whose files do not match is treated as damaged and rebuilt.
+SHA-256 of every other file, and its size and modification time (ns) as written; a run whose files
+do not match is treated as damaged and rebuilt.
+
+Checking a cached run reads no data: a file whose size and modification time are those recorded
+is taken as written (any write, truncation or replacement changes them); only a file whose
+stat differs is hashed again, and accepted if its SHA-256 still matches. Input hashes are kept
+the same way in ``<out>/.input-hashes.json``, keyed by the input's path and its files' size,
+modification and change times and inode, so that a restart with the same input reads it once.
 
 See Also
 --------
@@ -16,6 +23,7 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,6 +125,10 @@ def match_labels(fiducial: np.ndarray, ref_samples: np.ndarray, ref_symbols: np.
 
 
 # --------------------------------------------------------------------------- hashing
+HASH_CACHE = ".input-hashes.json"  # in the runs folder: input path → (stat signature, SHA-256)
+HASH_CACHE_ENTRIES = 256
+
+
 def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -125,14 +137,76 @@ def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
     return digest.hexdigest()
 
 
+def _is_wfdb(path: Path) -> bool:
+    return path.suffix.lower() in (".hea", ".dat") or (not path.suffix and path.with_suffix(".hea").exists())
+
+
+def input_files(path: Path) -> list[Path]:
+    """The files whose bytes define an input: the file itself, or a WFDB record's header, signal
+    and annotation files."""
+    path = Path(path)
+    if _is_wfdb(path):
+        record = path.with_suffix("")
+        return sorted(p for p in record.parent.glob(record.name + ".*") if p.suffix in (".hea", ".dat", ".atr"))
+    return [path]
+
+
 def input_sha256(path: Path) -> str:
     """Hash of the input's bytes; for a WFDB record, of its header, signal and annotation files."""
-    path = Path(path)
-    if path.suffix.lower() in (".hea", ".dat") or (not path.suffix and path.with_suffix(".hea").exists()):
-        record = path.with_suffix("")
-        parts = sorted(p for p in record.parent.glob(record.name + ".*") if p.suffix in (".hea", ".dat", ".atr"))
-        return hashlib.sha256("".join(file_sha256(p) for p in parts).encode()).hexdigest()
+    if _is_wfdb(Path(path)):
+        return hashlib.sha256("".join(file_sha256(p) for p in input_files(path)).encode()).hexdigest()
     return file_sha256(path)
+
+
+def input_signature(path: Path) -> list:
+    """What changes whenever an input's bytes may have: each file's name, size, modification and
+    change times (ns), inode and device. The change time cannot be set back by hand, so a file
+    rewritten and given its old modification time still gets a new signature."""
+    out = []
+    for part in input_files(path):
+        st = part.stat()
+        out.append([part.name, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev])
+    return out
+
+
+def remembered_input_sha256(path: Path, folder: Path) -> tuple[str, list]:
+    """``(input_sha256(path), signature)``, reusing the digest remembered in ``folder`` when the
+    input's signature is unchanged (then nothing is read). Remember a new one with
+    :func:`remember_input_sha256` once the run has succeeded."""
+    signature = input_signature(path)  # before reading: a change while hashing is seen next time
+    entry = _read_hash_cache(folder).get(str(Path(path).resolve()))
+    if entry and entry.get("signature") == signature:
+        return entry["sha256"], signature
+    return input_sha256(path), signature
+
+
+def remember_input_sha256(path: Path, folder: Path, signature: list, digest: str) -> None:
+    """Remember ``digest`` for ``path`` with its ``signature`` in ``folder`` (best effort: a
+    read-only or missing folder only means hashing again next time)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return
+    entries = _read_hash_cache(folder)
+    key = str(Path(path).resolve())
+    if entries.get(key) == {"signature": signature, "sha256": digest}:
+        return
+    entries.pop(key, None)
+    entries[key] = {"signature": signature, "sha256": digest}
+    entries = dict(list(entries.items())[-HASH_CACHE_ENTRIES:])  # the most recently remembered
+    tmp = folder / f"{HASH_CACHE}.tmp-{os.getpid()}-{threading.get_ident()}"
+    try:
+        tmp.write_text(json.dumps(entries))
+        os.replace(tmp, folder / HASH_CACHE)  # atomic: a concurrent reader sees the old or the new file
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+def _read_hash_cache(folder: Path) -> dict:
+    try:
+        entries = json.loads((Path(folder) / HASH_CACHE).read_text())
+        return entries if isinstance(entries, dict) else {}
+    except (OSError, ValueError):
+        return {}
 
 
 # --------------------------------------------------------------------------- cache
@@ -149,13 +223,20 @@ def find_cached(root: Path, key: str) -> Path | None:
 
 
 def _verify(path: Path) -> str | None:
+    """None when the run is intact, else what is wrong. A file whose size and modification time
+    are those recorded at writing is not read; any other is hashed and compared."""
     try:
         report = json.loads((path / REPORT).read_text())
     except (OSError, ValueError) as err:
         return f"report.json unreadable: {type(err).__name__}"
+    recorded = report.get("file_stats", {})
     for name, digest in report.get("files", {}).items():
-        if not (path / name).exists():
+        try:
+            st = (path / name).stat()
+        except OSError:
             return f"{name} missing"
+        if recorded.get(name) == [st.st_size, st.st_mtime_ns]:
+            continue
         if file_sha256(path / name) != digest:
             return f"{name} does not match its checksum"
     if set(report.get("files", {})) != set(FILES):
@@ -184,7 +265,9 @@ def write_run(root: Path, key: str, *, report: dict, beats: pd.DataFrame, fiduci
         np.savez(tmp / "families.npz", count=families.count, median=families.median, lower=families.lower,
                  upper=families.upper)
         torch.save(checkpoint, tmp / "model.pt")
-        report = dict(report, files={name: file_sha256(tmp / name) for name in FILES})
+        report = dict(report, files={name: file_sha256(tmp / name) for name in FILES},
+                      file_stats={name: [(tmp / name).stat().st_size, (tmp / name).stat().st_mtime_ns]
+                                  for name in FILES})
         (tmp / REPORT).write_text(json.dumps(report, indent=1, default=_json_default))
         if final.exists():  # damaged (find_cached said so): move it aside, then swap in the new one
             trash = root / f".{key}.trash-{os.getpid()}"

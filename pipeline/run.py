@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 
 import pipeline
-from pipeline import backend, results
+from pipeline import backend, results, threads
 from pipeline.config import SignalConfig, VAEConfig, config_hash
 
 # Synthetic default recording: 20M samples (~22 h at 250 Hz) on the GPU; 2M (~2.2 h) on the CPU,
@@ -61,28 +61,37 @@ class RunRequest:
 
 
 def run_pipeline(request: RunRequest = RunRequest(), progress: Progress | None = None) -> results.RunResult:
-    """Run (or fetch from the cache) the whole pipeline for ``request``."""
+    """Run (or fetch from the cache) the whole pipeline for ``request``.
+
+    A cached run costs a stat of the input and of the run's files, and reading the run: no GPU
+    library, no PyTorch and no hashing of unchanged files (see :mod:`pipeline.results`).
+    """
     device = backend.resolve_device(request.device)
-    if device == "gpu":
-        backend.use_rmm_pool()
     stages = _StageClock(device, progress)
+    out = Path(request.out)
     input_path = Path(request.input) if request.input else _synthetic_default(request, device, stages)
 
     with stages("hash"):
-        input_hash = _hash_input(input_path)
+        input_hash, signature = _hash_input(input_path, out)
     key = config_hash(input_hash, device, request.fs, request.column, request.signal, request.vae)
-    if request.use_cache and (cached := results.find_cached(Path(request.out), key)):
+    if request.use_cache and (cached := results.find_cached(out, key)):
+        results.remember_input_sha256(input_path, out, signature, input_hash)
         stages.notify("results", 1.0, f"cached run {cached}")
         return results.load_run(cached)
 
+    threads.limit_threads()
+    if device == "gpu":
+        backend.use_rmm_pool()
     with stages("warmup"), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # Numba's low-occupancy notes about the tiny warm-up grid
-        _warm_up(device, request.signal)
+        warnings.simplefilter("ignore")  # Numba's low-occupancy notes about the small warm-up grids
+        _warm_up(device, request, input_path)
     with backend.PeakMemory(device) as memory, backend.recording_handoffs() as ledger:
         computed = _compute(input_path, request, device, stages)
         with stages("results"):
-            return _write(input_path, input_hash, key, request, device, computed, stages,
-                          ledger.as_dicts(), memory.read())
+            run = _write(input_path, input_hash, key, request, device, computed, stages,
+                         ledger.as_dicts(), memory.read())
+    results.remember_input_sha256(input_path, out, signature, input_hash)
+    return run
 
 
 # --------------------------------------------------------------------------- steps
@@ -195,25 +204,80 @@ def _write(input_path, input_hash, key, request, device, c, stages, handoffs, me
     return run
 
 
-def _warm_up(device: str, cfg: SignalConfig) -> None:
-    """JIT-compile the kernels and create FFT plans on a tiny signal, so that stage times measure
-    the work, not the compiler (a server start pays this once; the report shows it as 'warmup')."""
+def _warm_up(device: str, request: RunRequest, input_path: Path) -> None:
+    """Run every reader and kernel of the run once on a small synthetic recording, so that stage
+    times measure the work, not one-off set-up (a server start pays this once; the report shows it
+    as 'warmup'): the input format's reader on a 20-s file of that format, the segmentation
+    kernels and, on the GPU, CuPy's and Numba's kernels at a realistic size (library routines such
+    as sorts pick other kernels for large arrays), cuFFT, and PyTorch's cuDNN/cuBLAS set-up and
+    the CUDA graph capture of a training step. Numba's CPU kernels come from its on-disk cache
+    after the first run; nothing here touches the real input."""
+    import tempfile
+
+    from pipeline import load
+
+    with tempfile.TemporaryDirectory(prefix="ecg-warmup-") as folder:
+        tiny = _warm_up_file(Path(folder), input_path)
+        recording = load.load_ecg(tiny, device=device, default_fs=250.0)
+        _warm_up_steps(recording.signal, recording.fs, request.signal)
+    if device == "gpu":
+        xp = backend.xp_for(device)
+        fs = 250.0
+        t = xp.arange(1 << 21, dtype=xp.float64) / fs  # 2.3 h, ~10,000 beats
+        pulses = xp.exp(-((t % 0.8) - 0.4) ** 2 / 2e-4).astype(xp.float32)
+        rows = _warm_up_steps(pulses, fs, request.signal)
+        _warm_up_training(rows, request.vae)
+
+
+def _warm_up_file(folder: Path, input_path: Path) -> Path:
+    """A 20-s pulse train written in the input's format where that format has a reader of its
+    own on the GPU (CSV, gzipped CSV, Parquet), else as CSV."""
+    fs = 250.0
+    t = np.arange(int(20 * fs)) / fs
+    values = np.exp(-((t % 0.8) - 0.4) ** 2 / 2e-4).astype(np.float32)
+    name = input_path.name.lower()
+    if name.endswith((".parquet", ".pq")):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        path = folder / "warmup.parquet"
+        pq.write_table(pa.table({"ecg": values}), path)
+        return path
+    path = folder / ("warmup.csv.gz" if name.endswith(".gz") else "warmup.csv")
+    text = "\n".join(f"{v:.4f}" for v in values) + "\n"
+    if path.suffix == ".gz":
+        import gzip
+
+        path.write_bytes(gzip.compress(text.encode()))
+    else:
+        path.write_text(text)
+    return path
+
+
+def _warm_up_steps(signal, fs: float, cfg: SignalConfig):
+    """The segmentation chain of :func:`_compute` on ``signal``; returns the embedded rows."""
     from pipeline import embed, peaks, wavelet
 
-    xp = backend.xp_for(device)
-    fs = 250.0
-    t = np.arange(int(10 * fs)) / fs
-    tiny = xp.asarray((np.exp(-((t % 0.8) - 0.4) ** 2 / 2e-4)).astype(np.float32))
-    response = wavelet.ricker_response(tiny, fs, cfg.ricker_width_s)
-    positions = peaks.refine_to_extremum(tiny, peaks.fiducials(response, fs), fs)
+    response = wavelet.ricker_response(signal, fs, cfg.ricker_width_s)
+    positions = peaks.fiducials(response, fs, refractory_s=cfg.refractory_s, threshold=cfg.threshold,
+                                level_block_s=cfg.level_block_s, level_blocks=cfg.level_blocks)
+    positions = peaks.refine_to_extremum(signal, positions, fs, search_s=cfg.refine_s)
     peaks.length_histogram(peaks.beat_lengths(positions), fs)
-    embed.embed_beats(tiny, positions, fs, width=cfg.window(fs))
-    if device == "gpu":  # cuDF's first CSV parse in a process pays a one-off set-up of ~0.5–2 s
-        import io
+    return embed.embed_beats(signal, positions, fs, width=cfg.window(fs), pre_fiducial=cfg.pre_fiducial,
+                             min_beat_s=cfg.min_beat_s, max_beat_s=cfg.max_beat_s).rows
 
-        import cudf
 
-        cudf.read_csv(io.StringIO("0.0\n1.0\n"), header=None, dtype=["float32"], compression=None)
+def _warm_up_training(rows, cfg: VAEConfig) -> None:
+    """One short epoch and a scoring pass on the GPU: CUDA context for PyTorch, cuDNN, cuBLAS,
+    fused Adam and the CUDA graph capture (shapes differ from the run's, the libraries do not)."""
+    from dataclasses import replace
+
+    from pipeline import score, train
+
+    tensor = backend.to_torch(rows)
+    model, _ = train.fit_vae(tensor, train.split_train(int(tensor.shape[0]), cfg.train_fraction, cfg.seed),
+                             replace(cfg, epochs=1))
+    score.score_beats(model, tensor)
 
 
 def _synthetic_default(request: RunRequest, device: str, stages: "_StageClock") -> Path:
@@ -229,17 +293,23 @@ def _synthetic_default(request: RunRequest, device: str, stages: "_StageClock") 
     return path
 
 
-def _hash_input(path: Path) -> str:
+def _hash_input(path: Path, out: Path) -> tuple[str, list]:
+    """The input's SHA-256 (remembered in the runs folder while the input's files are unchanged)
+    and its stat signature."""
     if not path.exists() and not path.with_suffix(".hea").exists():
         raise ValueError(f"no such file: {path}")
-    return results.input_sha256(path)
+    return results.remembered_input_sha256(path, out)
 
 
 def _describe_device(device: str, torch_version: str) -> dict:
     import numba
 
+    import torch
+
     info = {"name": device, "python": platform.python_version(), "numpy": np.__version__,
-            "numba": numba.__version__, "torch": torch_version, "cpu": platform.processor() or platform.machine()}
+            "numba": numba.__version__, "torch": torch_version, "cpu": platform.processor() or platform.machine(),
+            "cpu_threads": {"torch": torch.get_num_threads(), "numba": numba.get_num_threads(),
+                            "available": threads.available_cpus()}}
     if device == "gpu":
         import cudf
         import cupy

@@ -19,8 +19,8 @@ MITDB_RECORDS = ("100", "119", "208", "233")
 
 
 def pytest_sessionstart(session):
-    """On a GPU machine, make one RMM pool the allocator of CuPy, Numba and PyTorch before any test
-    (or anything collected) touches ``torch.cuda``: PyTorch refuses to change allocators later."""
+    """On a GPU machine, make one RMM pool the allocator of cuDF, CuPy and Numba before any test
+    allocates device memory (as ``run_pipeline`` does)."""
     if backend.has_gpu():
         backend.use_rmm_pool()
 

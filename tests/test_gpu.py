@@ -1,6 +1,10 @@
-"""GPU tests (CUDA, CuPy, cuDF, Numba CUDA, RMM): CPU/GPU parity of every step, zero-copy hand-offs
-between the libraries, and one RMM pool as the allocator of all of them. Skipped without a GPU."""
+"""GPU tests (CUDA, CuPy, cuDF, Numba CUDA, RMM): CPU/GPU parity of every step, training with the
+step captured as a CUDA graph against plain steps, zero-copy hand-offs between the libraries, and
+one RMM pool as the allocator of cuDF, CuPy and Numba (PyTorch keeps its own, for CUDA graphs).
+Skipped without a GPU."""
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -192,6 +196,90 @@ def test_vae_trained_on_the_gpu_finds_the_same_outliers(beats_and_cpu_model, syn
     assert auroc(scores_gpu[labelled], np.isin(symbols, ("V", "A", "Q"))[labelled]) >= 0.9
 
 
+# --------------------------------------------------------------------------- CUDA graph training
+def _fresh_step(rows, is_train, cfg, capture):
+    """A seeded model, its Adam and a training step on the GPU (as fit_vae builds them)."""
+    import torch
+
+    from pipeline.model import VAE
+    from pipeline.train import batch_lengths, build_step, plan_training
+
+    train_rows = rows[is_train.to(rows.device)]
+    plan = plan_training(int(train_rows.shape[0]), cfg)
+    torch.manual_seed(cfg.seed)
+    model = VAE(rows.shape[1], cfg).to(rows.device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=plan.learning_rate, fused=True, capturable=capture)
+    noise = torch.Generator(device=rows.device).manual_seed(7)  # the same draws for both kinds of step
+    step = build_step(model, optimizer, train_rows, batch_lengths(int(train_rows.shape[0]), plan), noise,
+                      capture=capture)
+    return model, step, plan
+
+
+def test_captured_step_equals_plain_steps(beats_and_cpu_model):
+    """Replaying the captured graphs does what the plain step does: the same weights after the
+    same batches and noise draws, the last, shorter batch of the epoch included (each replay reads the
+    new indices, gradients are not accumulated across replays, Adam counts its steps), up to the
+    order of cuDNN's floating-point sums."""
+    import torch
+
+    from pipeline.train import epoch_batches
+
+    _, rows, is_train, _ = beats_and_cpu_model
+    rows = rows.to("cuda")
+    cfg = VAEConfig(batch_size=64)  # 64 does not divide the ~1,400 training beats: two batch lengths
+    plain_model, plain, plan = _fresh_step(rows, is_train, cfg, capture=False)
+    captured_model, captured, _ = _fresh_step(rows, is_train, cfg, capture=True)
+    assert captured.captured and not plain.captured
+    for a, b in zip(plain_model.parameters(), captured_model.parameters()):  # the capture's warm-up was undone
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    initial = [p.detach().clone() for p in plain_model.parameters()]
+    batches = epoch_batches(int(is_train.sum()), plan, torch.Generator(device="cuda").manual_seed(3))
+    assert len(batches[-1]) < plan.batch  # the test covers both graphs
+    for index in batches[:4] + batches[-1:] + batches[4:6]:
+        plain(index)
+        captured(index)
+    torch.cuda.synchronize()
+    moved = max(float((p.detach() - q).abs().max()) for p, q in zip(plain_model.parameters(), initial))
+    assert moved > 2 * cfg.learning_rate  # the steps really changed the weights...
+    for a, b in zip(plain_model.parameters(), captured_model.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-4)  # ...the same way (Adam moves ~lr = 4e-3 a step)
+    torch.testing.assert_close(captured.loss_sum, plain.loss_sum, rtol=1e-4, atol=0)
+
+
+def test_captured_training_finds_the_same_outliers(beats_and_cpu_model, synthetic_ecg):
+    """fit_vae with and without the CUDA graph: same epochs, nearly the same losses and scores."""
+    import warnings
+
+    import torch
+    from scipy.stats import spearmanr
+
+    from pipeline import PipelineWarning
+    from pipeline.evaluate import auroc
+    from pipeline.score import score_beats
+    from pipeline.train import fit_vae
+
+    beats, rows, is_train, _ = beats_and_cpu_model
+    rows = rows.to("cuda")
+    cfg = VAEConfig(epochs=8)
+    fits = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PipelineWarning)  # a capture that falls back to plain steps fails here
+        for graph in (False, True):
+            model, history = fit_vae(rows, is_train, replace(cfg, cuda_graph=graph))
+            fits[graph] = (history, score_beats(model, rows)[0].cpu().numpy())
+    (plain_history, plain), (graph_history, graph) = fits[False], fits[True]
+    assert len(graph_history) == len(plain_history) and np.isfinite(graph_history).all()
+    np.testing.assert_allclose(graph_history, plain_history, rtol=0.02)
+    assert spearmanr(graph, plain).statistic > 0.99
+    assert np.median(np.abs(graph - plain) / np.abs(plain)) < 0.02
+    distance = np.abs(beats.fiducial[:, None] - synthetic_ecg.r_peaks[None, :])
+    symbols = np.where(distance.min(axis=1) <= 0.15 * synthetic_ecg.fs, synthetic_ecg.symbols[distance.argmin(axis=1)], "")
+    labelled, abnormal = symbols != "", np.isin(symbols, ("V", "A", "Q"))
+    assert auroc(graph[labelled], abnormal[labelled]) >= 0.9
+    assert abs(auroc(graph[labelled], abnormal[labelled]) - auroc(plain[labelled], abnormal[labelled])) <= 0.01
+    assert torch.cuda.get_allocator_backend() == "native"
+
+
 # --------------------------------------------------------------------------- zero copy
 def test_run_pipeline_on_gpu_hands_off_without_copies(small_csv, cpu_run, tmp_path):
     from pipeline.run import RunRequest, run_pipeline
@@ -204,7 +292,8 @@ def test_run_pipeline_on_gpu_hands_off_without_copies(small_csv, cpu_run, tmp_pa
         assert pair in pairs, f"missing hand-off {pair}: {sorted(pairs)}"
     assert all(h["same_pointer"] for h in report["handoffs"]), [h for h in report["handoffs"] if not h["same_pointer"]]
     assert ("numpy", "cupy") not in pairs  # the CSV went straight to the device through cuDF
-    assert report["memory"]["gpu_peak_bytes"] > 0
+    assert report["memory"]["gpu_peak_rmm_bytes"] > 0 and report["memory"]["gpu_peak_torch_bytes"] > 0
+    assert report["memory"]["gpu_peak_bytes"] == report["memory"]["gpu_peak_rmm_bytes"] + report["memory"]["gpu_peak_torch_bytes"]
     # the same beats as on the CPU
     common = np.intersect1d(run.fiducials, cpu_run.run.fiducials)
     assert len(common) >= 0.999 * len(cpu_run.run.fiducials)
@@ -266,7 +355,7 @@ def test_rmm_pool_is_installed():
     assert rmm.mr.get_current_device_resource() is pool
 
 
-@pytest.mark.parametrize("library", ["cupy", "torch", "numba", "cudf"])
+@pytest.mark.parametrize("library", ["cupy", "numba", "cudf"])
 def test_rmm_is_the_allocator(library):
     import cupy
 
@@ -278,11 +367,6 @@ def test_rmm_is_the_allocator(library):
 
         assert cupy.cuda.get_allocator() is rmm_cupy_allocator
         buffer = cupy.empty(n, dtype=cupy.float32)
-    elif library == "torch":
-        import torch
-
-        buffer = torch.empty(n, dtype=torch.float32, device="cuda")
-        torch.cuda.synchronize()
     elif library == "numba":
         import numba.cuda
         from rmm.allocators.numba import RMMNumbaManager
@@ -295,3 +379,50 @@ def test_rmm_is_the_allocator(library):
         buffer = cudf.Series(source).astype("float64")  # a new 8-byte column, allocated by cuDF
     assert _total_bytes() - before >= 4 * n, f"{library} did not allocate through RMM"
     del buffer
+
+
+def test_torch_keeps_its_own_allocator():
+    """PyTorch allocates through its caching allocator, not RMM: CUDA graph capture needs its
+    graph-private pools (backend.use_rmm_pool says why)."""
+    import torch
+
+    n = 16 << 20
+    before = _total_bytes()
+    buffer = torch.empty(n, dtype=torch.float32, device="cuda")
+    torch.cuda.synchronize()
+    assert torch.cuda.get_allocator_backend() == "native"
+    assert _total_bytes() - before < 4 * n and torch.cuda.memory_allocated() >= 4 * n
+    del buffer
+
+
+CACHE_SCRIPT = """
+import json
+import cupy
+from pipeline import _kernels, embed, peaks, wavelet
+fs = 250.0
+t = cupy.arange(60 * 250) / fs
+signal = cupy.exp(-((t % 0.8) - 0.4) ** 2 / 2e-4).astype(cupy.float32)
+positions = peaks.fiducials(wavelet.ricker_response(signal, fs, 0.025), fs)
+embed.embed_beats(signal, positions, fs, width=256)
+kernels = _kernels._cuda_kernels()
+print(json.dumps({name: [sum(k._cache_hits.values()), sum(k._cache_misses.values())] for name, k in kernels.items()}))
+"""
+
+
+def test_cuda_kernels_come_from_the_disk_cache_in_a_new_process():
+    """The second process on a machine loads both Numba CUDA kernels from the disk cache instead of
+    compiling them (the first may compile, or hit a cache an earlier run left)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    def counts():
+        result = subprocess.run([sys.executable, "-c", CACHE_SCRIPT], capture_output=True, text=True, timeout=300,
+                                cwd=Path(__file__).resolve().parents[1])
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout.strip().splitlines()[-1])
+
+    counts()
+    second = counts()
+    assert second == {"nms": [1, 0], "prune_embed": [1, 0]}, second

@@ -10,7 +10,7 @@ from pipeline.config import SignalConfig, VAEConfig
 from pipeline.evaluate import auroc
 from pipeline.model import VAE, negative_elbo
 from pipeline.score import decode, latent_grid, score_beats
-from pipeline.train import fit_vae, split_train
+from pipeline.train import batch_lengths, build_step, converged, epoch_batches, fit_vae, plan_training, split_train
 
 ABNORMAL = ("V", "A", "Q")
 
@@ -38,7 +38,7 @@ def trained(synthetic_beats):
     rows, _ = synthetic_beats
     is_train = split_train(len(rows), 0.75, seed=0)
     progress = []
-    model, history = fit_vae(rows, is_train, VAEConfig(epochs=8),
+    model, history = fit_vae(rows, is_train, VAEConfig(epochs=8, tolerance=0.0),
                              progress=lambda fraction, message: progress.append((fraction, message)))
     return model, history, is_train, progress
 
@@ -112,6 +112,85 @@ def test_split_train_is_seeded_and_disjoint():
 def test_split_train_rejects_bad_fraction(fraction):
     with pytest.raises(ValueError, match=rf"train_fraction must be between 0 and 1; got {fraction}"):
         split_train(10, fraction, seed=0)
+
+
+def test_plan_training_batches_and_rates():
+    cfg = VAEConfig(batch_size=4096, min_steps_per_epoch=16, learning_rate=4e-3, lr_reference_batch=2048)
+    big = plan_training(70_102, cfg)  # the 20M default's training beats
+    assert (big.batch, big.steps_per_epoch) == (4096, 18)
+    assert big.learning_rate == pytest.approx(4e-3 * 2 ** 0.5)
+    short = plan_training(1_400, cfg)  # a short record: at least 16 steps an epoch, the reference rate
+    assert (short.batch, short.steps_per_epoch, short.learning_rate) == (87, 17, 4e-3)
+    assert plan_training(2, cfg) == plan_training(2, cfg) and plan_training(2, cfg).batch == 2
+    assert plan_training(2048 * 16, cfg).learning_rate == 4e-3  # the reference batch itself
+
+
+@pytest.mark.parametrize("history, expected", [
+    ([10, 5, 3, 2, 1.5, 1.2, 1.0, 0.9, 0.85, 0.849, 0.848, 0.847], True),  # levelled off (0.35 %)
+    ([10, 5, 3, 2, 1.5, 1.2, 1.0, 0.9, 0.85, 0.80, 0.76, 0.72], False),    # still falling 5 % an epoch
+    ([10, 5, 3, 2, 1.5, 1.2, 1.0, 0.9, 0.85, 0.84, 1.9, 0.80], False),     # one bad epoch, then a gain
+    ([10, 5, 3, 2, 1.5, 1.2, 1.0, 0.9, 0.85, 1.9, 2.0, 2.1], True),        # worse and worse: no gain
+])
+def test_converged_compares_the_best_recent_loss_with_the_best_before(history, expected):
+    cfg = VAEConfig(tolerance=0.01, patience=3, min_steps=400)
+    assert converged(history, cfg, steps_per_epoch=35) is expected
+    assert converged(history, cfg, steps_per_epoch=17) is False        # 12 × 17 steps: fewer than 400
+    assert converged(history, VAEConfig(tolerance=0.0), 35) is False    # tolerance 0: train every epoch
+
+
+def test_epoch_batches_visit_every_row_once():
+    plan = plan_training(1_000, VAEConfig(batch_size=4096, min_steps_per_epoch=16))  # batch 62, 17 steps
+    assert batch_lengths(1_000, plan) == [62] * 16 + [8]
+    assert batch_lengths(992, plan_training(992, VAEConfig(min_steps_per_epoch=16))) == [62] * 16  # no remainder
+    generator = torch.Generator().manual_seed(0)
+    batches = epoch_batches(1_000, plan, generator)
+    assert [len(index) for index in batches] == batch_lengths(1_000, plan)
+    order = torch.cat(batches)
+    assert sorted(order.tolist()) == list(range(1_000)) and order.dtype == torch.int64
+    assert torch.equal(order, torch.cat(epoch_batches(1_000, plan, torch.Generator().manual_seed(0))))  # seeded
+    assert not torch.equal(order, torch.cat(epoch_batches(1_000, plan, generator)))                     # next epoch
+
+
+def test_build_step_is_one_adam_step_on_the_indexed_rows():
+    """The plain step equals forward + backward + Adam written out by hand on the same rows, with
+    the noise drawn from the step's generator."""
+    torch.manual_seed(0)
+    rows = torch.randn(40, 64)
+    cfg = VAEConfig(beta=0.5)
+    model, reference = VAE(64, cfg), VAE(64, cfg)
+    reference.load_state_dict(model.state_dict())
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    step = build_step(model, optimizer, rows, [8], torch.Generator().manual_seed(5))
+    assert not step.captured and step.loss_sum.item() == 0.0
+    index = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6])
+    step(index)
+    by_hand = torch.optim.Adam(reference.parameters(), lr=1e-2)
+    _, loss = reference(rows[index], torch.randn(8, 2, generator=torch.Generator().manual_seed(5)))
+    loss.backward()
+    by_hand.step()
+    for a, b in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(a, b)
+    assert step.loss_sum.item() == pytest.approx(8 * loss.item(), rel=1e-6)  # summed over the batch's rows
+
+
+def test_build_step_capture_needs_cuda():
+    model = VAE(64)
+    with pytest.raises(ValueError, match="a captured training step needs a CUDA device; the rows are on cpu"):
+        build_step(model, torch.optim.Adam(model.parameters()), torch.zeros(10, 64), [4, 2], torch.Generator(),
+                   capture=True)
+
+
+def test_fit_vae_stops_once_the_loss_levels_off(synthetic_beats):
+    rows = synthetic_beats[0][:600]
+    is_train = split_train(len(rows), 0.75, seed=0)
+    cfg = VAEConfig(epochs=60, tolerance=0.05, patience=2, min_steps=64)
+    steps = plan_training(int(is_train.sum()), cfg).steps_per_epoch
+    progress = []
+    _, history = fit_vae(rows, is_train, cfg, progress=lambda fraction, message: progress.append((fraction, message)))
+    assert 64 <= len(history) * steps and len(history) < 60
+    assert converged(history, cfg, steps) and not any(converged(history[:n], cfg, steps) for n in range(1, len(history)))
+    assert progress[-1][0] == 1.0 and progress[-1][1].endswith("(converged)")
+    assert progress[-1][1].startswith(f"epoch {len(history)}/60, loss ")
 
 
 def test_fit_vae_loss_decreases(trained):

@@ -2,9 +2,11 @@
 (atomic write, verification, round trip) on small hand-made runs."""
 from __future__ import annotations
 
+import os
 import shutil
 import warnings
 from dataclasses import asdict
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -155,3 +157,108 @@ def test_write_run_failure_is_atomic(tmp_path, parts, failing):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["backup", "key1"]  # no key2, no temporary folder
     for p in (tmp_path / "backup").iterdir():
         assert (original / p.name).read_bytes() == p.read_bytes()
+
+
+# --------------------------------------------------------------------------- stat-based checks
+def _refuse_to_hash(*args, **kwargs):
+    raise AssertionError("a file was read and hashed")
+
+
+def test_write_run_records_each_files_size_and_mtime(tmp_path, parts):
+    path = results.write_run(tmp_path, "key1", **parts)
+    report = results.load_run(path).report
+    assert set(report["file_stats"]) == set(results.FILES)
+    for name, (size, mtime_ns) in report["file_stats"].items():
+        assert [(path / name).stat().st_size, (path / name).stat().st_mtime_ns] == [size, mtime_ns]
+
+
+def test_unchanged_run_is_verified_without_reading_it(tmp_path, parts, monkeypatch):
+    path = results.write_run(tmp_path, "key1", **parts)
+    monkeypatch.setattr(results, "file_sha256", _refuse_to_hash)
+    assert results.find_cached(tmp_path, "key1") == path
+
+
+def test_touched_file_is_hashed_again_and_accepted(tmp_path, parts, monkeypatch):
+    path = results.write_run(tmp_path, "key1", **parts)
+    st = (path / "signal.npy").stat()
+    os.utime(path / "signal.npy", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # same bytes, new time
+    hashed = []
+    original = results.file_sha256
+    monkeypatch.setattr(results, "file_sha256", lambda p, *a: hashed.append(Path(p).name) or original(p, *a))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert results.find_cached(tmp_path, "key1") == path
+    assert hashed == ["signal.npy"]  # only the file whose stat changed
+
+
+def test_same_size_rewrite_is_detected(tmp_path, parts):
+    path = results.write_run(tmp_path, "key1", **parts)
+    data = bytearray((path / "embeddings.npy").read_bytes())
+    data[-1] ^= 0x01
+    (path / "embeddings.npy").write_bytes(bytes(data))
+    st = (path / "embeddings.npy").stat()
+    os.utime(path / "embeddings.npy", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # however coarse the clock
+    with pytest.warns(PipelineWarning, match=r"embeddings\.npy does not match its checksum"):
+        assert results.find_cached(tmp_path, "key1") is None
+
+
+def test_run_without_recorded_stats_is_fully_verified(tmp_path, parts, monkeypatch):
+    """Runs written before stats were recorded are hashed, as before."""
+    import json
+
+    path = results.write_run(tmp_path, "key1", **parts)
+    report = json.loads((path / results.REPORT).read_text())
+    del report["file_stats"]
+    (path / results.REPORT).write_text(json.dumps(report))
+    assert results.find_cached(tmp_path, "key1") == path
+    monkeypatch.setattr(results, "file_sha256", _refuse_to_hash)
+    with pytest.raises(AssertionError, match="hashed"):
+        results.find_cached(tmp_path, "key1")
+
+
+# --------------------------------------------------------------------------- remembered input hashes
+def test_input_hash_is_remembered_while_the_file_is_unchanged(tmp_path, monkeypatch):
+    import hashlib
+
+    path = tmp_path / "ecg.csv"
+    path.write_text("1.0\n2.0\n3.0\n")
+    digest, signature = results.remembered_input_sha256(path, tmp_path)
+    assert digest == hashlib.sha256(path.read_bytes()).hexdigest()
+    results.remember_input_sha256(path, tmp_path, signature, digest)
+    assert (tmp_path / results.HASH_CACHE).exists()
+    with monkeypatch.context() as m:
+        m.setattr(results, "file_sha256", _refuse_to_hash)
+        assert results.remembered_input_sha256(path, tmp_path) == (digest, signature)
+
+    st = path.stat()
+    path.write_text("1.0\n2.0\n4.0\n")                          # same size...
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))        # ...and the old modification time
+    changed, new_signature = results.remembered_input_sha256(path, tmp_path)
+    assert new_signature != signature                          # the change time gives it away
+    assert changed == hashlib.sha256(b"1.0\n2.0\n4.0\n").hexdigest() != digest
+
+
+def test_remembered_wfdb_hash_covers_every_file(mitdb_copy, monkeypatch):
+    record = mitdb_copy / "100.hea"
+    digest, signature = results.remembered_input_sha256(record, mitdb_copy)
+    assert digest == results.input_sha256(record) and [s[0] for s in signature] == ["100.atr", "100.dat", "100.hea"]
+    results.remember_input_sha256(record, mitdb_copy, signature, digest)
+    atr = mitdb_copy / "100.atr"
+    atr.write_bytes(atr.read_bytes() + b"\0")
+    assert results.remembered_input_sha256(record, mitdb_copy)[0] != digest
+
+
+def test_remembering_is_best_effort_and_bounded(tmp_path, monkeypatch):
+    path = tmp_path / "ecg.csv"
+    path.write_text("1.0\n")
+    results.remember_input_sha256(path, tmp_path / "missing", [], "x")  # no folder: nothing, no error
+    assert not (tmp_path / "missing").exists()
+    monkeypatch.setattr(results, "HASH_CACHE_ENTRIES", 3)
+    for i in range(5):
+        results.remember_input_sha256(tmp_path / f"f{i}.csv", tmp_path, [], str(i))
+    import json
+
+    entries = json.loads((tmp_path / results.HASH_CACHE).read_text())
+    assert [e["sha256"] for e in entries.values()] == ["2", "3", "4"]  # the most recent ones
+    (tmp_path / results.HASH_CACHE).write_text("not json")
+    assert results.remembered_input_sha256(path, tmp_path)[0] == results.file_sha256(path)  # a broken cache: hash

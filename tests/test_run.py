@@ -27,7 +27,13 @@ def _relocated(cpu_run, tmp_path) -> tuple[Path, object]:
 
 
 def _hidden(out: Path) -> list[str]:
-    return [p.name for p in Path(out).iterdir() if p.name.startswith(".")]
+    """Hidden leftovers in a runs folder: temporary or trash folders (the input-hash cache is no leftover)."""
+    return [p.name for p in Path(out).iterdir() if p.name.startswith(".") and p.name != results.HASH_CACHE]
+
+
+def _entries(out: Path) -> list[str]:
+    """What a runs folder holds besides the input-hash cache, sorted."""
+    return sorted(p.name for p in Path(out).iterdir() if p.name != results.HASH_CACHE)
 
 
 # --------------------------------------------------------------------------- the run directory
@@ -228,7 +234,7 @@ def test_different_parameters_different_key(cpu_run, tmp_path):
     out, request = _relocated(cpu_run, tmp_path)
     other = run_pipeline(replace(request, vae=VAEConfig(epochs=1)))
     assert not other.cached and other.path != out / cpu_run.run.path.name
-    assert sorted(p.name for p in out.iterdir()) == sorted([cpu_run.run.path.name, other.path.name])
+    assert _entries(out) == sorted([cpu_run.run.path.name, other.path.name])
     assert other.report["training"]["epochs"] == 1
     assert results.find_cached(out, cpu_run.run.path.name) is not None  # the first run is still there
 
@@ -272,7 +278,7 @@ def test_failure_while_writing_leaves_nothing_behind(cpu_run, tmp_path, monkeypa
     monkeypatch.setattr(torch, "save", _broken_save)  # fails half-way through write_run
     with pytest.raises(OSError, match="disk full"):
         run_pipeline(replace(request, vae=VAEConfig(epochs=1)))  # a new key: computed, then written
-    assert sorted(p.name for p in out.iterdir()) == [cpu_run.run.path.name]  # no partial run, no temp folder
+    assert _entries(out) == [cpu_run.run.path.name]  # no partial run, no temp folder
 
 
 def test_failure_while_rewriting_leaves_the_old_run_untouched(cpu_run, tmp_path, monkeypatch):
@@ -285,7 +291,7 @@ def test_failure_while_rewriting_leaves_the_old_run_untouched(cpu_run, tmp_path,
     monkeypatch.setattr(torch, "save", _broken_save)
     with pytest.warns(PipelineWarning, match="is damaged"), pytest.raises(OSError, match="disk full"):
         run_pipeline(request)
-    assert sorted(p.name for p in out.iterdir()) == [key]
+    assert _entries(out) == [key]
     assert {p.name: p.read_bytes() for p in (out / key).iterdir()} == before
 
 
@@ -307,3 +313,43 @@ def test_missing_input_is_an_error(tmp_path):
 
     with pytest.raises(ValueError, match="no such file"):
         run_pipeline(RunRequest(input=str(tmp_path / "nope.csv"), device="cpu", out=str(tmp_path / "runs")))
+
+
+# --------------------------------------------------------------------------- cold start
+CACHED_SCRIPT = """
+import json, sys
+from pipeline import results
+from pipeline.config import VAEConfig
+from pipeline.run import RunRequest, run_pipeline
+read = []
+original = results.file_sha256
+results.file_sha256 = lambda path, *a: read.append(str(path)) or original(path, *a)
+run = run_pipeline(RunRequest(input=sys.argv[1], device="cpu", out=sys.argv[2], vae=VAEConfig(epochs=3)))
+print(json.dumps({"cached": run.cached, "read": read, "beats": len(run.beats),
+                  "loaded": sorted(m for m in ("torch", "numba", "scipy.fft", "pyarrow.csv") if m in sys.modules)}))
+"""
+
+
+def test_cached_run_in_a_fresh_process_reads_and_imports_little(cpu_run, tmp_path):
+    """A restart with the same input: the input is not hashed again (its stat is unchanged), the
+    run's files are not hashed (theirs neither), and neither PyTorch nor Numba is imported."""
+    import subprocess
+    import sys
+
+    out, request = _relocated(cpu_run, tmp_path)
+    run_pipeline(request)  # cached: remembers the input's hash in this runs folder
+    assert (out / results.HASH_CACHE).exists()
+    result = subprocess.run([sys.executable, "-c", CACHED_SCRIPT, request.input, str(out)], capture_output=True,
+                            text=True, timeout=300, cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["cached"] and report["beats"] == len(cpu_run.run.beats)
+    assert report["read"] == [] and report["loaded"] == []
+
+
+def test_report_records_the_thread_budget(cpu_run):
+    from pipeline import threads
+
+    used = cpu_run.run.report["device"]["cpu_threads"]
+    assert used["available"] == threads.available_cpus()
+    assert used["torch"] == used["numba"] == threads.resolve_threads()
