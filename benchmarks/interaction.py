@@ -232,7 +232,7 @@ async def measure_opens(browser, url: str, n: int, timeout_s: float) -> dict:
 
 async def measure_brushes(page, n: int, rng, timeout_s: float) -> tuple[dict, list]:
     """``n`` brushes on each linked chart (interleaved, varied ranges), a double-click clear of
-    each every 10th round."""
+    each every 10th round and after the last."""
     from benchmarks.browser_session import GestureError
 
     samples: dict[str, list] = {}
@@ -248,7 +248,7 @@ async def measure_brushes(page, n: int, rng, timeout_s: float) -> tuple[dict, li
             except GestureError as err:
                 failures.append(str(err))
             await asyncio.sleep(0.1)
-        if i % 10 == 9:
+        if i % 10 == 9 or i == n - 1:
             for view in LINKED:
                 try:
                     g = await page.clear(view, timeout_s=timeout_s)
