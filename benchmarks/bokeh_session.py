@@ -26,9 +26,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from bokeh.core.serialization import Serializable
 from bokeh.document import Document
 from bokeh.document.events import MessageSentEvent
-from bokeh.events import DocumentReady, SelectionGeometry
+from bokeh.events import DocumentReady, Reset, SelectionGeometry
 from bokeh.models import Plot
 from bokeh.protocol import Protocol
 from bokeh.protocol.receiver import Receiver
@@ -256,7 +257,26 @@ class ProtocolSession:
                 return model
         raise SessionError(f"the chart 'ecg-view-{view}' has no {BRUSH_TYPE} (is this the cuxfilter board?)")
 
-    def selection_geometry(self, view: str, x: tuple[float, float], y: tuple[float, float]) -> SelectionGeometry:
+    def selection_geometry(self, view: str, x: tuple[float, float], y: tuple[float, float]) -> "PlotEvent":
         """The event a finished box selection on a view's plot sends (data units)."""
         geometry = {"type": "rect", "x0": x[0], "x1": x[1], "y0": y[0], "y1": y[1]}
-        return SelectionGeometry(self.plot(view), geometry=geometry, final=True)
+        return PlotEvent(SelectionGeometry.event_name, self.plot(view), geometry=geometry, final=True)
+
+    def reset(self, view: str) -> "PlotEvent":
+        """The event of a view's reset tool."""
+        return PlotEvent(Reset.event_name, self.plot(view))
+
+
+class PlotEvent(Serializable):
+    """A UI event on a plot as BokehJS sends it: its name, a reference to the plot, its values.
+
+    ``bokeh.events.SelectionGeometry`` serializes only its model (a geometry is decoded from the
+    browser, never sent from Python), so a server would receive a box without coordinates; and a
+    model in an event's values is sent here as a reference, not serialized whole."""
+
+    def __init__(self, name: str, plot, **values):
+        self.name, self.plot, self.values = name, plot, values
+
+    def to_serializable(self, serializer):
+        return {"type": "event", "name": self.name,
+                "values": {"model": {"id": self.plot.id}, **{k: serializer.encode(v) for k, v in self.values.items()}}}
