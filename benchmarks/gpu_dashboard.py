@@ -55,7 +55,6 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-os.chdir(ROOT)
 
 from benchmarks import stats  # noqa: E402
 
@@ -604,6 +603,7 @@ def summary_table() -> str:
 
 
 def main(argv=None) -> int:
+    os.chdir(ROOT)                   # the servers and the run cache paths are relative to the repository
     args = parse_args(argv)
     budget = Budget(args.budget_s)
     RESULTS["args"] = vars(args)

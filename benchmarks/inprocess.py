@@ -12,7 +12,8 @@ collected and serialized into one PATCH-DOC the way the server would send it. Th
 connection that sent them.
 
 For the cuxfilter board a brush is its chart's HoloViews selection stream event (what the
-server-side handler of the browser's box selection calls).
+server-side handler of the browser's box selection calls); a clear drops the chart's brush from
+the session's store, which then reloads every chart (what a reset of the chart ends in).
 
 See Also
 --------
@@ -123,10 +124,15 @@ class InProcessSession:
         return self._timed(lambda: setattr(brush, "bounds", bounds), (brush,))
 
     def _cuxfilter_brush(self, view: str, bounds) -> None:
-        chart = self.board.charts[view].chart   # the cuxfilter chart's HoloViews element (its box_stream)
         if bounds is None:
-            chart.box_stream.event(bounds=None, x_selection=None, y_selection=None)
-        elif len(bounds) == 2:
+            # A reset on a cuxfilter chart ends in the same work: the board pulls the charts' brushes
+            # into the store and reloads every chart; here the store drops the chart's brush itself.
+            from dashboard.spec import VIEWS
+
+            self.store.update(brush={c: r for c, r in self.store.brush.items() if c not in VIEWS[view].brush})
+            return
+        chart = self.board.charts[view].chart   # the cuxfilter chart's HoloViews element (its box_stream)
+        if len(bounds) == 2:
             chart.box_stream.event(bounds=(bounds[0], 0, bounds[1], 1), x_selection=tuple(bounds), y_selection=(0, 1))
         else:
             chart.box_stream.event(bounds=(bounds[0], bounds[2], bounds[1], bounds[3]),

@@ -40,6 +40,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import importlib.metadata
+import importlib.util
 import json
 import math
 import os
@@ -95,6 +96,12 @@ def parse_args(argv):
                    help="single-session parts to run (comma-separated of open, brush, zoom, server; 'none' for none)")
     p.add_argument("--quick", action="store_true", help="tiny sizes (CI smoke test): " + ", ".join(
         f"{k}={v}" for k, v in QUICK.items()))
+    p.add_argument("--serve-arg", action="append", default=[], metavar="OPTION",
+                   help="an extra `panel serve` option for the main server, e.g. "
+                        "--serve-arg=--unused-session-lifetime=300000 (repeatable; default: as ./run.sh serves)")
+    p.add_argument("--label", help="appended to the results' file name (a variant kept beside the main results)")
+    p.add_argument("--merge", action="store_true",
+                   help="keep the other sections of today's results file and replace only those measured now")
     p.add_argument("--runs", default="runs", help="run cache folder (default runs; a cached run is reused)")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="folder for the JSON and Markdown")
     p.add_argument("--ready-timeout", type=float, default=1800, help="seconds for the server's run to be ready")
@@ -116,6 +123,8 @@ def parse_args(argv):
     if unknown:
         p.error(f"--parts: unknown {', '.join(sorted(unknown))} (known: open, brush, zoom, server, none)")
     args.parts = parts
+    if args.label and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", args.label):
+        p.error(f"--label must be letters, digits, '.', '_' or '-'; got {args.label!r}")
     has_browser = Path(CHROMIUM).exists() and importlib.util.find_spec("playwright") is not None
     args.client = args.client or ("browser" if has_browser else "bokeh")
     if (args.client == "browser" or parts & {"open", "brush", "zoom"}) and not has_browser:
@@ -151,9 +160,14 @@ class LoadWatch:
         self._stop.set()
         return self.snapshot()
 
-    def snapshot(self) -> dict:
-        loads = [x for _, x in self.samples]
-        return {"one_minute_samples": self.samples, "mean": round(float(np.mean(loads)), 2) if loads else None,
+    def mark(self) -> int:
+        """A point to summarise from (see :meth:`snapshot`)."""
+        return len(self.samples)
+
+    def snapshot(self, since: int = 0) -> dict:
+        samples = self.samples[since:] or self.samples[-1:]
+        loads = [x for _, x in samples]
+        return {"one_minute_samples": samples, "mean": round(float(np.mean(loads)), 2) if loads else None,
                 "max": max(loads) if loads else None}
 
 
@@ -540,6 +554,7 @@ async def soak(args, server, beats) -> dict:
     rss.append({"sessions": 0, "rss_bytes": server.rss_bytes()})
     started = time.perf_counter()
     for i in range(1, args.soak + 1):
+        check_alive(server, f"the soak, before cycle {i}")
         session = ProtocolSession(server.url)
         try:
             await session.open(120)
@@ -551,6 +566,7 @@ async def soak(args, server, beats) -> dict:
             await session.close()
         if i % 10 == 0:
             await asyncio.sleep(settle)
+            check_alive(server, f"the soak, after cycle {i}")
             rss.append({"sessions": i, "rss_bytes": server.rss_bytes(), "elapsed_s": round(time.perf_counter() - started, 1)})
             print(f"  {i:>4} sessions: server RSS {rss[-1]['rss_bytes'] / 2**20:.0f} MiB", flush=True)
     after_10 = next((r["rss_bytes"] for r in rss if r["sessions"] == 10), None)
@@ -592,8 +608,8 @@ def targets(report: dict) -> list[dict]:
     return rows
 
 
-def result_paths(out: Path, machine_info: dict) -> dict:
-    stem = f"interaction-{machine_info['name']}-{dt.date.today().isoformat()}"
+def result_paths(out: Path, machine_info: dict, label: str | None = None) -> dict:
+    stem = f"interaction-{machine_info['name']}-{dt.date.today().isoformat()}" + (f"-{label}" if label else "")
     return {"json": out / f"{stem}.json", "md": out / f"{stem}.md"}
 
 
@@ -617,19 +633,41 @@ def _json_default(value):
 
 
 # --------------------------------------------------------------------------- main
+SECTIONS = ("run", "browser", "server", "load", "soak")
+
+
+def new_report(paths: dict, merge: bool) -> dict:
+    """Today's results so far (``--merge``), or a fresh report."""
+    if merge and paths["json"].exists():
+        report = json.loads(paths["json"].read_text())
+        report.setdefault("invocations", [])
+        return report
+    return {"benchmark": "interaction", "invocations": []}
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     watch = LoadWatch()
     info = machine()
-    out = Path(args.out)
-    paths = result_paths(out, info)
-    report: dict = {"benchmark": "interaction", "date": dt.datetime.now().isoformat(timespec="seconds"),
-                    "machine": info, "command": "python -m benchmarks.interaction " + shlex.join(argv or sys.argv[1:]),
-                    "options": {k: (sorted(v) if isinstance(v, set) else v) for k, v in vars(args).items()},
-                    "problems": []}
+    paths = result_paths(Path(args.out), info, args.label)
+    report = new_report(paths, args.merge)
+    now = dt.datetime.now().isoformat(timespec="seconds")
+    command = "python -m benchmarks.interaction " + shlex.join(sys.argv[1:] if argv is None else argv)
+    invocation = {"date": now, "command": command, "server_options": args.serve_arg, "problems": [],
+                  "options": {k: (sorted(v) if isinstance(v, set) else v) for k, v in vars(args).items()}}
+    report.update(machine=info, date=now)
+    report["invocations"].append(invocation)
+    cores = info["cpu_cores_usable"]
 
-    def save():
-        report["load_average"] = {"start": info.get("load_average_start"), **watch.snapshot()}
+    def stamp(name: str, since: int) -> None:
+        """Note on a section when, how and under which load it was measured."""
+        load = watch.snapshot(since)
+        report[name]["measured"] = {"date": now, "command": command, "server_options": args.serve_arg,
+                                    "load_average": {"mean": load["mean"], "max": load["max"]},
+                                    "disturbed": bool(load["max"] and load["max"] > cores)}
+
+    def save() -> None:
+        invocation["load_average"] = {"start": info.get("load_average_start"), **watch.snapshot()}
         write(report, paths)
 
     log_dir = Path(tempfile.mkdtemp(prefix="ecg-interaction-"))
@@ -642,7 +680,8 @@ def main(argv: list[str] | None = None) -> dict:
         return server
 
     try:
-        server = start("server")
+        since = watch.mark()
+        server = start("server", args.serve_arg)
         ready_s = server.wait_ready(args.ready_timeout)
         log = server.log()
         run_path = run_path_from_log(log)
@@ -653,33 +692,45 @@ def main(argv: list[str] | None = None) -> dict:
         report["run"] = {"path": str(run_path), "cached": "cached run" in log, "server_ready_s": round(ready_s, 2),
                          "n_samples": run_report["input"]["n_samples"], "duration_s": run_report["input"]["duration_s"],
                          "beats": len(beats), "device": run_report["device"]["name"], "board": "bokeh"}
+        stamp("run", since)
         print(f"ready after {ready_s:.1f} s: {len(beats):,} beats from {report['run']['n_samples']:,} samples", flush=True)
         save()
         if args.parts & {"open", "brush", "zoom"}:
+            since = watch.mark()
             asyncio.run(browser_parts(args, server, beats, report, save))
+            stamp("browser", since)
+            save()
         if "server" in args.parts:
+            since = watch.mark()
             server_part(args, report, save)
+            stamp("server", since)
+            save()
         if args.sessions:
+            since = watch.mark()
             load_part(args, server, beats, report, save)
+            stamp("load", since)
+            save()
+        check_alive(server, "the load test" if args.sessions else "the single-session parts")
         server.stop()
         if args.soak:
+            since = watch.mark()
             soak_server = start("soak server", SOAK_SERVE_ARGS)
             soak_server.wait_ready(args.ready_timeout)
             print(f"soak: {args.soak} sessions opened, brushed once and closed…", flush=True)
             report["soak"] = asyncio.run(soak(args, soak_server, beats))
+            stamp("soak", since)
             save()
     except Exception as err:
-        report["problems"].append(f"{type(err).__name__}: {err}")
+        invocation["problems"].append(f"{type(err).__name__}: {err}")
         print(f"error: {type(err).__name__}: {err}", file=sys.stderr)
         raise
     finally:
         for server in servers:
             server.stop()
         if servers:
-            report["server_log_tail"] = servers[0].log()[-3000:]
-        report["load_average"] = {"start": info.get("load_average_start"),
-                                  "end": [round(x, 2) for x in os.getloadavg()], **watch.stop()}
-        report["disturbed"] = bool(report["load_average"]["max"] and report["load_average"]["max"] > info["cpu_cores_usable"])
+            invocation["server_log_tail"] = servers[0].log()[-3000:]
+        invocation["load_average"] = {"start": info.get("load_average_start"),
+                                      "end": [round(x, 2) for x in os.getloadavg()], **watch.stop()}
         write(report, paths)
     from benchmarks import interaction_report
 
@@ -687,6 +738,14 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"\nwrote {paths['json']} and {paths['md']}")
     report["paths"] = {k: str(v) for k, v in paths.items()}
     return report
+
+
+def check_alive(server: Server, during: str) -> None:
+    """Fail loudly when the server stopped under the benchmark (a crash, or a signal from outside)."""
+    code = server.proc.poll()
+    if code is not None:
+        raise RuntimeError(f"the server stopped during {during} (exit status {code}); see its log:\n"
+                           + server.log()[-1500:])
 
 
 if __name__ == "__main__":

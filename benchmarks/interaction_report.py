@@ -45,32 +45,46 @@ def machine_line(m: dict) -> str:
     return f"{m.get('cpu')}, {m.get('cpu_cores_usable')} usable cores{memory}{gpu}; python {m.get('python')}, {libs}{browser}"
 
 
-def load_line(report: dict) -> str:
-    load = report.get("load_average") or {}
-    cores = report["machine"].get("cpu_cores_usable")
-    text = (f"1-minute load average during the run: mean {load.get('mean')}, max {load.get('max')} "
-            f"(start {load.get('start')}, end {load.get('end')}) on {cores} cores")
-    if report.get("disturbed"):
-        text += (". **Disturbed**: other work kept the machine busier than its core count (the machine is "
-                 "shared and was not reserved), so these times are what a user of a loaded machine feels, "
-                 "not an idle machine's")
+def measured_line(section: dict, cores: int) -> str:
+    """When and how a section was measured, and how busy the machine was meanwhile."""
+    m = section.get("measured")
+    if not m:
+        return ""
+    load = m["load_average"]
+    options = f" (server options `{' '.join(m['server_options'])}`)" if m.get("server_options") else ""
+    text = (f"Measured {m['date'].replace('T', ' ')} by `{m['command']}`{options}; 1-minute load average "
+            f"meanwhile: mean {load['mean']}, max {load['max']} on {cores} cores.")
+    if m.get("disturbed"):
+        text += (" **Disturbed**: other work kept the machine busier than its core count (it is shared and was "
+                 "not reserved), so these times are what a user of a busy machine feels, not an idle one's.")
     return text
+
+
+def invocations_lines(report: dict) -> list[str]:
+    lines = []
+    for inv in report.get("invocations", []):
+        load = inv.get("load_average") or {}
+        line = (f"- `{inv['command']}` at {inv['date'].replace('T', ' ')}: load average mean {load.get('mean')}, "
+                f"max {load.get('max')} (start {load.get('start')}, end {load.get('end')})")
+        if inv.get("problems"):
+            line += "; **problems**: " + "; ".join(inv["problems"])
+        lines.append(line)
+    return lines
 
 
 def markdown(report: dict) -> str:
     run = report.get("run", {})
+    cores = report["machine"].get("cpu_cores_usable")
     lines = [f"# Interaction benchmark: {report['machine'].get('name')}, {report['date'][:10]}", "",
-             f"- Machine: {machine_line(report['machine'])}",
-             f"- {load_line(report)}"]
+             f"- Machine: {machine_line(report['machine'])}"]
     if run:
         lines.append(f"- Run: {run['n_samples']:,} samples, {run['beats']:,} beats, device {run['device']}, "
                      f"board {run['board']}; server ready after {run['server_ready_s']:.1f} s "
                      f"({'cached run' if run.get('cached') else 'pipeline ran at start'})")
-    lines += ["- Server: `panel serve dashboard/app.py` (one process, Bokeh's session defaults); the soak test "
-              "has a server of its own (below)",
-              f"- Command: `{report['command']}`", ""]
-    if report.get("problems"):
-        lines += ["**Problems:** " + "; ".join(report["problems"]), ""]
+    lines += ["- Server: `panel serve dashboard/app.py`, one process, as `./run.sh` serves it (Bokeh's session "
+              "defaults) unless a section says otherwise; the soak test has a server of its own (below)",
+              "- Runs of the benchmark that wrote this file (each section says which one measured it):",
+              *invocations_lines(report), ""]
     lines += ["## Targets", "", "| target | measured | limit | status | note |", "| --- | --- | --- | --- | --- |"]
     for row in report.get("targets", []):
         limit = _limit(row) if row.get("unit") else "–"
@@ -81,7 +95,8 @@ def markdown(report: dict) -> str:
     if browser:
         lines += ["## In Chromium, one session", "",
                   "Each time runs in the page's own clock (`performance.now()`), from the input event's "
-                  "timestamp to two animation frames after the result arrived.", "",
+                  "timestamp to two animation frames after the result arrived. "
+                  + measured_line(browser, cores), "",
                   "| interaction | n | median | p95 | max |", "| --- | --- | --- | --- | --- |"]
         for label, s in browser.get("session open", {}).get("milestones_ms", {}).items():
             lines.append(_row(f"session open: navigation → {label}", s))
@@ -99,7 +114,8 @@ def markdown(report: dict) -> str:
     server = report.get("server")
     if server:
         lines += [f"## Server side ({server['board']} board, in process)", "",
-                  "From the property change the browser sends to the document patch serialized.", "",
+                  "From the property change the browser sends to the document patch serialized. "
+                  + measured_line(server, cores), "",
                   "| interaction | n | median | p95 | max | patch (median) |", "| --- | --- | --- | --- | --- | --- |"]
         for kind, s in server["kinds"].items():
             d = server["details"].get(kind, {})
@@ -113,6 +129,7 @@ def markdown(report: dict) -> str:
     if load:
         many, one = load["concurrent"], load["single"]
         lines += [f"## Load test: {many['sessions']} sessions at once ({many['client']})", "",
+                  measured_line(load, cores), "",
                   "| sessions | opened | brushes | median | p95 | max | failed | console errors | selections independent |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in (one, many):
@@ -131,6 +148,7 @@ def markdown(report: dict) -> str:
     if soak:
         growth = soak.get("growth_after_first_10")
         lines += [f"## Soak test: {soak['cycles']} sessions opened, brushed once and closed", "",
+                  measured_line(soak, cores), "",
                   f"A server of its own with `{' '.join(soak['server_options'])}` (ms), so that Bokeh discards a "
                   "closed session within seconds (its default keeps it 15 s). Server RSS after every 10 sessions "
                   f"(each reading {soak['settle_s']:.0f} s after the last close); growth after the first 10: "
@@ -166,5 +184,5 @@ def table(report: dict) -> str:
     out.append("")
     for row in report.get("targets", []):
         out.append(f"{row['status']:<16} {row['target']}: {_measured(row)}")
-    out.append(load_line(report))
+    out += invocations_lines(report)[-1:]
     return "\n".join(out)

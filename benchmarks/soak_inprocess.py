@@ -23,7 +23,6 @@ import collections
 import gc
 import json
 import sys
-import threading
 import time
 import tracemalloc
 import types

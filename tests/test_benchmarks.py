@@ -129,7 +129,9 @@ def test_interaction_benchmark_quick_measures_every_kind(tmp_path):
     assert [r["sessions"] for r in soak["rss"]] == [0, 10, 20] and not soak["failures"]
     assert math.isfinite(soak["growth_after_first_10"])
     assert all(t["status"] == "not measured" or math.isfinite(t["measured"]) for t in data["targets"])
-    assert data["machine"]["cpu_cores_usable"] >= 1 and data["load_average"]["max"] is not None
+    assert data["machine"]["cpu_cores_usable"] >= 1 and data["invocations"][-1]["load_average"]["max"] is not None
+    assert all(data[name]["measured"]["command"].startswith("python -m benchmarks.interaction --quick")
+               for name in ("run", "browser", "server", "load", "soak"))
 
 
 def test_interaction_benchmark_refuses_bad_options():
