@@ -1,5 +1,6 @@
 """A real ``panel serve dashboard/app.py`` in a subprocess, for browser tests and benchmarks, and a
-``bokeh.client`` pull of its page (for machines without a browser).
+``bokeh.client`` pull of its page (for machines without a browser); the Chromium the benchmarks
+drive.
 
 See Also
 --------
@@ -29,23 +30,45 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def server_command(port: int, app_args: list[str], python: str = sys.executable) -> list[str]:
+# Debian's Chromium, headless, as the browser tests launch it.
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def chromium_version() -> str | None:
+    try:
+        out = subprocess.run([CHROMIUM, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.strip() or None
+
+
+def server_command(port: int, app_args: list[str], python: str = sys.executable,
+                   serve_args: list[str] = ()) -> list[str]:
+    """``serve_args`` are extra ``panel serve`` options (e.g. ``--unused-session-lifetime``)."""
     return [python, "-m", "panel", "serve", "dashboard/app.py", "--address", "127.0.0.1", "--port", str(port),
-            "--allow-websocket-origin", f"127.0.0.1:{port}", "--num-procs", "1", "--warm", "--args", *app_args]
+            "--allow-websocket-origin", f"127.0.0.1:{port}", "--num-procs", "1", "--warm", *serve_args,
+            "--args", *app_args]
 
 
 class Server:
     """``panel serve dashboard/app.py`` in a subprocess, its output in a log file."""
 
-    def __init__(self, app_args: list[str], log_path: Path, port: int | None = None, env: dict | None = None):
+    def __init__(self, app_args: list[str], log_path: Path, port: int | None = None, env: dict | None = None,
+                 serve_args: list[str] = ()):
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}/app"
         self.log_path = Path(log_path)
         self._log = open(self.log_path, "w")
         self.started = time.perf_counter()
         env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
-        self.proc = subprocess.Popen(server_command(self.port, app_args), cwd=ROOT, stdout=self._log,
-                                     stderr=subprocess.STDOUT, env=env)
+        self.command = server_command(self.port, app_args, serve_args=list(serve_args))
+        self.proc = subprocess.Popen(self.command, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, env=env)
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the server process now (VmRSS), in bytes."""
+        return process_rss_bytes(self.proc.pid)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -87,6 +110,15 @@ class Server:
                 self.proc.kill()
                 self.proc.wait(10)
         self._log.close()
+
+
+def process_rss_bytes(pid: int) -> int:
+    """Resident memory (VmRSS) of a process, in bytes."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
 
 
 def register_panel_models() -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
+import weakref
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Callable
@@ -306,14 +307,20 @@ class DataStore(pn.viewable.Viewer):
         session's on this session's next tick (their selections stay theirs)."""
         labels = self.shared.review_labels()
         self.labels_version = labels.version
+        # Weak references: the shared labels outlive every session, and must not keep a closed
+        # session's store or document alive when no session-destroyed hook ran (close() below).
+        store_ref, doc_ref = weakref.ref(self), (weakref.ref(doc) if doc is not None else None)
 
         def changed(version: int) -> None:
-            if doc is None or pn.state.curdoc is doc:
-                self.param.update(labels_version=version)
+            store, session_doc = store_ref(), (doc_ref() if doc_ref else None)
+            if store is None or (doc_ref is not None and session_doc is None):
+                labels.unsubscribe(token)
+            elif session_doc is None or pn.state.curdoc is session_doc:
+                store.param.update(labels_version=version)
             else:
-                doc.add_next_tick_callback(lambda: self.update(labels_version=version))
+                session_doc.add_next_tick_callback(lambda: store.update(labels_version=version))
 
-        self._labels_token = labels.subscribe(changed)
+        token = self._labels_token = labels.subscribe(changed)
         if doc is not None:
             pn.state.on_session_destroyed(lambda context: self.close())
 

@@ -231,11 +231,14 @@ def _thread_budget_config(threads: int) -> dict:
 def _starting_workers(threads: int):
     """Around a local cluster's start: the workers' thread budget, and this process's environment
     as it was afterwards (Dask's nanny writes its ``pre-spawn-environ``, e.g. ``OMP_NUM_THREADS=1``,
-    into the spawning process's ``os.environ``, which would then reach every later subprocess)."""
+    into the spawning process's ``os.environ``, which would then reach every later subprocess).
+    The budget also goes into this process's environment while the workers start, because the
+    nanny prefers a variable already set here (e.g. by ``pipeline.threads``) to its configuration."""
     import dask
 
     saved = dict(os.environ)
     try:
+        os.environ.update({name: str(threads) for name in THREAD_ENV})
         with dask.config.set(_thread_budget_config(threads)):
             yield
     finally:
@@ -328,12 +331,9 @@ def configure_worker(threads: int | None, device: str) -> None:
     On a GPU worker, the pipeline's RMM pool is made on the worker's device (idempotent).
     """
     if threads is not None:
-        import numba
-        import torch
+        from pipeline import threads as thread_policy
 
-        if torch.get_num_threads() != threads:
-            torch.set_num_threads(threads)
-        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+        thread_policy.limit_threads(threads)  # stays in force for run_pipeline's own call
     if device == "gpu":
         from pipeline import backend
 

@@ -294,8 +294,10 @@ def test_evaluate_runs_through_the_batch_and_prints_the_table(tmp_path):
     result = _cli("evaluate", folder, "--device", "cpu", "--epochs", 2, "--workers", 2, "--no-neurokit", "--out", out)
     assert result.returncode == 1  # one record failed
     lines = result.stdout.strip().splitlines()
-    assert lines[0].split() == ["record", "beats", "found", "Se50", "P+50", "Se150", "P+150", "abnormal", "AUROC"]
-    rows = {line.split()[0]: line.split() for line in lines[2:]}
+    assert lines[0].split() == ["record", "beats", "found", "Se50", "P+50", "Se150", "P+150", "abnormal", "AUROC",
+                                 "shape"]
+    table_lines = lines[2:lines.index("")]  # the summary follows the table after a blank line
+    rows = {line.split()[0]: line.split() for line in table_lines}
     assert list(rows) == ["r1", "r2", "total"]
     for record, seed in (("r1", 30), ("r2", 31)):
         reference = synthesize(SynthConfig(n_samples=SAMPLES, seed=seed, pvc_fraction=0.03)).r_peaks

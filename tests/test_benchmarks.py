@@ -82,3 +82,91 @@ def test_importing_the_benchmarks_loads_no_gpu_library():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1])
     assert out.stdout.strip() == "[]"
+
+
+# --------------------------------------------------------------------------- the interaction benchmark
+INTERACTION_KINDS = {"brush lengths", "brush latent", "brush scores", "clear"}
+GESTURE_KINDS = {"zoom (wheel)", "pan (drag)"}
+SERVER_KINDS = {"brush lengths", "brush latent", "brush scores", "clear", "zoom in", "pan", "zoom out", "session open"}
+
+
+def _finite_summary(s: dict, what: str) -> None:
+    assert s["n"] >= 1, what
+    for key in ("median", "p95", "max"):
+        assert math.isfinite(s[key]) and s[key] > 0, (what, key, s[key])
+    assert s["median"] <= s["p95"] <= s["max"], what
+
+
+@pytest.mark.browser
+def test_interaction_benchmark_quick_measures_every_kind(tmp_path):
+    """``python -m benchmarks.interaction --quick`` against a real server in headless Chromium, with
+    a small load test and soak: every interaction kind has finite times, nothing failed."""
+    from benchmarks import interaction
+    from benchmarks.served import CHROMIUM
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} not found (apt-get install chromium)")
+    pytest.importorskip("playwright.async_api")
+    report = interaction.main(["--quick", "--sessions", "2", "--load-brushes", "2", "--soak", "20",
+                               "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "results")])
+
+    data = json.loads(Path(report["paths"]["json"]).read_text())
+    assert Path(report["paths"]["md"]).read_text().startswith("# Interaction benchmark")
+    browser = data["browser"]
+    for label in ("first paint", "every view populated, painted"):
+        _finite_summary(browser["session open"]["milestones_ms"][label], f"session open: {label}")
+    assert INTERACTION_KINDS <= set(browser["brushes"]) and GESTURE_KINDS <= set(browser["zoom"])
+    for kind, s in {**browser["brushes"], **browser["zoom"]}.items():
+        _finite_summary(s, f"browser {kind}")
+    assert not browser["brush_failures"] and not browser["zoom_failures"] and not browser["console_errors"]
+    assert SERVER_KINDS <= set(data["server"]["kinds"])
+    for kind, s in data["server"]["kinds"].items():
+        _finite_summary(s, f"server {kind}")
+    load = data["load"]["concurrent"]
+    _finite_summary(load["brush_ms"], "load test brushes")
+    assert load["opened"] == 2 and load["independent_sessions"] == 2 and not load["failed_interactions"]
+    soak = data["soak"]
+    assert [r["sessions"] for r in soak["rss"]] == [0, 10, 20] and not soak["failures"]
+    assert math.isfinite(soak["growth_after_first_10"])
+    assert all(t["status"] == "not measured" or math.isfinite(t["measured"]) for t in data["targets"])
+    assert data["machine"]["cpu_cores_usable"] >= 1 and data["invocations"][-1]["load_average"]["max"] is not None
+    assert all(data[name]["measured"]["command"].startswith("python -m benchmarks.interaction --quick")
+               for name in ("run", "browser", "server", "load", "soak"))
+
+
+def test_interaction_benchmark_refuses_bad_options():
+    from benchmarks import interaction
+
+    with pytest.raises(SystemExit):
+        interaction.main(["--brushes", "0"])
+    with pytest.raises(SystemExit):
+        interaction.main(["--parts", "open,teleport"])
+
+
+def test_a_closed_sessions_threshold_widget_lets_its_datastore_go(cpu_run):
+    """What the soak test found: once the server has destroyed a session (Panel's session-destroyed
+    hooks, as ``panel serve`` runs them), nothing may keep the session's DataStore alive. An
+    EditableFloatSlider as the threshold did, through ``panel.links.Callback.registry`` (a
+    class-level map keyed by its inner FloatInput, whose browser link reached the store)."""
+    import gc
+    import weakref
+    from types import SimpleNamespace
+
+    from bokeh.document import Document
+    from panel.io.application import _on_session_destroyed
+    from panel.io.state import set_curdoc
+
+    from dashboard.data_store import DataStore, SharedRun
+
+    shared = SharedRun.from_run(cpu_run.run)
+    doc = Document()
+    with set_curdoc(doc):
+        store = DataStore(shared)
+        widget = store.widget("threshold")
+        widget.server_doc(doc)                       # served as `panel serve` serves a page
+    _on_session_destroyed(SimpleNamespace(_document=doc, id="closed-session"))   # the server closes it
+    doc.clear()
+    gone = weakref.ref(store)
+    del store, widget, doc
+    gc.collect()
+    assert gone() is None, "a closed session's DataStore is still referenced"

@@ -403,6 +403,7 @@ fs = 250.0
 t = cupy.arange(60 * 250) / fs
 signal = cupy.exp(-((t % 0.8) - 0.4) ** 2 / 2e-4).astype(cupy.float32)
 positions = peaks.fiducials(wavelet.ricker_response(signal, fs, 0.025), fs)
+positions = peaks.refine_to_extremum(signal, positions, fs, search_s=0.05)
 embed.embed_beats(signal, positions, fs, width=256)
 kernels = _kernels._cuda_kernels()
 print(json.dumps({name: [sum(k._cache_hits.values()), sum(k._cache_misses.values())] for name, k in kernels.items()}))
@@ -410,7 +411,7 @@ print(json.dumps({name: [sum(k._cache_hits.values()), sum(k._cache_misses.values
 
 
 def test_cuda_kernels_come_from_the_disk_cache_in_a_new_process():
-    """The second process on a machine loads both Numba CUDA kernels from the disk cache instead of
+    """The second process on a machine loads every Numba CUDA kernel from the disk cache instead of
     compiling them (the first may compile, or hit a cache an earlier run left)."""
     import json
     import subprocess
@@ -425,4 +426,89 @@ def test_cuda_kernels_come_from_the_disk_cache_in_a_new_process():
 
     counts()
     second = counts()
-    assert second == {"nms": [1, 0], "prune_embed": [1, 0]}, second
+    assert second == {"nms": [1, 0], "prune_embed": [1, 0], "qrs_shape": [1, 0]}, second
+
+
+# --------------------------------------------------------------------------- the two dashboard boards
+@pytest.fixture(scope="module")
+def gpu_shared(small_csv, tmp_path_factory):
+    """A GPU run of ``small_csv`` with the shared data of both boards (cuDF frames for cuxfilter)."""
+    from dashboard import cuxfilter_board
+    from dashboard.data_store import SharedRun
+    from pipeline.run import RunRequest, run_pipeline
+
+    run = run_pipeline(RunRequest(input=str(small_csv), device="gpu", out=str(tmp_path_factory.mktemp("runs")),
+                                  vae=VAEConfig(epochs=2)))
+    shared = SharedRun.from_run(run)
+    cuxfilter_board.prepare(shared)
+    return shared
+
+
+def _board_session(shared, kind: str):
+    """One session's page (store, board) in its own document, with the given board."""
+    from bokeh.document import Document
+    from panel.io.state import set_curdoc
+
+    from dashboard.charts import BokehBoard
+    from dashboard.cuxfilter_board import CuxfilterBoard
+    from dashboard.data_store import DataStore
+    from dashboard.page import layout
+
+    doc = Document()
+    with set_curdoc(doc):
+        store = DataStore(shared)
+        board = CuxfilterBoard(store) if kind == "cuxfilter" else BokehBoard(store)
+        body, _ = layout(store, board)
+        doc.add_root(body.get_root(doc))
+    return doc, store, board
+
+
+def _cuxfilter_box(chart, x: tuple[float, float], y: tuple[float, float] | None) -> None:
+    """What the server does with a box selection on a cuxfilter chart: its selection stream's event."""
+    stream = chart.chart.box_stream
+    y = y or (0.0, 1.0)
+    stream.event(bounds=(x[0], y[0], x[1], y[1]), x_selection=x, y_selection=y)
+
+
+def test_cuxfilter_board_shows_the_default_boards_counts(gpu_shared):
+    """The same brush through the cuxfilter board (a box selection on its chart) and the default
+    board (its Brush model), each in its own session on one GPU run: both select as many beats as
+    pandas finds in the brushed range, cuxfilter's own filtered frame holds that many, and the
+    default board's bars of the other histogram equal a histogram of cuxfilter's filtered beats."""
+    from panel.io.state import set_curdoc
+
+    from dashboard.spec import VIEWS
+
+    shared = gpu_shared
+    beats = shared.beats.astype({c: "float64" for c in ("length_s", "z1", "z2", "score")})
+    cux_doc, cux_store, cux = _board_session(shared, "cuxfilter")
+    ref_doc, ref_store, ref = _board_session(shared, "bokeh")
+    cases = [("lengths", np.quantile(beats["length_s"], [0.2, 0.7]), None, "scores"),
+             ("scores", np.quantile(beats["score"], [0.0, 0.8]), None, "lengths"),
+             ("latent", np.quantile(beats["z1"], [0.1, 0.8]), np.quantile(beats["z2"], [0.2, 0.9]), "lengths")]
+    for view, x, y, other in cases:
+        with set_curdoc(cux_doc):
+            cux_store.clear()
+            _cuxfilter_box(cux.charts[view], tuple(map(float, x)), None if y is None else tuple(map(float, y)))
+        brush = dict(cux_store.brush)
+        assert set(brush) == set(VIEWS[view].brush), f"the cuxfilter box on {view} gave the brush {brush}"
+        with set_curdoc(ref_doc):
+            ref_store.clear()
+            ref.charts[view].brush.bounds = [v for column in VIEWS[view].brush for v in brush[column]]
+        assert ref_store.brush == brush
+
+        inside = np.ones(len(beats), dtype=bool)
+        for column, (lo, hi) in brush.items():
+            inside &= beats[column].between(lo, hi).to_numpy()
+        want = int(inside.sum())
+        assert 0 < want < len(beats)
+        assert cux_store.selection.count == ref_store.selection.count == want
+        assert cux.filtered_count() == want, "cuxfilter's charts filter a different set of beats"
+
+        dashboard = cux.dashboard
+        filtered = dashboard._query(dashboard._generate_query_str()).to_pandas()
+        chart = ref.charts[other]
+        edges = chart.bins.edges[0]
+        values = np.clip(filtered[VIEWS[other].x].to_numpy(dtype=np.float64), edges[0], edges[-1])
+        shown = np.nan_to_num(chart.source.data["selected"]).astype(np.int64)
+        np.testing.assert_array_equal(shown, np.histogram(values, bins=edges)[0])

@@ -51,7 +51,8 @@ def test_beats_table_columns_and_dtypes(cpu_run):
     beats = cpu_run.run.beats
     expected = {"beat_id": "int32", "start": "int64", "fiducial": "int64", "time_s": "float64", "length": "int32",
                 "length_s": "float32", "split": "category", "z1": "float32", "z2": "float32", "score": "float32",
-                **{name: "float32" for name in results.SCORE_COMPONENTS}, "label": "object", "abnormal": "bool"}
+                **{name: "float32" for name in results.SCORE_COMPONENTS}, "label": "object", "abnormal": "bool",
+                "family": "int16"}
     assert {c: str(t) for c, t in beats.dtypes.items()} == expected
     assert list(beats["split"].cat.categories) == ["train", "test"]
     np.testing.assert_array_equal(beats["beat_id"], np.arange(len(beats)))

@@ -1,0 +1,261 @@
+"""One dashboard page in headless Chromium (Playwright, async), with real mouse gestures timed in
+the page's own clock.
+
+:file:`interaction_probe.js` is injected before the page's scripts: it records when the browser
+dispatched each mouse-up, wheel and double-click, each change of the hidden selection-version
+marker (which changes in the same server message as every view of a selection) and each new
+picture of the recording, and when each was painted (two animation frames later). A gesture's
+latency is the paint of its result minus the input event's timestamp, both ``performance.now()``
+of the page: no clock is shared with Python.
+
+See Also
+--------
+benchmarks.interaction : what is measured with these pages, and the report.
+"""
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PROBE = Path(__file__).resolve().parent / "interaction_probe.js"
+VIEWPORT = {"width": 1600, "height": 1250}
+BRUSH_TYPE = "dashboard.charts.Brush"
+
+
+class GestureError(RuntimeError):
+    """A gesture whose result never showed (counted as a failed interaction)."""
+
+
+@dataclass
+class Gesture:
+    """One timed gesture: ``latency_ms`` from the input event to the paint of its result."""
+
+    kind: str
+    latency_ms: float
+    detail: dict = field(default_factory=dict)
+
+
+async def launch(playwright):
+    from benchmarks.served import CHROMIUM, CHROMIUM_ARGS
+
+    return await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+
+
+class BrowserPage:
+    """One browser context and page of the dashboard, collecting console errors."""
+
+    def __init__(self, context, page):
+        self.context, self.page = context, page
+        self.errors: list[str] = []
+        page.on("console", lambda m: self.errors.append(f"console: {m.text}") if m.type == "error" else None)
+        page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
+
+    @classmethod
+    async def new(cls, browser) -> "BrowserPage":
+        context = await browser.new_context(viewport=VIEWPORT)
+        await context.add_init_script(path=str(PROBE))
+        return cls(context, await context.new_page())
+
+    async def close(self) -> None:
+        await self.context.close()
+
+    # ------------------------------------------------------------------ opening
+    async def open(self, url: str, timeout_s: float) -> dict:
+        """Navigate and wait until every view is populated. Returns milliseconds since the navigation
+        started: response, first paint, first contentful paint, the version marker, document idle,
+        table rows, linked charts drawn, all populated and its paint."""
+        await self.page.goto(url, wait_until="commit", timeout=timeout_s * 1000)
+        await self.page.wait_for_function(
+            "() => window.__ecgProbe && (window.__ecgProbe.milestones.populated_painted !== undefined"
+            " || window.__ecgProbe.error !== undefined)", timeout=timeout_s * 1000, polling=100)
+        timing = await self.page.evaluate("""() => {
+            const nav = performance.getEntriesByType('navigation')[0] || {};
+            const paint = Object.fromEntries(performance.getEntriesByType('paint').map(e => [e.name, e.startTime]));
+            return {probe_error: window.__ecgProbe.error || null, response_start: nav.responseStart,
+                    response_end: nav.responseEnd, dom_content_loaded: nav.domContentLoadedEventEnd,
+                    first_paint: paint['first-paint'], first_contentful_paint: paint['first-contentful-paint'],
+                    ...window.__ecgProbe.milestones};
+        }""")
+        if timing.get("probe_error"):
+            raise GestureError(f"the page probe failed: {timing['probe_error']}")
+        return timing
+
+    # ------------------------------------------------------------------ reading the page
+    async def probe(self, expression: str):
+        return await self.page.evaluate(f"() => {{ const p = window.__ecgProbe; return {expression}; }}")
+
+    async def x_range(self) -> tuple[float, float]:
+        return tuple(await self.page.evaluate(
+            "() => { const r = Bokeh.documents[0].get_model_by_name('ecg-signal').x_range; return [r.start, r.end]; }"))
+
+    async def count(self, timeout_s: float = 10.0) -> int:
+        """The selected-beat count the page shows ("N of T beats selected")."""
+        deadline = time.perf_counter() + timeout_s
+        while True:
+            text = await self.page.locator(".ecg-count").first.inner_text()
+            found = re.search(r"([\d,]+) of", text)
+            if found:
+                return int(found.group(1).replace(",", ""))
+            if time.perf_counter() > deadline:
+                raise GestureError(f"no selection count on the page (it shows {text!r})")
+            await asyncio.sleep(0.1)
+
+    async def brush_bounds(self) -> dict:
+        """Each linked chart's brush as the page holds it (its ``Brush`` model, which the chart's box
+        selection writes and the server reads): ``{view: bounds or None}``."""
+        return await self.page.evaluate("""() => {
+            const views = Bokeh.documents[0].views_manager, out = {};
+            const isPlot = (m) => m.x_range !== undefined && Array.isArray(m.renderers);
+            for (const name of ['lengths', 'latent', 'scores']) {
+                const card = views.query_one(v => (v.model.css_classes || []).includes('ecg-view-' + name));
+                let plot = null;
+                const descend = (v) => { if (plot) return; if (isPlot(v.model)) { plot = v.model; return; }
+                                         for (const c of v.children()) descend(c); };
+                descend(card);
+                const callback = plot.js_event_callbacks['selectiongeometry'][0];
+                const args = callback.args;
+                const brush = args instanceof Map ? args.get('brush') : args.brush;
+                out[name] = brush.bounds == null ? null : Array.from(brush.bounds);
+            }
+            return out;
+        }""")
+
+    async def canvas_box(self, view: str) -> dict:
+        canvas = self.page.locator(f".ecg-view-{view} .bk-Canvas").first
+        await canvas.scroll_into_view_if_needed()
+        box = await canvas.bounding_box()
+        if box is None:
+            raise GestureError(f"the chart 'ecg-view-{view}' has no canvas on the page")
+        return box
+
+    # ------------------------------------------------------------------ gestures
+    async def _versions(self) -> int:
+        return await self.probe("p.versions.length")
+
+    async def _wait_version_painted(self, before: int, input_types: tuple[str, ...], kind: str,
+                                    timeout_s: float) -> Gesture:
+        """The first version change after ``before`` changes, painted; latency from the last of
+        ``input_types`` the page saw."""
+        try:
+            await self.page.wait_for_function(
+                "(n) => { const v = window.__ecgProbe.versions; return v.length > n && v[n].painted !== null; }",
+                arg=before, timeout=timeout_s * 1000, polling="raf")
+        except Exception as err:   # noqa: BLE001 - Playwright's TimeoutError; report the gesture
+            raise GestureError(f"{kind}: no repaint within {timeout_s:.0f} s") from err
+        record, inputs = await self.page.evaluate(
+            "(n) => [window.__ecgProbe.versions[n], window.__ecgProbe.input]", before)
+        start = max(inputs.get(t) or 0 for t in input_types)
+        return Gesture(kind, record["painted"] - start, {"version": record["version"],
+                                                          "arrived_ms": record["at"] - start})
+
+    async def frame_geometry(self, view: str, xs=(), ys=()) -> dict:
+        """Where data values fall on a chart's canvas (CSS px from its top-left), by the plot's own
+        scales, and its plot frame: ``{"sx": [...], "sy": [...], "frame": {x, y, width, height}}``."""
+        return await self.page.evaluate("""([name, xs, ys]) => {
+            const views = Bokeh.documents[0].views_manager;
+            const isPlot = (m) => m.x_range !== undefined && Array.isArray(m.renderers);
+            const card = views.query_one(v => (v.model.css_classes || []).includes('ecg-view-' + name));
+            let plot = null;
+            const descend = (v) => { if (plot) return; if (isPlot(v.model)) { plot = v; return; }
+                                     for (const c of v.children()) descend(c); };
+            descend(card);
+            const frame = plot.frame;
+            const box = frame.bbox;
+            return {sx: xs.map(x => frame.x_scale.compute(x)), sy: ys.map(y => frame.y_scale.compute(y)),
+                    frame: {x: box.x, y: box.y, width: box.width, height: box.height}};
+        }""", [view, list(xs), list(ys)])
+
+    async def _drag(self, points: list[tuple[float, float]], pause_s: float = 0.016) -> None:
+        """Press at the first point, move through the others (one move per ~frame, as a hand does),
+        release at the last."""
+        mouse = self.page.mouse
+        await mouse.move(*points[0])
+        await mouse.down()
+        for point in points[1:]:
+            await mouse.move(*point)
+            await asyncio.sleep(pause_s)
+        await mouse.up()
+
+    async def brush(self, view: str, x: tuple[float, float], y: tuple[float, float] = (0.5, 0.5),
+                    timeout_s: float = 60.0) -> Gesture:
+        """Drag across fractions ``x`` (and ``y``, from the top: a box on the latent plane) of a
+        linked chart's plot frame, as a user brushes what the chart shows; time mouse-up → every
+        view repainted."""
+        box = await self.canvas_box(view)
+        frame = (await self.frame_geometry(view))["frame"]
+        x0, x1 = (box["x"] + frame["x"] + frame["width"] * f for f in x)
+        y0, y1 = (box["y"] + frame["y"] + frame["height"] * f for f in y)
+        steps = 8
+        points = [(x0 + (x1 - x0) * k / steps, y0 + (y1 - y0) * k / steps) for k in range(steps + 1)]
+        before = await self._versions()
+        await self._drag(points)
+        return await self._wait_version_painted(before, ("mouseup", "pointerup"), f"brush {view}", timeout_s)
+
+    async def clear(self, view: str, timeout_s: float = 60.0) -> Gesture:
+        """Double-click a chart (clears its brush); time the double-click → repaint."""
+        box = await self.canvas_box(view)
+        frame = (await self.frame_geometry(view))["frame"]
+        before = await self._versions()
+        await self.page.mouse.dblclick(box["x"] + frame["x"] + frame["width"] * 0.5,
+                                       box["y"] + frame["y"] + frame["height"] * 0.5)
+        return await self._wait_version_painted(before, ("dblclick",), "clear", timeout_s)
+
+    async def _wait_landing(self, kind: str, start_ms: float, window: tuple[float, float], timeout_s: float,
+                            tolerance: float) -> Gesture:
+        """The first picture of the recording after ``start_ms`` that shows ``window``, painted."""
+        try:
+            await self.page.wait_for_function("""([t0, lo, hi, tol]) => window.__ecgProbe.landings.some(
+                    l => l.at >= t0 && l.painted !== null && (l.kind === 'raster'
+                         ? Math.abs(l.x0 - lo) <= tol && Math.abs(l.x1 - hi) <= tol
+                         : l.kind === 'samples' && l.x0 <= lo + tol && l.x1 >= hi - tol))""",
+                                              arg=[start_ms, window[0], window[1], tolerance],
+                                              timeout=timeout_s * 1000, polling="raf")
+        except Exception as err:   # noqa: BLE001
+            raise GestureError(f"{kind}: the recording did not show [{window[0]:.3f}, {window[1]:.3f}] "
+                               f"within {timeout_s:.0f} s") from err
+        landing, pictures = await self.page.evaluate("""([t0, lo, hi, tol]) => {
+            const all = window.__ecgProbe.landings.filter(l => l.at >= t0);
+            const hit = all.find(l => l.painted !== null && (l.kind === 'raster'
+                         ? Math.abs(l.x0 - lo) <= tol && Math.abs(l.x1 - hi) <= tol
+                         : l.kind === 'samples' && l.x0 <= lo + tol && l.x1 >= hi - tol));
+            return [hit, all.length];
+        }""", [start_ms, window[0], window[1], tolerance])
+        return Gesture(kind, landing["painted"] - start_ms,
+                       {"picture": landing["kind"], "span_s": window[1] - window[0],
+                        "pictures_after_gesture": pictures, "arrived_ms": landing["at"] - start_ms})
+
+    async def wheel(self, at: float, notches: int, timeout_s: float = 60.0) -> Gesture | None:
+        """Wheel-zoom the recording around fraction ``at`` of its width (notches > 0 zoom in, < 0
+        out); time the last wheel event → the new window's picture painted. None when the window
+        did not move (already at a bound)."""
+        box = await self.canvas_box("signal")
+        frame = (await self.frame_geometry("signal"))["frame"]
+        before = await self.x_range()
+        await self.page.mouse.move(box["x"] + frame["x"] + frame["width"] * at, box["y"] + frame["y"] + frame["height"] * 0.5)
+        for _ in range(abs(notches)):
+            await self.page.mouse.wheel(0, -100 if notches > 0 else 100)
+            await asyncio.sleep(0.03)
+        return await self._after_window_gesture("zoom (wheel)", "wheel", before, timeout_s)
+
+    async def pan(self, by: float, timeout_s: float = 60.0) -> Gesture | None:
+        """Drag the recording by fraction ``by`` of its width; time mouse-up → new window painted."""
+        box = await self.canvas_box("signal")
+        frame = (await self.frame_geometry("signal"))["frame"]
+        before = await self.x_range()
+        y = box["y"] + frame["y"] + frame["height"] * 0.5
+        x0 = box["x"] + frame["x"] + frame["width"] * (0.5 - by / 2)
+        x1 = box["x"] + frame["x"] + frame["width"] * (0.5 + by / 2)
+        steps = 18                                   # ~0.3 s of a hand's drag at 60 moves per second
+        await self._drag([(x0 + (x1 - x0) * k / steps, y) for k in range(steps + 1)])
+        return await self._after_window_gesture("pan (drag)", "mouseup", before, timeout_s)
+
+    async def _after_window_gesture(self, kind: str, input_type: str, before, timeout_s: float) -> Gesture | None:
+        window = await self.x_range()
+        if window == before:
+            return None
+        end = (await self.probe("p.input"))[input_type]
+        return await self._wait_landing(kind, end, window, timeout_s, tolerance=1e-6 * (window[1] - window[0]) + 1e-9)
+
