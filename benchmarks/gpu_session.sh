@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The GPU machine's measurements, in a few long commands (device time is scarce and the machine
+# forgets /tmp when idle, so each stage is one command and they run back to back).
+#
+#   benchmarks/gpu_session.sh STAGE        (from the repository root, after the pack is loaded;
+#                                           ../shared/gpu/README.md)
+#
+# Stages (each keeps its logs and JSON under $OUT, or benchmarks/results when $OUT is unset):
+#   tests      pytest -m gpu
+#   startup    pipeline run from scratch and from cache (3 fresh processes each), VAE training
+#              speed, server start cold and from cache to a usable dashboard (protocol session)
+#   quality    MIT-BIH records in .gpudata/mitdb through `pipeline evaluate` on the GPU
+#   dashboard  both boards' interactions, 20 sessions at once, soak of closed sessions
+#   scale      server-side brushes on a 200M-sample recording
+#   batch      (2 GPUs) the batch tests, and the archive benchmark on 1 and 2 GPUs
+set -uo pipefail
+cd "$(dirname "$0")/.."
+. .gpupack/meta/env.sh
+export PYTHONPATH=".:${PYTHONPATH:-}"
+OUT="${OUT:-benchmarks/results}"
+RUNS=/tmp/ecg-runs
+mkdir -p "$OUT" "$RUNS"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+
+step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $OUT/NAME.log, say how it ended
+    local name=$1 limit=$2
+    shift 2
+    local started=$SECONDS
+    timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+    echo "[$name] exit $? after $((SECONDS - started)) s"
+    tail -n 25 "$OUT/$name.log"
+}
+
+case "${1:-}" in
+tests)
+    step gpu-tests 560 python3 -m pytest -m gpu -q -rs -p no:cacheprovider tests ;;
+startup)
+    step startup 200 python3 -m benchmarks.startup --device gpu --repeats 3 --out "$RUNS"
+    step train-speed 120 python3 -m benchmarks.train_speed --repeats 3
+    step serve-cold 120 python3 -m benchmarks.serve_start --no-browser --cold --runs 3 --out "$OUT" -- --out "$RUNS"
+    step serve-cached 80 python3 -m benchmarks.serve_start --no-browser --runs 3 --out "$OUT" -- --out "$RUNS" ;;
+quality)
+    step evaluate-mitdb 300 python3 -m pipeline evaluate .gpudata/mitdb --device gpu --no-neurokit --out "$RUNS/mitdb" ;;
+dashboard)
+    step dashboard 580 python3 -m benchmarks.gpu_dashboard --runs "$RUNS" --out "$OUT" --sessions 20 --soak 200 \
+        --budget-s 540 ;;
+scale)
+    step scale 580 python3 -m benchmarks.gpu_dashboard --scale --runs "$RUNS" --out "$OUT" --budget-s 540 ;;
+batch)
+    step batch-tests 200 python3 -m pytest -m gpu -q -rs -p no:cacheprovider tests/test_batch.py
+    step archive 390 python3 -m benchmarks.archive --recordings 40 --samples 20000000 --workers 1,2 --repeats 1 \
+        --device gpu --budget-s 360 --data-dir /tmp/ecg-archive --out "$OUT" ;;
+*)
+    echo "usage: benchmarks/gpu_session.sh tests|startup|quality|dashboard|scale|batch" >&2
+    exit 2 ;;
+esac
