@@ -7,6 +7,7 @@
 #
 # Stages (each keeps its logs and JSON under $OUT, or benchmarks/results when $OUT is unset):
 #   tests      pytest -m gpu
+#   profile    where a server start's time goes: first on the machine, cold, cached
 #   startup    pipeline run from scratch and from cache (3 fresh processes each), VAE training
 #              speed, server start cold and from cache to a usable dashboard (protocol session)
 #   quality    MIT-BIH records in .gpudata/mitdb through `pipeline evaluate` on the GPU
@@ -17,10 +18,16 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 . .gpupack/meta/env.sh
 export PYTHONPATH=".:${PYTHONPATH:-}"
+# The test machine's Python packages come without compiled bytecode and their folders take none:
+# every process recompiled ~3,000 modules (PyTorch, Panel, pandas: 4-6 s). An ordinary pip install
+# writes the bytecode once; a writable cache folder does the same here.
+unset PYTHONDONTWRITEBYTECODE
+export PYTHONPYCACHEPREFIX=/tmp/ecg-pycache
 OUT="${OUT:-benchmarks/results}"
 RUNS=/tmp/ecg-runs
 mkdir -p "$OUT" "$RUNS"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+python3 -c "import sys; print('bytecode written:', not sys.flags.dont_write_bytecode, sys.pycache_prefix)"
 
 step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $OUT/NAME.log, say how it ended
     local name=$1 limit=$2
@@ -34,11 +41,18 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $OUT/NAM
 case "${1:-}" in
 tests)
     step gpu-tests 560 python3 -m pytest -m gpu -q -rs -p no:cacheprovider tests ;;
+profile)
+    # The first process on a fresh machine fills the kernel and bytecode caches; the second shows a
+    # cold start (no cached run) as every later server start meets it.
+    step profile-first 150 python3 -m benchmarks.start_profile --top 40 -- --out "$RUNS" --no-cache
+    step profile-cold 90 python3 -m benchmarks.start_profile --top 40 -- --out "$RUNS" --no-cache
+    step profile-cached 60 python3 -m benchmarks.start_profile --top 40 -- --out "$RUNS" ;;
 startup)
     step startup 200 python3 -m benchmarks.startup --device gpu --repeats 3 --out "$RUNS"
     step train-speed 120 python3 -m benchmarks.train_speed --repeats 3
     step serve-cold 120 python3 -m benchmarks.serve_start --no-browser --cold --runs 3 --out "$OUT" -- --out "$RUNS"
-    step serve-cached 80 python3 -m benchmarks.serve_start --no-browser --runs 3 --out "$OUT" -- --out "$RUNS" ;;
+    step serve-cached 80 python3 -m benchmarks.serve_start --no-browser --runs 3 --out "$OUT" -- --out "$RUNS"
+    cp -r /tmp/serve-start-* "$OUT/" 2>/dev/null ;;
 quality)
     step evaluate-mitdb 300 python3 -m pipeline evaluate .gpudata/mitdb --device gpu --no-neurokit --out "$RUNS/mitdb" ;;
 dashboard)
@@ -51,6 +65,6 @@ batch)
     step archive 390 python3 -m benchmarks.archive --recordings 40 --samples 20000000 --workers 1,2 --repeats 1 \
         --device gpu --budget-s 360 --data-dir /tmp/ecg-archive --out "$OUT" ;;
 *)
-    echo "usage: benchmarks/gpu_session.sh tests|startup|quality|dashboard|scale|batch" >&2
+    echo "usage: benchmarks/gpu_session.sh tests|profile|startup|quality|dashboard|scale|batch" >&2
     exit 2 ;;
 esac

@@ -185,7 +185,7 @@ def machine() -> dict:
 
 # --------------------------------------------------------------------------- the run's beats
 def run_path_from_log(log: str) -> Path:
-    found = re.search(r"ECG dashboard ready in [\d.]+ s \((?:cached run )?([^)]+)\)", log)
+    found = re.search(r"ECG dashboard ready in [\d.]+ s \((?:cached run )?([^;)]+)", log)
     if not found:
         raise RuntimeError("the server's log does not name its run")
     path = Path(found.group(1))

@@ -61,17 +61,27 @@ def usable_in_browser(browser, server: Server, timeout: float) -> float:
 
 
 def usable_by_protocol(server: Server, timeout: float) -> float:
-    """Seconds from the command until a bokeh.client session holds the whole dashboard."""
-    deadline = server.started + timeout
-    while time.perf_counter() < deadline:
+    """Seconds from the command until one protocol session, opened as soon as the page answers and
+    kept open (as a browser tab is), holds the dashboard's recording and histogram views. (Opening
+    a new session on every poll instead would load the server with progress pages.)"""
+    import asyncio
+
+    from benchmarks.bokeh_session import ProtocolSession
+
+    def shown(doc) -> bool:
+        return all(doc.get_model_by_name(name) is not None for name in ("ecg-version", "ecg-lengths", "ecg-signal"))
+
+    async def watch() -> None:
+        session = ProtocolSession(server.url)
+        await session.open(max(server.started + timeout - time.perf_counter(), 1.0))
         try:
-            page = pull_dashboard(server.url)
-            if page["dashboard"]:
-                return time.perf_counter() - server.started
-        except Exception:
-            pass
-        time.sleep(0.1)
-    raise TimeoutError(f"no dashboard at {server.url} after {timeout:.0f} s:\n{server.log()[-2000:]}")
+            await session.wait_for(lambda: shown(session.doc), time.perf_counter(),
+                                   max(server.started + timeout - time.perf_counter(), 1.0), quiet=0.0)
+        finally:
+            await session.close()
+
+    asyncio.run(watch())
+    return time.perf_counter() - server.started
 
 
 def one_start(app_args: list[str], log: Path, browser, timeout: float) -> dict:

@@ -84,7 +84,7 @@ class Server:
                     if response.status == 200:
                         return
             except OSError:
-                time.sleep(0.5)
+                time.sleep(0.05)
         raise TimeoutError(f"no page at {self.url} after {timeout} s:\n{self.log()[-3000:]}")
 
     def wait_ready(self, timeout: float) -> float:

@@ -166,6 +166,18 @@ def measure_kind(rows, is_train, cfg, kind: str, repeats: int, steps: int, abnor
             "epochs": last["epochs"], "final_loss": last["final_loss"], "auroc": last["auroc"], "scores": last["scores"]}
 
 
+def config_overrides(pairs: list[str], base) -> dict:
+    """``["mixed_precision=true", "patience=2"]`` → VAEConfig field values, typed like ``base``'s."""
+    out = {}
+    for pair in pairs:
+        name, _, text = pair.partition("=")
+        if not hasattr(base, name):
+            raise SystemExit(f"error: --set {pair}: VAEConfig has no field {name!r}")
+        current = getattr(base, name)
+        out[name] = text.lower() in ("1", "true", "yes") if isinstance(current, bool) else type(current)(text)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.train_speed", description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when available")
@@ -177,6 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=200, help="steps timed one by one per setting")
     parser.add_argument("--no-before", action="store_true", help="skip the previous settings (30 plain epochs)")
     parser.add_argument("--threads", type=int, help="CPU threads (default: the pipeline's policy, pipeline.threads)")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="a VAEConfig field for every setting, e.g. mixed_precision=true (repeatable)")
+    parser.add_argument("--cudnn-benchmark", action="store_true",
+                        help="let cuDNN time its convolution algorithms and keep the fastest")
     args = parser.parse_args(argv)
 
     from pipeline import threads
@@ -200,10 +216,12 @@ def main(argv: list[str] | None = None) -> int:
     abnormal = np.isin(symbols, ABNORMAL)
     tensor = torch.from_numpy(np.ascontiguousarray(rows)).to(device)
     is_train = split_train(len(tensor), 0.75, 0)
-    default = VAEConfig()
+    default = replace(VAEConfig(), **config_overrides(args.set, VAEConfig()))
+    torch.backends.cudnn.benchmark = args.cudnn_benchmark
     batches = [int(b) for b in args.batches.split(",") if b.strip()] or [default.batch_size]
     kinds = ["plain", "captured"] if device == "cuda" else ["plain"]
     print(f"machine    {json.dumps(describe(device))}")
+    print(f"settings   {args.set or 'VAEConfig defaults'}, cudnn.benchmark={args.cudnn_benchmark}")
     print(f"beats      {len(tensor):,} ({int(is_train.sum()):,} train), width {tensor.shape[1]}, "
           f"{int(abnormal[labelled].sum()):,} injected abnormal of {int(labelled.sum()):,} labelled; "
           f"{'run ' + str(args.run) if args.run else f'synthetic {args.samples:,} samples'} ({made_s:.1f} s to make)")

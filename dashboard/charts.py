@@ -650,13 +650,7 @@ class TachogramChart(pn.viewable.Viewer):
 # --------------------------------------------------------------------------- the board
 def signal_raster(shared) -> SignalRaster:
     """The run's raster levels (once per run): built from the signal on the run's device."""
-    def build():
-        if shared.xp is np:
-            return SignalRaster(shared.signal, shared.fs)
-        import cudf
-
-        return SignalRaster(shared.xp.asarray(shared.signal), shared.fs, frame_type=cudf.DataFrame)
-    return shared.derived("signal-raster", build)
+    return shared.derived("signal-raster", lambda: SignalRaster(shared.xp.asarray(shared.signal), shared.fs))
 
 
 def _centred(extent: tuple[float, float], height: float) -> tuple[float, float]:

@@ -177,7 +177,7 @@ class CuxfilterBoard:
             return cuxfilter.charts.bar(spec.x, data_points=spec.bins, step_size_type=float, title=spec.title,
                                         unselected_alpha=0.15, color=SIGNAL_COLOR if not spec.threshold else "#6d597a")
         if spec.kind == "plane":
-            return cuxfilter.charts.scatter(x=spec.x, y=spec.y, aggregate_col=spec.color, aggregate_fn="mean",
+            return cuxfilter.charts.scatter(x=spec.x, y=spec.y, aggregate_col="score", aggregate_fn="mean",
                                             color_palette=SCORE_CMAP, point_size=3, pixel_shade_type="linear",
                                             title=spec.title, unselected_alpha=0.15, legend=True,
                                             legend_position="right", xaxis=True, yaxis=True)

@@ -137,6 +137,8 @@ class SharedRun:
             from pipeline.load import load_leads
 
             channel = self.report["input"]["channel"]
+            if len(self.report["input"].get("leads", [None, None])) == 1:   # nothing more to read
+                return [channel], self.signal[:, None], 0
             try:
                 names, values = load_leads(self.report["input"]["path"])
             except (ValueError, OSError):

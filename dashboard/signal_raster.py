@@ -8,7 +8,7 @@ nearly the same pixels as the samples themselves once several blocks fit in a pi
 block that straddles two columns gives its extremes to one of them). A render picks
 the coarsest level that still has a few points per pixel and draws only the visible slice; deep
 zooms draw the raw samples, down to single samples. Levels are built once per run on the run's
-device (CuPy on a GPU), and drawn from pandas or cuDF frames.
+device (CuPy on a GPU), and drawn from pandas or cuDF frames of the visible slice.
 
 See Also
 --------
@@ -31,13 +31,15 @@ MIN_LEVEL_POINTS = 8_000   # no level coarser than this: 4 points per pixel of a
 
 @dataclass(frozen=True, eq=False)
 class Level:
-    """One level of detail: a frame with columns ``t`` (s) and ``y``; ``block`` samples per pair."""
+    """One level of detail: times ``t`` (s) and values ``y`` (device arrays, NumPy or CuPy);
+    ``block`` samples per pair."""
 
     block: int
-    frame: object   # pandas or cuDF DataFrame
+    t: object
+    y: object
 
     def __len__(self) -> int:
-        return len(self.frame)
+        return int(self.t.shape[0])
 
 
 def min_max_trace(signal, block: int, fs: float):
@@ -58,14 +60,10 @@ def min_max_trace(signal, block: int, fs: float):
 class SignalRaster:
     """Levels of detail of one recording, and a Datashader render of any window of it."""
 
-    def __init__(self, signal, fs: float, frame_type=None):
-        """``signal``: a 1-D float32 array (NumPy, or CuPy to build the levels on the GPU);
-        ``frame_type``: ``pandas.DataFrame`` (default) or ``cudf.DataFrame`` for the renders."""
-        import pandas as pd
-
+    def __init__(self, signal, fs: float):
+        """``signal``: a 1-D float32 array (NumPy, or CuPy to build the levels and draw on the GPU)."""
         self.fs = float(fs)
         self.n = int(signal.shape[0])
-        self._frame = frame_type or pd.DataFrame
         xp = backend.xp_of(signal)
         self.levels = [self._level(1, xp.arange(self.n) / self.fs, signal)]
         coarsest = signal
@@ -95,8 +93,9 @@ class SignalRaster:
             self.compile()
         threading.Thread(target=work, name="ecg-datashader-jit", daemon=True).start()
 
-    def _level(self, block: int, t, y) -> Level:
-        return Level(block, self._frame({"t": t, "y": y.astype(np.float32)}))
+    @staticmethod
+    def _level(block: int, t, y) -> Level:
+        return Level(block, t, y.astype(np.float32))
 
     @property
     def duration_s(self) -> float:
@@ -112,18 +111,21 @@ class SignalRaster:
             chosen = level
         return chosen
 
-    def visible(self, level: Level, x0: float, x1: float):
-        """The rows of ``level`` in [x0, x1], with one neighbour on each side so lines reach the edges."""
-        t = level.frame["t"]
-        lo = max(int(t.searchsorted(x0, side="left")) - 1, 0)
-        hi = min(int(t.searchsorted(x1, side="right")) + 1, len(level))
-        return level.frame.iloc[lo:hi]
+    @staticmethod
+    def visible(level: Level, x0: float, x1: float) -> tuple:
+        """(t, y) of ``level`` in [x0, x1] (device arrays), with one neighbour on each side so that
+        lines reach the edges."""
+        xp = backend.xp_of(level.t)
+        edges = xp.asarray([x0, x1], dtype=level.t.dtype)
+        lo = max(int(xp.searchsorted(level.t, edges[:1], side="left")[0]) - 1, 0)
+        hi = min(int(xp.searchsorted(level.t, edges[1:], side="right")[0]) + 1, len(level))
+        return level.t[lo:hi], level.y[lo:hi]
 
     def trace(self, x0: float, x1: float, width: int):
         """(t, y) host arrays of the level :meth:`render` would draw in [x0, x1]: a line through them
         draws nearly the same pixels (without the density shading)."""
-        frame = self.visible(self.level_for(x0, x1, width), x0, x1)
-        return backend.to_host(frame["t"].to_numpy()), backend.to_host(frame["y"].to_numpy())
+        t, y = self.visible(self.level_for(x0, x1, width), x0, x1)
+        return backend.to_host(t), backend.to_host(y)
 
     def raw_samples(self, x0: float, x1: float, width: int):
         """(t, y) host arrays of the samples in [x0, x1] when there are few enough to draw one by
@@ -137,11 +139,23 @@ class SignalRaster:
         """RGBA image (uint32, ``height`` × ``width``, row 0 at the bottom) of the line in the window."""
         import datashader as ds
 
-        level = self.level_for(x0, x1, width)
+        t, y = self.visible(self.level_for(x0, x1, width), x0, x1)
         canvas = ds.Canvas(plot_width=int(width), plot_height=int(height), x_range=(x0, x1),
                            y_range=y_range or self.y_range)
-        agg = canvas.line(self.visible(level, x0, x1), "t", "y", agg=ds.count())
+        agg = canvas.line(_frame({"t": t, "y": y}), "t", "y", agg=ds.count())
         return shade(backend.to_host(agg.data))
+
+
+def _frame(columns: dict):
+    """The columns as the frame Datashader draws from: cuDF for CuPy arrays (imported here, at the
+    first render, which the page's first drawing does not wait for), else pandas."""
+    if backend.is_cupy_array(next(iter(columns.values()))):
+        import cudf
+
+        return cudf.DataFrame(columns)
+    import pandas as pd
+
+    return pd.DataFrame(columns)
 
 
 def shade(counts: np.ndarray, rgb: tuple[int, int, int] = LINE_RGB) -> np.ndarray:

@@ -193,7 +193,9 @@ class PipelineJob:
             run = self._runner(request, progress=self._on_progress)
             self.run = run
             self._on_progress("results", 1.0, "Preparing the views")
+            preparing = time.perf_counter()
             self.result = self._prepare(run) if self._prepare else run
+            self._done["views"] = time.perf_counter() - preparing
         except Exception as err:  # the page shows it; the server stays up
             message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             if not isinstance(err, ValueError):
@@ -203,8 +205,10 @@ class PipelineJob:
             self._log(f"ECG dashboard: pipeline failed: {message}")
             return
         self._finish("ready")
+        stages = ", ".join(f"{stage} {seconds:.2f}" for stage, seconds in self._done.items())
         self._log(f"ECG dashboard ready in {self.snapshot().elapsed_s:.1f} s "
-                  f"({'cached run ' if getattr(run, 'cached', False) else ''}{getattr(run, 'path', '')})")
+                  f"({'cached run ' if getattr(run, 'cached', False) else ''}{getattr(run, 'path', '')}; "
+                  f"seconds per stage: {stages})")
 
     def _finish(self, state: str, error: str = "") -> None:
         with self._lock:

@@ -37,6 +37,7 @@ class Recording:
     annotations: tuple[np.ndarray, np.ndarray] | None = None  # (sample indices, beat symbols)
     repaired_samples: int = 0
     lead_reason: str = "the only lead"  # why this lead was analysed (see choose_lead)
+    leads: tuple[str, ...] = ()  # every lead of the input (time columns left out)
 
     @property
     def n_samples(self) -> int:
@@ -77,7 +78,8 @@ def load_ecg(path, *, fs: float | None = None, column: str | int | None = None,
         raise ValueError(f"sampling rate {rate:g} Hz is implausible for an ECG; expected {MIN_FS:g}–{MAX_FS:g} Hz")
     signal, repaired = _repair_gaps(signal, rate, max_gap_s, path.name)
     _check_usable(signal, rate, min_duration_s, path.name)
-    return Recording(signal, rate, str(path), channel, annotations, repaired, choice.reason)
+    leads = tuple(str(name) for name in choice.names if str(name).strip().lower() not in TIME_COLUMNS)
+    return Recording(signal, rate, str(path), channel, annotations, repaired, choice.reason, leads or (channel,))
 
 
 # --------------------------------------------------------------------------- lead choice

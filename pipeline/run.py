@@ -174,7 +174,7 @@ def _write(input_path, input_hash, key, request, device, c, stages, handoffs, me
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "key": key,
         "input": {"path": str(input_path), "sha256": input_hash, "channel": recording.channel,
-                  "lead_reason": recording.lead_reason,
+                  "lead_reason": recording.lead_reason, "leads": list(recording.leads),
                   "fs": recording.fs, "n_samples": recording.n_samples,
                   "duration_s": recording.n_samples / recording.fs,
                   "repaired_samples": recording.repaired_samples,

@@ -184,6 +184,11 @@ def fit_vae(rows: torch.Tensor, is_train: torch.Tensor, cfg: VAEConfig = VAEConf
     if n_train < 2:
         raise ValueError(f"need at least 2 training beats; got {n_train}")
     plan = plan_training(n_train, cfg)
+    if device.type == "cuda":
+        # cuDNN times its algorithms for each convolution shape once and keeps the fastest: an
+        # H200 step fell from 1.80 to 1.50 ms, 17-epoch training from 1.11 to 0.93 s (the two batch
+        # shapes are timed while the step is captured, in the first epoch).
+        torch.backends.cudnn.benchmark = True
     generator = torch.Generator(device=device).manual_seed(cfg.seed)  # batch order and noise
     model, optimizer, step = _model_and_step(train, plan, cfg, generator)
     history: list[float] = []

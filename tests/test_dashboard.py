@@ -359,7 +359,8 @@ def test_raster_levels_draw_the_same_pixels_as_the_raw_samples():
     column_of = lambda t: np.floor((t - x0) / (x1 - x0) * width).astype(int)   # noqa: E731
     raw_t = np.arange(len(signal)) / ecg.fs
     inside = (raw_t >= x0) & (raw_t < x1)
-    frame = level.frame[(level.frame["t"] >= x0) & (level.frame["t"] < x1)]
+    frame = pd.DataFrame({"t": level.t, "y": level.y})
+    frame = frame[(frame["t"] >= x0) & (frame["t"] < x1)]
     raw = pd.Series(signal[inside]).groupby(column_of(raw_t[inside])).agg(["min", "max"])
     got = frame["y"].groupby(column_of(frame["t"].to_numpy())).agg(["min", "max"])
     assert got.index.equals(raw.index)
