@@ -18,9 +18,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 . .gpupack/meta/env.sh
 export PYTHONPATH=".:${PYTHONPATH:-}"
-# The test machine's Python packages come without compiled bytecode and their folders take none:
-# every process recompiled ~3,000 modules (PyTorch, Panel, pandas: 4-6 s). An ordinary pip install
-# writes the bytecode once; a writable cache folder does the same here.
+# The test machine sets PYTHONDONTWRITEBYTECODE=1 and its packages ship no bytecode: every process
+# recompiled ~3,000 modules (PyTorch, Panel, pandas: 3-6 s of each start). An ordinary pip install
+# compiles them once; a bytecode cache folder does the same here.
 unset PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX=/tmp/ecg-pycache
 OUT="${OUT:-benchmarks/results}"

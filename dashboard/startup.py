@@ -111,7 +111,7 @@ def settings_from(argv: list[str] | None = None, environ: dict | None = None) ->
                          fs=number("fs", float), column=column, samples=number("samples", int),
                          signal=SignalConfig(),
                          vae=replace(VAEConfig(), epochs=epochs) if epochs else VAEConfig(),
-                         use_cache=not args.no_cache)
+                         use_cache=not args.no_cache, warm_up=False)  # the server waits for the result only
     return Settings(request=request, board=board, archive=values["archive"] or None)
 
 

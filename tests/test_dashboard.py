@@ -383,7 +383,7 @@ def test_settings_come_from_arguments_then_environment():
     s = startup.settings_from(["--samples", "5000", "--board", "bokeh"], env)
     assert s.request.input == "/data/rec.csv" and s.request.device == "cpu"
     assert s.request.samples == 5000 and s.request.vae.epochs == 2 and s.board == "bokeh"
-    assert startup.settings_from([], {}).request == RunRequest()
+    assert startup.settings_from([], {}).request == RunRequest(warm_up=False)  # the server skips the warm-up
     with pytest.raises(ValueError, match="samples must be an integer; got 'many'"):
         startup.settings_from(["--samples", "many"], {})
     with pytest.raises(ValueError, match="device must be one of"):
