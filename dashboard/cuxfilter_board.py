@@ -37,6 +37,8 @@ from dashboard.charts import LOG_FLOOR, SignalChart, TachogramChart, other_leads
 from dashboard.data_store import DataStore, one_patch
 from dashboard.spec import LINKED, OUTLIER_COLOR, SCORE_CMAP, SIGNAL_COLOR, VIEWS, ViewSpec
 
+hv.renderer("bokeh")  # loads HoloViews' Bokeh backend and its options (cuxfilter's charts are HoloViews)
+
 CHART_COLUMNS = ["beat_id", "time_s", "length_s", "z1", "z2", "score", "is_test", "rr_prev_s", "rr_next_s"]
 NODE_MIN = 18
 
