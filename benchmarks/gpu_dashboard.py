@@ -220,14 +220,16 @@ async def protocol_zoom(session, lo: float, hi: float) -> float:
     """The recording's window moved to [lo, hi] over the protocol; seconds to the last patch."""
     x_range = session.by_name("ecg-signal").x_range
     raster = session.by_name("ecg-raster")
-    line = next(r for r in session.by_name("ecg-signal").renderers if type(r.glyph).__name__ == "Line")
+    # the raw samples: one line per lead (their times are the same)
+    lines = next(r for r in session.by_name("ecg-signal").renderers if type(r.glyph).__name__ == "MultiLine")
     tol = 1e-6 * (hi - lo)
 
     def shown() -> bool:
         x, dw = raster.data["x"], raster.data["dw"]
         if len(x) and abs(x[0] - lo) <= tol and abs(x[0] + dw[0] - hi) <= tol:
             return True
-        t = line.data_source.data["t"]
+        ts = lines.data_source.data["t"]
+        t = ts[0] if len(ts) else []
         return len(t) > 0 and t[0] <= lo + tol and t[-1] >= hi - tol
 
     sent = time.perf_counter()

@@ -55,11 +55,12 @@
       probe.landings.push(record);
       afterPaint(record, "painted");
     });
-    const line = figure.renderers.find((r) => r.glyph && r.glyph.type === "Line");
+    // the raw samples: one line per lead, on the same times
+    const line = figure.renderers.find((r) => r.glyph && r.glyph.type === "MultiLine");
     if (!line) return;
     const samples = line.data_source;
     samples.properties.data.change.connect(() => {
-      const t = samples.data.t;
+      const t = samples.data.t.length ? samples.data.t[0] : [];
       if (!t || t.length === 0) return;
       const record = { kind: "samples", at: now(), painted: null, x0: t[0], x1: t[t.length - 1] };
       probe.landings.push(record);
