@@ -542,11 +542,10 @@ def in_process(args, budget) -> None:
             shared.extras["board"] = board
             result = inprocess.measure(shared, args.server_n, max(args.server_n // 2, 10), n_sessions=3, seed=args.seed)
             expect(result["board"] == board, f"measured the {result['board']} board")
-            kinds = {k: ms(v) for k, v in result["seconds"].items()}
+            kinds = server_kinds(result)
             RESULTS.setdefault("boards", {}).setdefault(board, {})["server_side"] = {"kinds": kinds,
                                                                                      "details": result["details"]}
-            brushes = ms([x for k, v in result["seconds"].items() if k.startswith("brush") for x in v])
-            RESULTS["boards"][board]["server_side"]["kinds"]["all brushes"] = brushes
+            brushes = kinds["all brushes"]
             return f"brush median {brushes['median']:.1f} / p95 {brushes['p95']:.1f} ms"
 
     if "cuxfilter" in args.boards:
@@ -555,6 +554,14 @@ def in_process(args, budget) -> None:
             result = compare_boards(shared, seed=args.seed)
             RESULTS["cuxfilter_equals_default"] = result
             return f"{len(result['checks'])} brushes, counts and bars equal"
+
+
+def server_kinds(result: dict) -> dict:
+    """Statistics per interaction kind of an in-process measurement, and of all brushes together."""
+    seconds = result["seconds"]
+    kinds = {k: ms(v) for k, v in seconds.items()}
+    kinds["all brushes"] = ms([x for k, v in seconds.items() if k.startswith("brush") for x in v])
+    return kinds
 
 
 def scale(args, budget) -> None:
@@ -592,8 +599,7 @@ def scale(args, budget) -> None:
                 cuxfilter_board.prepare(shared)
             shared.extras["board"] = board
             result = inprocess.measure(shared, args.server_n, 10, n_sessions=2, seed=args.seed)
-            kinds = {k: ms(v) for k, v in result["seconds"].items()}
-            kinds["all brushes"] = ms([x for k, v in result["seconds"].items() if k.startswith("brush") for x in v])
+            kinds = server_kinds(result)
             RESULTS["scale"].setdefault("boards", {})[board] = {"kinds": kinds, "details": result["details"]}
             b = kinds["all brushes"]
             return f"brush median {b['median']:.1f} / p95 {b['p95']:.1f} ms (target p95 ≤ 100 ms)"

@@ -23,12 +23,9 @@ from datetime import date
 from pathlib import Path
 
 from benchmarks.measure import describe_machine, machine_name
-from benchmarks.served import ROOT, Server, pull_dashboard
+from benchmarks.served import CHROMIUM, CHROMIUM_ARGS, ROOT, Server
 from pipeline import backend
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 # Every view drawn: the selection marker, the histograms' bars and the recording's first drawing.
 USABLE_JS = """() => {
     if (!window.Bokeh || !Bokeh.documents.length) return false;
@@ -71,12 +68,14 @@ def usable_by_protocol(server: Server, timeout: float) -> float:
     def shown(doc) -> bool:
         return all(doc.get_model_by_name(name) is not None for name in ("ecg-version", "ecg-lengths", "ecg-signal"))
 
+    def left() -> float:
+        return max(server.started + timeout - time.perf_counter(), 1.0)
+
     async def watch() -> None:
         session = ProtocolSession(server.url)
-        await session.open(max(server.started + timeout - time.perf_counter(), 1.0))
+        await session.open(left())
         try:
-            await session.wait_for(lambda: shown(session.doc), time.perf_counter(),
-                                   max(server.started + timeout - time.perf_counter(), 1.0), quiet=0.0)
+            await session.wait_for(lambda: shown(session.doc), time.perf_counter(), left(), quiet=0.0)
         finally:
             await session.close()
 

@@ -137,7 +137,7 @@ class SharedRun:
             from pipeline.load import load_leads
 
             channel = self.report["input"]["channel"]
-            if len(self.report["input"].get("leads", [None, None])) == 1:   # nothing more to read
+            if len(self.report["input"].get("leads") or ()) == 1:   # a one-lead input: nothing more to read
                 return [channel], self.signal[:, None], 0
             try:
                 names, values = load_leads(self.report["input"]["path"])

@@ -51,17 +51,20 @@ class View(pn.viewable.Viewer):
         self.rendered = 0
 
 
-def _curves(spec: ViewSpec, source: ColumnDataSource, curves: dict):
-    """A figure of beat-shaped curves: ``{column: (label, colour, dash, width)}`` over ``t``; the
-    y axis is fitted by :func:`_fit_y` whenever the curves change."""
-    t = source.data["t"]
+def _curves(store: DataStore, spec: ViewSpec, curves: dict) -> tuple[ColumnDataSource, object]:
+    """A source of empty beat-shaped curves over the beat axis ``t`` and a figure of them:
+    ``{column: (label, colour, dash, width)}``; the y axis is fitted by :func:`_fit_y` whenever
+    the curves change."""
+    t = beat_axis(store)
+    nan = np.full(t.shape, np.nan, dtype=np.float32)
+    source = ColumnDataSource({"t": t, **{column: nan for column in curves}})
     p = figure(spec, ["pan", "wheel_zoom", "reset", "save"], x_axis_label="ms from the fiducial",
                y_axis_label="amplitude (scaled)", x_range=Range1d(float(t[0]), float(t[-1])), y_range=Range1d(-1, 1))
     items = [LegendItem(label=label, renderers=[add(p, source, Line(x="t", y=column, line_color=colour,
                                                                     line_dash=dash, line_width=width))])
              for column, (label, colour, dash, width) in curves.items()]
     p.add_layout(Legend(items=items, location="top_right", label_text_font_size="11px", background_fill_alpha=0.7))
-    return p
+    return source, p
 
 
 def _fit_y(p, *curves) -> None:
@@ -136,11 +139,9 @@ class BeatDetail(View):
 
     def __init__(self, store: DataStore, spec: ViewSpec):
         super().__init__(store, spec)
-        t = beat_axis(store)
-        nan = np.full(t.shape, np.nan, dtype=np.float32)
-        self.source = ColumnDataSource({"t": t, "beat": nan, "recon": nan})
-        self.figure = _curves(spec, self.source, {"beat": ("beat", SIGNAL_COLOR, "solid", 2),
-                                                  "recon": ("reconstruction decode(μ)", CENTRE_COLOR, "dashed", 2)})
+        self.source, self.figure = _curves(store, spec, {
+            "beat": ("beat", SIGNAL_COLOR, "solid", 2),
+            "recon": ("reconstruction decode(μ)", CENTRE_COLOR, "dashed", 2)})
         self.info = html(self._info(), css_classes=["ecg-caption"], margin=(0, 10))
         store.param.watch(self._draw, "focus")
         store.param.watch(lambda event: setattr(self.info, "object", self._info()), "labels_version")
@@ -218,11 +219,9 @@ class SelectionCentre(View):
 
     def __init__(self, store: DataStore, spec: ViewSpec):
         super().__init__(store, spec)
-        t = beat_axis(store)
-        nan = np.full(t.shape, np.nan, dtype=np.float32)
-        self.source = ColumnDataSource({"t": t, "mean": nan, "decoded": nan})
-        self.figure = _curves(spec, self.source, {"mean": ("mean of selected beats", MEAN_COLOR, "solid", 3),
-                                                  "decoded": ("decode(mean z)", CENTRE_COLOR, "dashed", 2)})
+        self.source, self.figure = _curves(store, spec, {
+            "mean": ("mean of selected beats", MEAN_COLOR, "solid", 3),
+            "decoded": ("decode(mean z)", CENTRE_COLOR, "dashed", 2)})
         self.info = html("", css_classes=["ecg-caption"], margin=(0, 10))
         self._drawn = None
         self._draw(store.selection)

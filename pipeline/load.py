@@ -22,6 +22,11 @@ from pipeline import PipelineWarning, backend
 MIN_FS, MAX_FS = 50.0, 10_000.0
 # Header names of columns that index time rather than hold a lead.
 TIME_COLUMNS = {"time", "t", "sec", "secs", "seconds", "time_s", "sample", "samples", "index", "elapsed time"}
+
+
+def lead_indices(names) -> list[int]:
+    """Indices of the columns among ``names`` that are leads (not time or sample indexes)."""
+    return [i for i, name in enumerate(names) if str(name).strip().lower() not in TIME_COLUMNS]
 # WFDB annotation symbols that mark heartbeats (others are rhythm, noise or comment marks).
 BEAT_SYMBOLS = set("NLRBAaJSVrFejnE/fQ?")
 
@@ -78,7 +83,7 @@ def load_ecg(path, *, fs: float | None = None, column: str | int | None = None,
         raise ValueError(f"sampling rate {rate:g} Hz is implausible for an ECG; expected {MIN_FS:g}–{MAX_FS:g} Hz")
     signal, repaired = _repair_gaps(signal, rate, max_gap_s, path.name)
     _check_usable(signal, rate, min_duration_s, path.name)
-    leads = tuple(str(name) for name in choice.names if str(name).strip().lower() not in TIME_COLUMNS)
+    leads = tuple(str(choice.names[i]) for i in lead_indices(choice.names))
     return Recording(signal, rate, str(path), channel, annotations, repaired, choice.reason, leads or (channel,))
 
 
@@ -147,7 +152,7 @@ def choose_lead(names: list[str], read, fs: float | None = None) -> tuple[int, s
     :func:`qrs_clarity` is highest, when it beats the first lead's by ``CLEARER_BY``; otherwise the
     first lead. Columns that index time (``time``, ``sample`` …) are never leads.
     """
-    leads = [i for i, name in enumerate(names) if name.strip().lower() not in TIME_COLUMNS] or [0]
+    leads = lead_indices(names) or [0]
     for i in leads:
         if _normalised(names[i]) in LEAD_II_NAMES:
             return i, f"lead II by name ({names[i]})" + (f" among {len(leads)} leads" if len(leads) > 1 else "")
@@ -173,7 +178,7 @@ def load_leads(path) -> tuple[list[str], np.ndarray]:
     reader = _reader_for(path)
     first = _LeadChoice(0)
     columns = {0: _host(reader(path, first, "cpu")[0])}
-    leads = [i for i, name in enumerate(first.names) if name.strip().lower() not in TIME_COLUMNS]
+    leads = lead_indices(first.names)
     for index in leads:
         if index not in columns:
             columns[index] = _host(reader(path, _LeadChoice(index), "cpu")[0])
@@ -250,7 +255,7 @@ def _pick_column(names: list[str], column, path: Path) -> int:
     """Index of ``column`` (name, index or None) among the file's column names.
     None picks the first column that is not a time index."""
     if column is None:
-        return next((i for i, name in enumerate(names) if name.strip().lower() not in TIME_COLUMNS), 0)
+        return next(iter(lead_indices(names)), 0)
     if isinstance(column, int) or (isinstance(column, str) and column.isdigit()):
         index = int(column)
         if not 0 <= index < len(names):

@@ -16,15 +16,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from benchmarks.served import Server
+from benchmarks.served import CHROMIUM, CHROMIUM_ARGS, Server
 
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 VIEWPORT = {"width": 1600, "height": 1250}
 READY_S = 240        # server start + tiny pipeline + warm-up, on a busy 2-core machine
 UPDATE_S = 45        # one interaction's round trip, generously
@@ -282,17 +279,23 @@ def test_poincare_brush_and_family_selection_filter_the_views(server, browser):
         page.close()
 
 
+def _lengths_brushed(browser, server) -> Page:
+    """A new page of ``server``'s dashboard with the middle of the beat-length histogram brushed."""
+    server.wait_ready(READY_S)
+    page = Page(browser, server.url)
+    page.wait_dashboard()
+    page.canvas_box("lengths")
+    page.brush_values("lengths", *page.quantiles("lengths", 0.02, 0.7))
+    return page
+
+
 def test_labels_show_in_the_table_survive_a_restart_and_export_to_wfdb(browser, tmp_path):
     import wfdb
 
     out = tmp_path / "runs"
     srv = Server([*APP_ARGS, "--out", str(out)], tmp_path / "server-1.log")
     try:
-        srv.wait_ready(READY_S)
-        page = Page(browser, srv.url)
-        page.wait_dashboard()
-        page.canvas_box("lengths")
-        page.brush_values("lengths", *page.quantiles("lengths", 0.02, 0.7))
+        page = _lengths_brushed(browser, srv)
         page.wait_until(lambda: page.rows() and "V" not in page.rows()[0].split(), "a selection")
         page.page.locator(".bk-btn-group .bk-btn", has_text=re.compile("^Selection$")).first.click()
         page.page.get_by_role("button", name="V", exact=True).click()
@@ -318,11 +321,7 @@ def test_labels_show_in_the_table_survive_a_restart_and_export_to_wfdb(browser, 
 
     again = Server([*APP_ARGS, "--out", str(out)], tmp_path / "server-2.log")   # a restart
     try:
-        again.wait_ready(READY_S)
-        page = Page(browser, again.url)
-        page.wait_dashboard()
-        page.canvas_box("lengths")
-        page.brush_values("lengths", *page.quantiles("lengths", 0.02, 0.7))
+        page = _lengths_brushed(browser, again)
         page.wait_until(lambda: [r.split()[0] for r in page.rows()] == labelled, "the same selection")
         assert all(r.split()[-1] == "V" for r in page.rows()), "labels survive a restart"
         page.close()
