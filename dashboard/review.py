@@ -14,6 +14,7 @@ import io
 import numpy as np
 import pandas as pd
 import panel as pn
+from panel.io.state import set_curdoc
 from bokeh.models import (BoxAnnotation, ColumnDataSource, DataTable, Line, MultiLine, NumberFormatter, Range1d,
                           SingleIntervalTicker, TableColumn, Text, VArea)
 
@@ -235,12 +236,12 @@ class ReviewPanel(pn.viewable.Viewer):
         self.buttons = [pn.widgets.Button(name=label, button_type="default", width=62, margin=(3, 3),
                                           css_classes=[f"ecg-label-{label}"]) for label in REVIEW_LABELS]
         for button in self.buttons:
-            button.on_click(lambda event, label=button.name: self.apply(label))
+            button.on_click(self._after_widget_changes(lambda label=button.name: self.apply(label)))
         self.free = pn.widgets.TextInput(placeholder="your own label", sizing_mode="stretch_width", max_length=40)
         self.free_button = pn.widgets.Button(name="Apply", button_type="primary", width=70)
-        self.free_button.on_click(lambda event: self.apply(self.free.value))
+        self.free_button.on_click(self._after_widget_changes(lambda: self.apply(self.free.value)))
         self.clear_button = pn.widgets.Button(name="Remove label", button_type="light", width=110)
-        self.clear_button.on_click(lambda event: self.apply(None))
+        self.clear_button.on_click(self._after_widget_changes(lambda: self.apply(None)))
         self.undo_button = pn.widgets.Button(name="Undo", button_type="light", width=70, disabled=True)
         self.undo_button.on_click(lambda event: self.undo())
         self.status = html("", css_classes=["ecg-muted"], margin=(4, 10))
@@ -253,6 +254,26 @@ class ReviewPanel(pn.viewable.Viewer):
                           for label, (filename, make) in exports.items()]
         self._show_status()
         store.param.watch(lambda event: self._show_status(), "labels_version")
+
+    def _after_widget_changes(self, action):
+        """A click handler that runs ``action`` once the browser's earlier widget changes are in.
+
+        Panel applies a widget's new value from the browser after a debounce (``_debounce`` ms)
+        but a button click on the next tick, so a click right after choosing the scope (or on a
+        busy server, whose messages arrive together) would label the old scope's beats. Waiting
+        as long as the debounce, from the click, puts the action after every earlier change.
+        """
+        def handler(event) -> None:
+            doc = pn.state.curdoc
+            if doc is None or doc.session_context is None:   # no browser: values are current
+                action()
+                return
+
+            def later() -> None:
+                with set_curdoc(doc):
+                    action()
+            doc.add_timeout_callback(later, max(self.scope._debounce, self.free._debounce))
+        return handler
 
     def targets(self) -> np.ndarray:
         """Fiducial samples of the beats the scope names (none when there is nothing to label)."""
