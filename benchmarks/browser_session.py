@@ -15,12 +15,17 @@ benchmarks.interaction : what is measured with these pages, and the report.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dashboard.spec import LINKED, RENDERED_BY_BOARD, VIEWS
+
 PROBE = Path(__file__).resolve().parent / "interaction_probe.js"
+# The charts a page has drawn before it counts as populated: every one the board renders.
+CHARTS = [name for name, view in VIEWS.items() if view.kind in RENDERED_BY_BOARD]
 VIEWPORT = {"width": 1600, "height": 1250}
 BRUSH_TYPE = "dashboard.charts.Brush"
 
@@ -56,6 +61,7 @@ class BrowserPage:
     @classmethod
     async def new(cls, browser) -> "BrowserPage":
         context = await browser.new_context(viewport=VIEWPORT)
+        await context.add_init_script(script=f"window.__ecgCharts = {json.dumps(CHARTS)};")
         await context.add_init_script(path=str(PROBE))
         return cls(context, await context.new_page())
 
@@ -66,7 +72,7 @@ class BrowserPage:
     async def open(self, url: str, timeout_s: float) -> dict:
         """Navigate and wait until every view is populated. Returns milliseconds since the navigation
         started: response, first paint, first contentful paint, the version marker, document idle,
-        table rows, linked charts drawn, all populated and its paint."""
+        table rows, charts drawn, all populated and its paint."""
         await self.page.goto(url, wait_until="commit", timeout=timeout_s * 1000)
         await self.page.wait_for_function(
             "() => window.__ecgProbe && (window.__ecgProbe.milestones.populated_painted !== undefined"
@@ -106,10 +112,10 @@ class BrowserPage:
     async def brush_bounds(self) -> dict:
         """Each linked chart's brush as the page holds it (its ``Brush`` model, which the chart's box
         selection writes and the server reads): ``{view: bounds or None}``."""
-        return await self.page.evaluate("""() => {
+        return await self.page.evaluate("""(linked) => {
             const views = Bokeh.documents[0].views_manager, out = {};
             const isPlot = (m) => m.x_range !== undefined && Array.isArray(m.renderers);
-            for (const name of ['lengths', 'latent', 'scores']) {
+            for (const name of linked) {
                 const card = views.query_one(v => (v.model.css_classes || []).includes('ecg-view-' + name));
                 let plot = null;
                 const descend = (v) => { if (plot) return; if (isPlot(v.model)) { plot = v.model; return; }
@@ -121,7 +127,7 @@ class BrowserPage:
                 out[name] = brush.bounds == null ? null : Array.from(brush.bounds);
             }
             return out;
-        }""")
+        }""", list(LINKED))
 
     async def canvas_box(self, view: str) -> dict:
         canvas = self.page.locator(f".ecg-view-{view} .bk-Canvas").first

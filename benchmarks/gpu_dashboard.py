@@ -58,8 +58,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import stats  # noqa: E402
+from benchmarks.inprocess import LINKED, run_beats  # noqa: E402
 
-LINKED = ("lengths", "latent", "scores")
 # Every session here is a protocol session, created when its websocket connects, so a short lifetime
 # discards only closed ones (a browser's session would count as unused while its page loads).
 SESSION_LIFETIME_MS = 500
@@ -439,8 +439,6 @@ def app_args(args, board: str, samples=None, epochs=None, input_path=None) -> li
 def served_board(args, budget, board: str, log_dir: Path, keep: bool = False):
     """Start a server for ``board``: protocol interactions, and on the default board the load test.
     Returns the running server when ``keep`` (for the soak at the end), else stops it."""
-    import pandas as pd
-
     from benchmarks.interaction import run_path_from_log
     from benchmarks.served import Server
 
@@ -454,7 +452,7 @@ def served_board(args, budget, board: str, log_dir: Path, keep: bool = False):
         ready = server.wait_ready(budget.left() - 20)
         log = server.log()
         run_path = run_path_from_log(log)
-        beats = pd.read_parquet(run_path / "beats.parquet")
+        beats = run_beats(run_path)
         report = json.loads((run_path / "report.json").read_text())
         state["shared_like"] = BeatsOnly(beats, report["input"]["duration_s"])
         section["server_ready_s"] = round(ready, 2)

@@ -22,12 +22,28 @@ benchmarks.gpu_dashboard : the same on a GPU, with both boards.
 """
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
-LINKED = ("lengths", "latent", "scores")
+from dashboard.spec import LINKED  # noqa: F401 - every brushable chart (the benchmarks brush each)
+
+
+def run_beats(run_path):
+    """A run's beats as the dashboard's charts see them, read from its directory: the saved table
+    plus the RR intervals the DataStore derives (the Poincaré plot's axes), float64, so that the
+    counts a session shows can be checked against an independent source."""
+    import pandas as pd
+
+    from dashboard.data_store import rr_intervals
+
+    beats = pd.read_parquet(run_path / "beats.parquet")
+    report = json.loads((run_path / "report.json").read_text())
+    beats["rr_prev_s"], beats["rr_next_s"] = rr_intervals(beats, np.load(run_path / "fiducials.npy"),
+                                                          float(report["input"]["fs"]))
+    return beats
 
 
 def load_shared(app_args: list[str]):
@@ -117,7 +133,7 @@ class InProcessSession:
 
     def brush(self, view: str, bounds: list[float] | None) -> Timed:
         """A finished box selection on a linked chart: ``[x0, x1]`` (histograms), ``[x0, x1, y0, y1]``
-        (latent plane), or None (a double-click clears it)."""
+        (a plane), or None (a double-click clears it)."""
         if self.board.name == "cuxfilter":
             return self._timed(lambda: self._cuxfilter_brush(view, bounds), ())
         brush = self.board.charts[view].brush
@@ -164,7 +180,7 @@ def brush_bounds(beats, view: str, rng: np.random.Generator) -> list[float]:
     bounds = []
     for column in VIEWS[view].brush:
         values = beats[column].to_numpy(dtype=np.float64)
-        lo, hi = np.quantile(values, [0.02, 0.98])
+        lo, hi = np.nanquantile(values, [0.02, 0.98])   # the first beat has no RR before it
         width = rng.uniform(0.05, 0.5) * (hi - lo)
         start = rng.uniform(lo, hi - width)
         bounds += [float(start), float(start + width)]

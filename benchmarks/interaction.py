@@ -11,7 +11,7 @@ measures, each kind warmed up and then repeated:
 
 1. **session open** over several fresh browser contexts: navigation → first paint (the paint
    timing API) → every view populated (the selection-version marker exists, the Bokeh document
-   is idle, the three linked charts have drawn and the outlier table shows rows), and its paint;
+   is idle, every chart the board draws has drawn and the outlier table shows rows), and its paint;
 2. **brushes**: ``--brushes`` real mouse drags on each linked chart (varied ranges; a double-click
    clears now and then), each from the mouse-up to every affected view repainted (the version
    marker changed, then two animation frames);
@@ -59,9 +59,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import stats  # noqa: E402
+from benchmarks.inprocess import LINKED, run_beats  # noqa: E402
 from benchmarks.served import CHROMIUM, Server, chromium_version  # noqa: E402
 
-LINKED = ("lengths", "latent", "scores")
 # The soak test's server discards closed sessions after 1 s (Bokeh's default keeps them 15 s). Only
 # that server: a browser page's session is "unused" from the HTTP request that creates it until its
 # websocket connects, which takes seconds when 20 pages load at once, so a 1 s lifetime would discard
@@ -211,11 +211,13 @@ def expected_count(beats, brushes: dict) -> int:
 # --------------------------------------------------------------------------- browser parts
 def brush_fractions(view: str, rng) -> dict:
     """A varied drag over a linked chart, as fractions of its plot frame: 5–40 % of its width
-    (and 10–40 % of its height on the latent plane), anywhere in it."""
+    (and 10–40 % of its height on a plane), anywhere in it."""
+    from dashboard.spec import VIEWS
+
     width = rng.uniform(0.05, 0.4)
     start = rng.uniform(0.03, 0.97 - width)
     out = {"x": (start, start + width)}
-    if view == "latent":
+    if len(VIEWS[view].brush) == 2:
         height = rng.uniform(0.1, 0.4)
         top = rng.uniform(0.03, 0.97 - height)
         out["y"] = (top, top + height)
@@ -237,7 +239,7 @@ async def measure_opens(browser, url: str, n: int, timeout_s: float) -> dict:
             await page.close()
     keys = {"first_paint": "first paint", "first_contentful_paint": "first contentful paint",
             "response_end": "page loaded (HTTP)", "marker": "version marker", "idle": "document idle",
-            "charts": "linked charts drawn", "table": "table rows", "populated": "every view populated",
+            "charts": "charts drawn", "table": "table rows", "populated": "every view populated",
             "populated_painted": "every view populated, painted"}
     return {"milestones_ms": {label: stats.summary([t[k] for t in timings if t.get(k) is not None])
                               for k, label in keys.items()},
@@ -685,9 +687,7 @@ def main(argv: list[str] | None = None) -> dict:
         ready_s = server.wait_ready(args.ready_timeout)
         log = server.log()
         run_path = run_path_from_log(log)
-        import pandas as pd
-
-        beats = pd.read_parquet(run_path / "beats.parquet")
+        beats = run_beats(run_path)
         run_report = json.loads((run_path / "report.json").read_text())
         report["run"] = {"path": str(run_path), "cached": "cached run" in log, "server_ready_s": round(ready_s, 2),
                          "n_samples": run_report["input"]["n_samples"], "duration_s": run_report["input"]["duration_s"],

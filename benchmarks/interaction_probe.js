@@ -8,10 +8,10 @@
 // - landings: each new picture of the recording: 'raster' (the 'ecg-raster' image, its window) or
 //   'samples' (the raw-sample line of a deep zoom), and when it was painted;
 // - milestones of the page's opening: the marker exists, the document is idle (every Bokeh view drew
-//   its first frame), the outlier table shows rows, the three linked charts have drawn, and `populated`
-//   (all of them) with its `populated_painted`.
+//   its first frame), the outlier table shows rows, the charts (`window.__ecgCharts`, set by the page's
+//   first init script) have drawn, and `populated` (all of them) with its `populated_painted`.
 (() => {
-  const LINKED = ["lengths", "latent", "scores"];
+  const CHARTS = window.__ecgCharts;
   const probe = (window.__ecgProbe = { input: {}, versions: [], landings: [], milestones: {}, attached: false });
   const now = () => performance.now();
   const afterPaint = (record, key) => requestAnimationFrame(() => requestAnimationFrame(() => { record[key] = now(); }));
@@ -91,7 +91,7 @@
     if (m.idle === undefined && doc.is_idle) m.idle = now();
     if (m.table === undefined && tableRows(views)) m.table = now();
     if (m.charts === undefined) {
-      const drawn = LINKED.every((name) => {
+      const drawn = CHARTS.every((name) => {
         const card = cardView(views, name);
         const plot = card && firstPlotView(card);
         return plot && plot.has_finished();

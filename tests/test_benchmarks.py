@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from benchmarks import contenders, recordings, run
+from dashboard.spec import LINKED
 from pipeline import synth
 
 CPU_CONTENDERS = {"load/pyarrow", "load/pandas", "segmentation/cpu", "segmentation/neurokit2", "vae/cpu",
@@ -85,9 +86,9 @@ def test_importing_the_benchmarks_loads_no_gpu_library():
 
 
 # --------------------------------------------------------------------------- the interaction benchmark
-INTERACTION_KINDS = {"brush lengths", "brush latent", "brush scores", "clear"}
+INTERACTION_KINDS = {f"brush {view}" for view in LINKED} | {"clear"}   # the Poincaré plane's included
 GESTURE_KINDS = {"zoom (wheel)", "pan (drag)"}
-SERVER_KINDS = {"brush lengths", "brush latent", "brush scores", "clear", "zoom in", "pan", "zoom out", "session open"}
+SERVER_KINDS = INTERACTION_KINDS | {"zoom in", "pan", "zoom out", "session open"}
 
 
 def _finite_summary(s: dict, what: str) -> None:
