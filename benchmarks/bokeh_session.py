@@ -107,6 +107,10 @@ class ProtocolSession:
         socket = await asyncio.wait_for(websocket_connect(
             HTTPRequest(websocket_url(self.url), connect_timeout=timeout, request_timeout=timeout),
             subprotocols=["bokeh", generate_jwt_token(session_id)], max_message_size=MAX_MESSAGE), timeout)
+        # As a browser does: a message's frames (header, metadata, content, buffers) go out at once.
+        # With Nagle's algorithm on, all but the first waited for the server's delayed
+        # acknowledgement, and every interaction measured 40 ms too slow (55 → 18 ms a brush).
+        socket.protocol.set_nodelay(True)
         self._socket = WebSocketClientConnectionWrapper(socket)
         self._receiver = Receiver(self.protocol)
         ack, _ = await asyncio.wait_for(self._read(), timeout)
