@@ -21,6 +21,9 @@ dashboard.cuxfilter_board : the same linked charts drawn by cuxfilter (GPU, on r
 """
 from __future__ import annotations
 
+import time
+import weakref
+
 import numpy as np
 import panel as pn
 from bokeh.core.properties import Float, List, Nullable
@@ -40,9 +43,10 @@ from pipeline import backend
 LOG_FLOOR = 0.5             # where bars of a log-count histogram start
 PLANE_GRID = (120, 160)     # latent plane and Poincaré plot images: rows (y) × columns (x)
 TACHOGRAM_GRID = (80, 480)  # RR tachogram image: rows (RR) × columns (time)
-MAX_MARKERS = 3000          # selected-beat markers drawn in the recording view at most (evenly thinned beyond)
+MARKER_COLUMNS = 600        # markers of the recording view and tachogram: one per 1/600 of the window at most
 MAX_OUTLIER_MARKERS = 1000  # outlier markers drawn at most (highest scores first)
 FOCUS_SECONDS = 4.0
+WINDOW_INTERVAL_S = 0.1     # a zoom or pan in the browser redraws at most this often (always its last window)
 RASTER_HEIGHT = 240         # pixels of the recording's raster (the plot's inner height, roughly)
 DEFAULT_WIDTH = 1400        # raster width until the browser reports the plot's real width
 
@@ -361,13 +365,19 @@ def _image_geometry(x_range, y_range) -> dict:
 
 
 class RangeWatch:
-    """Runs callbacks once the ranges of a view moved: on the next tick and in one patch for a zoom
-    or pan in the browser (which reports start and end as separate changes, several at once), at
-    once for a zoom made on the server (:meth:`fire`, inside the caller's patch)."""
+    """Runs callbacks once the ranges of a view moved: for a zoom or pan in the browser (which
+    reports start and end as separate changes, ~60 times a second while a hand drags) in one patch,
+    on the next tick, and then at most every ``WINDOW_INTERVAL_S`` with the latest window; at once
+    for a zoom made on the server (:meth:`fire`, inside the caller's patch).
+
+    The interval keeps the browser from falling behind: each new window redraws every beat view
+    (tens of ms to paint on a 2-core CPU), and answering all 18 windows of a 0.3 s pan queued over
+    a second of pictures after the mouse-up."""
 
     def __init__(self, ranges: list):
         self.callbacks: list = []
         self._pending = False
+        self._last_fired = -np.inf
         for r in ranges:
             r.on_change("start", self._moved)
             r.on_change("end", self._moved)
@@ -388,11 +398,16 @@ class RangeWatch:
             self.fire()
             return
         self._pending = True
-        doc.add_next_tick_callback(self._tick)
+        wait_s = self._last_fired + WINDOW_INTERVAL_S - time.monotonic()
+        if wait_s > 0:
+            doc.add_timeout_callback(self._tick, int(wait_s * 1000) + 1)
+        else:
+            doc.add_next_tick_callback(self._tick)
 
     def _tick(self) -> None:
         with one_patch():
             self.fire()
+        self._last_fired = time.monotonic()      # the interval counts from the end of the work
 
 
 def _percentile_rank(scores):
@@ -453,6 +468,7 @@ class SignalChart(pn.viewable.Viewer):
         self.focus_box = BoxAnnotation(fill_color=OUTLIER_COLOR, fill_alpha=0.12, line_color=None, visible=False)
         self.figure = self._figure()
         self.render(*self._extent)
+        self._raster_when_compiled()
         self.draw_markers(store.selection)
         store.param.watch(lambda event: self.draw_markers(event.new), "selection")
         store.param.watch(self._focus_changed, "focus")
@@ -515,6 +531,21 @@ class SignalChart(pn.viewable.Viewer):
         self._shown = (x0, x1)
         self.renders += 1
 
+    def _raster_when_compiled(self) -> None:
+        """A session opened while Datashader was still compiling shows the levels as a line: swap in
+        the raster as soon as it can be drawn. (The browser strokes that line of ~15,000 points again
+        whenever the markers change, which tripled the cost of a brush on a 2-core CPU.)"""
+        doc = pn.state.curdoc
+        if self.raster.compiled.is_set() or doc is None or doc.session_context is None:
+            return
+        chart = weakref.ref(self)     # a session closed in the meantime is not kept alive
+
+        def redraw() -> None:
+            if (live := chart()) is not None and live._shown is not None:
+                live.render(*live._shown)
+
+        self.raster.when_compiled(lambda: doc.add_next_tick_callback(redraw))
+
     def _redraw(self) -> None:
         """The window moved (zoom, pan, or :meth:`zoom`): a new raster, then the beat views."""
         x0, x1 = float(self.figure.x_range.start), float(self.figure.x_range.end)
@@ -569,28 +600,38 @@ class SignalChart(pn.viewable.Viewer):
 
 
 def markers(shared, sel: Selection, window: tuple[float, float], y: str, offset: float = 0.0) -> tuple[dict, dict]:
-    """Data of the selected beats' markers (when something is chosen; evenly thinned to MAX_MARKERS)
-    and of the outliers' (highest scores first, MAX_OUTLIER_MARKERS) in a time ``window``, at column
-    ``y`` (outliers ``offset`` above it)."""
+    """Data of the selected beats' markers (when something is chosen) and of the outliers' in a time
+    ``window``, at column ``y`` (outliers ``offset`` above it): at most one of each per
+    1/MARKER_COLUMNS of the window (the first selected beat there; the highest-scoring outlier),
+    and at most MAX_OUTLIER_MARKERS outliers, highest scores first."""
     xp, beats = shared.xp, shared.beats
     t = shared.columns["time_s"]
+    times = beats["time_s"].to_numpy()
     visible = (t >= window[0]) & (t <= window[1])
     if sel.count < sel.total:
         index = backend.to_host(xp.flatnonzero(sel.mask & visible))
-        if len(index) > MAX_MARKERS:
-            index = index[np.linspace(0, len(index) - 1, MAX_MARKERS).astype(int)]
+        index = index[one_per_column(times[index], window)]
     else:
         index = np.zeros(0, dtype=np.int64)
     scores = shared.columns["score"]
     flagged = xp.flatnonzero(sel.mask & (scores > sel.threshold) & visible)
-    if flagged.shape[0] > MAX_OUTLIER_MARKERS:
-        flagged = flagged[xp.argsort(-scores[flagged])[:MAX_OUTLIER_MARKERS]]
-    flagged = backend.to_host(flagged)
+    flagged = backend.to_host(flagged[xp.argsort(-scores[flagged])])
+    flagged = flagged[np.sort(one_per_column(times[flagged], window))][:MAX_OUTLIER_MARKERS]
     return ({"t": beats["time_s"].to_numpy()[index], "y": beats[y].to_numpy()[index].astype(np.float32)},
             {"t": beats["time_s"].to_numpy()[flagged],
              "y": (beats[y].to_numpy()[flagged] + offset).astype(np.float32),
              "beat_id": beats["beat_id"].to_numpy()[flagged].astype(np.int32),
              "score": beats["score"].to_numpy()[flagged].astype(np.float32)})
+
+
+def one_per_column(times: np.ndarray, window: tuple[float, float], columns: int = MARKER_COLUMNS) -> np.ndarray:
+    """Positions in ``times`` of the first time in each of ``columns`` equal slices of ``window``
+    that holds any. Markers closer than a pixel or two only cover each other, but the browser draws
+    every one (an anti-aliased path each): 6,000 selected-beat markers cost ~150 ms of drawing per
+    brush on a 2-core CPU, a few hundred a few ms."""
+    span = max(window[1] - window[0], 1e-9)
+    column = np.clip(((times - window[0]) / span * columns).astype(np.int64), 0, columns - 1)
+    return np.unique(column, return_index=True)[1]
 
 
 class TachogramChart(pn.viewable.Viewer):

@@ -20,6 +20,7 @@ from bokeh.document import Document
 from panel.io.state import set_curdoc
 
 from dashboard import startup
+from dashboard.charts import MARKER_COLUMNS, MAX_OUTLIER_MARKERS
 from dashboard.data_store import TABLE_LIMIT, DataStore, SharedRun
 from pipeline.config import VAEConfig
 from pipeline.run import RunRequest, run_pipeline
@@ -271,8 +272,25 @@ def test_tachogram_follows_the_recordings_window(shared, page):
     lengths = middle_range(shared.beats["length_s"], 0.0, 0.3)
     store.select_range("length_s", *lengths)
     beats = f64(shared.beats)
-    want = beats["length_s"].between(*lengths) & beats["time_s"].between(t0, t1)
-    np.testing.assert_allclose(np.sort(rhythm.selected.data["t"]), np.sort(beats["time_s"][want]))
+    want = beats["time_s"][beats["length_s"].between(*lengths) & beats["time_s"].between(t0, t1)].to_numpy()
+    shown = np.asarray(rhythm.selected.data["t"])
+    assert np.isin(shown, want).all()             # only selected beats in the window
+    column = lambda t: np.floor((t - t0) / (t1 - t0) * MARKER_COLUMNS)   # noqa: E731
+    assert len(shown) == len(set(column(shown))) == len(set(column(want)))   # one per column that has any
+
+
+def test_markers_keep_one_beat_per_column_and_the_top_outliers(shared, page):
+    store, board, views = page
+    signal = board.charts["signal"]
+    store.update(threshold=float(np.quantile(shared.beats["score"], 0.5)))
+    t0, t1 = signal._shown or signal._extent
+    beats = f64(shared.beats)
+    times, scores = beats["time_s"].to_numpy(), beats["score"].to_numpy()
+    flagged = scores > store.selection.threshold
+    column = np.minimum(np.floor((times - t0) / (t1 - t0) * MARKER_COLUMNS), MARKER_COLUMNS - 1)
+    top_per_column = pd.Series(scores[flagged]).groupby(column[flagged]).max()
+    want = np.sort(top_per_column.to_numpy())[::-1][:MAX_OUTLIER_MARKERS]
+    np.testing.assert_allclose(np.sort(signal.outliers.data["score"])[::-1], want, rtol=1e-6)
 
 
 def test_brush_from_the_browser_reaches_the_store_and_back(shared, page):
