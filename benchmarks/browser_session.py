@@ -209,6 +209,25 @@ class BrowserPage:
                                        box["y"] + frame["y"] + frame["height"] * 0.5)
         return await self._wait_version_painted(before, ("dblclick",), "clear", timeout_s)
 
+    async def open_families(self, timeout_s: float = 60.0) -> int:
+        """Show the families panel's tab; the number of family rows it lists."""
+        await self.page.locator(".bk-tab", has_text="Families").first.click()
+        rows = self.page.locator(".ecg-view-families .slick-row")
+        await rows.first.wait_for(timeout=timeout_s * 1000)
+        return await rows.count()
+
+    async def select_family(self, row: int, timeout_s: float = 60.0) -> Gesture:
+        """Click a family's row in the families panel (:meth:`open_families` first); time the click
+        → every view repainted with that family's beats selected."""
+        cell = self.page.locator(".ecg-view-families .slick-row").nth(row).locator(".slick-cell.l0")
+        await cell.scroll_into_view_if_needed()
+        box = await cell.bounding_box()
+        if box is None:
+            raise GestureError(f"family row {row} is not on the page")
+        before = await self._versions()
+        await self.page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        return await self._wait_version_painted(before, ("mouseup", "pointerup"), "select family", timeout_s)
+
     async def _wait_landing(self, kind: str, start_ms: float, window: tuple[float, float], timeout_s: float,
                             tolerance: float) -> Gesture:
         """The first picture of the recording after ``start_ms`` that shows ``window``, painted."""

@@ -139,6 +139,11 @@ class InProcessSession:
         brush = self.board.charts[view].brush
         return self._timed(lambda: setattr(brush, "bounds", bounds), (brush,))
 
+    def select_family(self, family: int | None) -> Timed:
+        """A click on a family's row in the families panel (None: the row unselected)."""
+        selected = self.views["families"].source.selected
+        return self._timed(lambda: setattr(selected, "indices", [] if family is None else [family]), (selected,))
+
     def _cuxfilter_brush(self, view: str, bounds) -> None:
         if bounds is None:
             # A reset on a cuxfilter chart ends in the same work: the board pulls the charts' brushes
@@ -209,9 +214,9 @@ def zoom_plan(duration_s: float, n: int, rng: np.random.Generator) -> list[tuple
 
 def measure(shared, n_brushes: int, n_zooms: int, n_sessions: int = 5, seed: int = 0) -> dict:
     """Per interaction kind, the server-side seconds of ``n_brushes`` brushes on each linked chart,
-    ``n_brushes // 5`` clears, ``n_zooms`` zoom/pan changes and ``n_sessions`` session opens, on
-    fresh sessions after one untimed warm-up of each kind. Returns ``{kind: [Timed, ...]}`` and the
-    board's name."""
+    ``n_brushes // 5`` clears, as many family selections (and their clears), ``n_zooms`` zoom/pan
+    changes and ``n_sessions`` session opens, on fresh sessions after one untimed warm-up of each
+    kind. Returns ``{kind: [Timed, ...]}`` and the board's name."""
     rng = np.random.default_rng(seed)
     samples: dict[str, list] = {}
     for _ in range(n_sessions + 1):                     # the first one is the warm-up
@@ -231,6 +236,10 @@ def measure(shared, n_brushes: int, n_zooms: int, n_sessions: int = 5, seed: int
         if i % 5 == 4:
             view = LINKED[(i // 5) % len(LINKED)]
             samples.setdefault("clear", []).append(session.brush(view, None))
+    families = int(shared.beats["family"].max()) + 1
+    for i in range(max(n_brushes // 5, 1)):                # a family's row clicked, then unselected
+        samples.setdefault("select family", []).append(session.select_family(i % families))
+        samples.setdefault("clear", []).append(session.select_family(None))
     for kind, lo, hi in zoom_plan(shared.duration_s, n_zooms, rng):
         samples.setdefault(kind, []).append(session.zoom(lo, hi))
     session.close()

@@ -248,7 +248,8 @@ async def measure_opens(browser, url: str, n: int, timeout_s: float) -> dict:
 
 async def measure_brushes(page, n: int, rng, timeout_s: float) -> tuple[dict, list]:
     """``n`` brushes on each linked chart (interleaved, varied ranges), a double-click clear of
-    each every 10th round and after the last."""
+    each every 10th round and after the last; then ``n // 5`` clicks on a family's row (the families
+    panel's selection, the other way a beat view filters every view)."""
     from benchmarks.browser_session import GestureError
 
     samples: dict[str, list] = {}
@@ -272,6 +273,15 @@ async def measure_brushes(page, n: int, rng, timeout_s: float) -> tuple[dict, li
                 except GestureError as err:
                     failures.append(str(err))
                 await asyncio.sleep(0.1)
+    families = await page.open_families(timeout_s)
+    for i in range(max(n // 5, 1) + 1):                    # the first click is an untimed warm-up
+        try:
+            g = await page.select_family(i % families, timeout_s=timeout_s)
+            if i:
+                samples.setdefault(g.kind, []).append(g.latency_ms)
+        except GestureError as err:
+            failures.append(str(err))
+        await asyncio.sleep(0.1)
     return samples, failures
 
 

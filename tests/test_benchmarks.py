@@ -86,7 +86,7 @@ def test_importing_the_benchmarks_loads_no_gpu_library():
 
 
 # --------------------------------------------------------------------------- the interaction benchmark
-INTERACTION_KINDS = {f"brush {view}" for view in LINKED} | {"clear"}   # the Poincaré plane's included
+INTERACTION_KINDS = {f"brush {view}" for view in LINKED} | {"clear", "select family"}   # Poincaré plane included
 GESTURE_KINDS = {"zoom (wheel)", "pan (drag)"}
 SERVER_KINDS = INTERACTION_KINDS | {"zoom in", "pan", "zoom out", "session open"}
 
