@@ -47,6 +47,7 @@ MARKER_COLUMNS = 600        # markers of the recording view and tachogram: one p
 MAX_OUTLIER_MARKERS = 1000  # outlier markers drawn at most (highest scores first)
 FOCUS_SECONDS = 4.0
 WINDOW_INTERVAL_S = 0.1     # a zoom or pan in the browser redraws at most this often (always its last window)
+WINDOW_SETTLE_MS = 250      # the beat views follow the recording's window once it stood still this long
 RASTER_HEIGHT = 240         # pixels of the recording's raster (the plot's inner height, roughly)
 DEFAULT_WIDTH = 1400        # raster width until the browser reports the plot's real width
 
@@ -449,6 +450,7 @@ class SignalChart(pn.viewable.Viewer):
         self.renders = 0
         self._focus_range = None
         self._shown = None
+        self._settle_token = None
         shared = store.shared
         self._extent = (0.0, raster.duration_s)
         peaks = shared.beats["peak"].to_numpy()
@@ -547,12 +549,31 @@ class SignalChart(pn.viewable.Viewer):
         self.raster.when_compiled(lambda: doc.add_next_tick_callback(redraw))
 
     def _redraw(self) -> None:
-        """The window moved (zoom, pan, or :meth:`zoom`): a new raster, then the beat views."""
+        """The window moved (zoom, pan, or :meth:`zoom`): a new raster and its markers at once, the
+        beat views once the window has settled (:meth:`_when_settled`)."""
         x0, x1 = float(self.figure.x_range.start), float(self.figure.x_range.end)
         if self._shown == (x0, x1):
             return
         self.render(x0, x1)
-        self._window_changed(x0, x1)
+        self.draw_markers(self.store.selection)
+        self._when_settled(lambda: self._window_changed(x0, x1))
+
+    def _when_settled(self, callback) -> None:
+        """``callback()`` once the window has not moved for ``WINDOW_SETTLE_MS`` (at once without a
+        live session). Filtering every beat view to a new window sends them all anew, ~10× the
+        raster's bytes and a paint of every chart: done for each step of a pan, the browser fell
+        seconds behind the hand on a 2-core CPU; the picture of the recording itself follows at once."""
+        doc = pn.state.curdoc
+        if doc is None or doc.session_context is None:
+            callback()
+            return
+        self._settle_token = token = object()
+
+        def settled() -> None:
+            if self._settle_token is token:
+                with one_patch():
+                    callback()
+        doc.add_timeout_callback(settled, WINDOW_SETTLE_MS)
 
     def _window_changed(self, lo: float, hi: float) -> None:
         """The visible window filters the beat views, unless this is our own zoom to a focused beat."""
