@@ -371,9 +371,9 @@ class RangeWatch:
     on the next tick, and then at most every ``WINDOW_INTERVAL_S`` with the latest window; at once
     for a zoom made on the server (:meth:`fire`, inside the caller's patch).
 
-    The interval keeps the browser from falling behind: each new window redraws every beat view
-    (tens of ms to paint on a 2-core CPU), and answering all 18 windows of a 0.3 s pan queued over
-    a second of pictures after the mouse-up."""
+    The interval keeps the browser from falling behind the hand: each new window is a new raster of
+    the recording and the tachogram to paint, and answering every step of a pan queued pictures for
+    a second after the mouse-up on a 2-core CPU."""
 
     def __init__(self, ranges: list):
         self.callbacks: list = []
@@ -647,9 +647,8 @@ def markers(shared, sel: Selection, window: tuple[float, float], y: str, offset:
 
 def one_per_column(times: np.ndarray, window: tuple[float, float], columns: int = MARKER_COLUMNS) -> np.ndarray:
     """Positions in ``times`` of the first time in each of ``columns`` equal slices of ``window``
-    that holds any. Markers closer than a pixel or two only cover each other, but the browser draws
-    every one (an anti-aliased path each): 6,000 selected-beat markers cost ~150 ms of drawing per
-    brush on a 2-core CPU, a few hundred a few ms."""
+    that holds any. Markers closer than a pixel or two only cover each other, yet the browser sends,
+    keeps and draws every one (an anti-aliased path each), however many beats a window holds."""
     span = max(window[1] - window[0], 1e-9)
     column = np.clip(((times - window[0]) / span * columns).astype(np.int64), 0, columns - 1)
     return np.unique(column, return_index=True)[1]
