@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dashboard.spec import LINKED  # noqa: F401 - every brushable chart (the benchmarks brush each)
+from dashboard.spec import LINKED  # every brushable chart: the benchmarks brush each
 
 
 def run_beats(run_path):

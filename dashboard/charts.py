@@ -576,9 +576,9 @@ class SignalChart(pn.viewable.Viewer):
         doc.add_timeout_callback(settled, WINDOW_SETTLE_MS)
 
     def _window_changed(self, lo: float, hi: float) -> None:
-        """The visible window filters the beat views, unless this is our own zoom to a focused beat."""
+        """The visible window filters the beat views, unless this is our own zoom to a focused beat.
+        (The window's markers are drawn already, by :meth:`_redraw`.)"""
         if self._focus_range is not None and np.allclose((lo, hi), self._focus_range, atol=1e-3):
-            self.draw_markers(self.store.selection)   # new window, same selection
             return
         self._focus_range = None
         sample = 1.0 / self.raster.fs
@@ -586,8 +586,6 @@ class SignalChart(pn.viewable.Viewer):
         window = None if whole else (lo, hi)
         if window != self.store.time_range:
             self.store.update(time_range=window)
-        else:
-            self.draw_markers(self.store.selection)
 
     # ------------------------------------------------------------------ markers
     def draw_markers(self, sel: Selection) -> None:
@@ -638,8 +636,8 @@ def markers(shared, sel: Selection, window: tuple[float, float], y: str, offset:
     flagged = xp.flatnonzero(sel.mask & (scores > sel.threshold) & visible)
     flagged = backend.to_host(flagged[xp.argsort(-scores[flagged])])
     flagged = flagged[np.sort(one_per_column(times[flagged], window))][:MAX_OUTLIER_MARKERS]
-    return ({"t": beats["time_s"].to_numpy()[index], "y": beats[y].to_numpy()[index].astype(np.float32)},
-            {"t": beats["time_s"].to_numpy()[flagged],
+    return ({"t": times[index], "y": beats[y].to_numpy()[index].astype(np.float32)},
+            {"t": times[flagged],
              "y": (beats[y].to_numpy()[flagged] + offset).astype(np.float32),
              "beat_id": beats["beat_id"].to_numpy()[flagged].astype(np.int32),
              "score": beats["score"].to_numpy()[flagged].astype(np.float32)})
