@@ -18,7 +18,7 @@ from panel.io.state import set_curdoc
 from bokeh.models import (BoxAnnotation, ColumnDataSource, DataTable, Line, MultiLine, NumberFormatter, Range1d,
                           SingleIntervalTicker, TableColumn, Text, VArea)
 
-from dashboard.charts import add, figure
+from dashboard.charts import add, drop_grid, figure
 from dashboard.data_store import DataStore, one_patch
 from dashboard.labels import REVIEW_LABELS
 from dashboard.spec import FAMILY_COLORS, OUTLIER_COLOR, SIGNAL_COLOR, ViewSpec, hms
@@ -98,9 +98,9 @@ class FamiliesView(View):
             xs.append(x), ys.append(median[f] + shift), lows.append(lower[f] + shift), highs.append(upper[f] + shift)
             tx.append(float(x[0])), ty.append(float(np.nanmax(upper[f]) + shift)), text.append(
                 f"#{f} · {int(counts[f]) if f < len(counts) else 0:,} beats")
-        p = figure(self.spec, ["save"], height=max(160, 110 * (len(median) // TEMPLATE_COLUMNS + 1)),
+        p = figure(self.spec, [], height=max(160, 110 * (len(median) // TEMPLATE_COLUMNS + 1)),
                    toolbar_location=None, x_axis_location=None, y_axis_location=None)
-        p.grid.visible = False
+        drop_grid(p)
         for f in range(len(median)):
             colour = FAMILY_COLORS[min(f, len(FAMILY_COLORS) - 1)]
             band = ColumnDataSource({"x": xs[f], "lo": lows[f], "hi": highs[f], "y": ys[f]})
@@ -164,7 +164,7 @@ class StripView(View):
     def _figure(self):
         width_mm = 2 * STRIP_SECONDS * PAPER_MM_PER_S
         height_mm = (self.band[1] - self.band[0]) * PAPER_MM_PER_MV
-        p = figure(self.spec, ["save"], x_range=Range1d(-STRIP_SECONDS, STRIP_SECONDS), y_range=Range1d(*self.band),
+        p = figure(self.spec, [], x_range=Range1d(-STRIP_SECONDS, STRIP_SECONDS), y_range=Range1d(*self.band),
                    height=None, sizing_mode="scale_width", aspect_ratio=width_mm / height_mm, width=1000,
                    x_axis_label="s from the beat", y_axis_label="mV (input units)", toolbar_location=None)
         major_x, major_y = SingleIntervalTicker(interval=0.2, num_minor_ticks=5), SingleIntervalTicker(interval=0.5,

@@ -16,7 +16,7 @@ import panel as pn
 from bokeh.models import (ColumnDataSource, DataTable, HTMLTemplateFormatter, Legend, LegendItem, Line, MultiLine,
                           NumberFormatter, Range1d, TableColumn, Text)
 
-from dashboard.charts import add, figure
+from dashboard.charts import add, drop_grid, figure
 from dashboard.data_store import TABLE_LIMIT, DataStore, Selection
 from dashboard.spec import CENTRE_COLOR, MEAN_COLOR, MUTED, SIGNAL_COLOR, STYLESHEET, ViewSpec, duration, hms
 
@@ -206,7 +206,7 @@ class DecodedGrid(View):
         tiles = decoded_tiles(self.store)
         p = figure(self.spec, [], title="z1 increases →, z2 increases ↑", toolbar_location=None,
                    x_axis_location=None, y_axis_location=None)
-        p.grid.visible = False
+        drop_grid(p)
         add(p, ColumnDataSource({"xs": tiles["xs"], "ys": tiles["ys"]}),
             MultiLine(xs="xs", ys="ys", line_color=SIGNAL_COLOR, line_width=1.8))
         add(p, ColumnDataSource(tiles["labels"]), Text(x="x", y="y", text="text", text_font_size="8pt",
