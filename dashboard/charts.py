@@ -32,8 +32,7 @@ from bokeh.model.util import collect_models
 from bokeh.models import (AllIndices, AllLabels, BasicTicker, BoxAnnotation, BoxInteractionHandles, BoxSelectTool,
                           BoxZoomTool, ColorBar, ColumnDataSource, CustomJS, Div, FixedTicker, Grid, HoverTool,
                           ImageRGBA, LinearColorMapper, LinearScale, LogScale, LogTicker, MultiLine, Node, NoOverlap,
-                          NumberFormatter, PanTool, Quad, Range1d, ResetTool, SaveTool, Scatter, Span, StringEditor,
-                          StringFormatter, UnionRenderers, WheelZoomTool)
+                          PanTool, Quad, Range1d, ResetTool, SaveTool, Scatter, Span, UnionRenderers, WheelZoomTool)
 from bokeh.plotting import figure as bokeh_figure
 
 from dashboard.bins import BinIndex, grid_index, histogram_index
@@ -112,14 +111,15 @@ IMAGE = dict(image="image", x="x", y="y", dw="dw", dh="dh")
 # Models that BokehJS only reads, never writes, and gives no view of their own: the filter and the
 # selection policy of every data source, axes' tickers and label policies, plot scales (each plot
 # derives its own scale from them), the frame edges that a box annotation spans by default, box
-# handles' looks (an editable box copies their styles), table cells' editors and formatters. One of
-# each kind and settings serves a whole session: ~110 of its page's ~400 models fewer, and BokehJS
-# walks every model of a document on each patch. Not among them: tick formatters (a
-# BasicTickFormatter keeps the precision it last chose and starts from it), a renderer's view of
-# its data (it keeps the indices), selections, ranges, tools (a shared ResetTool resets every
-# plot holding it). Exact types, not their subclasses.
+# handles' looks (an editable box copies their styles). One of each kind and settings serves a
+# whole session: ~100 of its page's ~400 models fewer, and BokehJS walks every model of a document
+# on each patch. Not among them: tick formatters (a BasicTickFormatter keeps the precision it last
+# chose and starts from it), a renderer's view of its data (it keeps the indices), selections,
+# ranges, tools (a shared ResetTool resets every plot holding it), and a table's cell editors and
+# formatters (shared by its columns, they changed the columns' widths in Chromium). Exact types,
+# not their subclasses.
 STATELESS = {AllIndices, UnionRenderers, AllLabels, NoOverlap, BasicTicker, LogTicker, LinearScale, LogScale, Node,
-             BoxInteractionHandles, StringEditor, StringFormatter, NumberFormatter}
+             BoxInteractionHandles}
 
 
 def share_stateless(models) -> None:

@@ -504,7 +504,7 @@ def test_app_shows_progress_then_the_dashboard_without_reload(shared):
         doc.add_root(root)
         # The page before the redesign had 526 models with four views fewer (HoloViews, Tabulator,
         # FastListTemplate); tabs build only the open view; sharing the models that hold no state
-        # took it from 444 to 327.
+        # took it from 444 to 341.
         assert len(doc.models) < 360, f"a session's page should stay small; it has {len(doc.models)} models"
 
 
