@@ -98,7 +98,7 @@ class Server:
                 raise RuntimeError("the pipeline failed:\n" + text[-3000:])
             if self.proc.poll() is not None:
                 raise RuntimeError(f"panel serve exited with {self.proc.returncode}:\n{text[-3000:]}")
-            time.sleep(0.2)
+            time.sleep(0.05)
         raise TimeoutError(f"not ready after {timeout:.0f} s:\n{self.log()[-3000:]}")
 
     def stop(self) -> None:

@@ -27,12 +27,10 @@ import weakref
 import numpy as np
 import panel as pn
 from bokeh.core.properties import Float, List, Nullable
-from bokeh.model import DataModel, Model
-from bokeh.model.util import collect_models
-from bokeh.models import (AllIndices, AllLabels, BasicTicker, BoxAnnotation, BoxInteractionHandles, BoxSelectTool,
-                          BoxZoomTool, ColorBar, ColumnDataSource, CustomJS, Div, FixedTicker, Grid, HoverTool,
-                          ImageRGBA, LinearColorMapper, LinearScale, LogScale, LogTicker, MultiLine, Node, NoOverlap,
-                          PanTool, Quad, Range1d, ResetTool, SaveTool, Scatter, Span, UnionRenderers, WheelZoomTool)
+from bokeh.model import DataModel
+from bokeh.models import (BoxAnnotation, BoxSelectTool, BoxZoomTool, ColorBar, ColumnDataSource, CustomJS, Div,
+                          FixedTicker, Grid, HoverTool, ImageRGBA, LinearColorMapper, MultiLine, PanTool, Quad, Range1d,
+                          ResetTool, SaveTool, Scatter, Span, WheelZoomTool)
 from bokeh.plotting import figure as bokeh_figure
 
 from dashboard.bins import BinIndex, grid_index, histogram_index
@@ -107,36 +105,6 @@ def add(p, source: ColumnDataSource, glyph):
 
 
 IMAGE = dict(image="image", x="x", y="y", dw="dw", dh="dh")
-
-# Models that BokehJS only reads, never writes, and gives no view of their own: the filter and the
-# selection policy of every data source, axes' tickers and label policies, plot scales (each plot
-# derives its own scale from them), the frame edges that a box annotation spans by default, box
-# handles' looks (an editable box copies their styles). One of each kind and settings serves a
-# whole session: ~100 of its page's ~400 models fewer, and BokehJS walks every model of a document
-# on each patch. Not among them: tick formatters (a BasicTickFormatter keeps the precision it last
-# chose and starts from it), a renderer's view of its data (it keeps the indices), selections,
-# ranges, tools (a shared ResetTool resets every plot holding it), and a table's cell editors and
-# formatters (shared by its columns, they changed the columns' widths in Chromium). Exact types,
-# not their subclasses.
-STATELESS = {AllIndices, UnionRenderers, AllLabels, NoOverlap, BasicTicker, LogTicker, LinearScale, LogScale, Node,
-             BoxInteractionHandles}
-
-
-def share_stateless(models) -> None:
-    """Let everything ``models`` hold (deep) refer to one instance of each :data:`STATELESS` model
-    of the same settings. Before the models join a document: each change would be an event."""
-    shared: dict = {}
-    for model in collect_models(*models):
-        for name in model.properties_with_refs():
-            value = getattr(model, name)
-            if type(value) in STATELESS:
-                setattr(model, name, shared.setdefault(_settings(value), value))
-
-
-def _settings(model: Model) -> tuple:
-    """A model's type and its properties set away from their defaults (models among them likewise)."""
-    return type(model), tuple(sorted((name, _settings(value) if isinstance(value, Model) else repr(value))
-                                     for name, value in model.properties_with_values(include_defaults=False).items()))
 
 
 def _rgba(rgb_hex: str) -> np.uint32:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import panel as pn
 
-from dashboard.charts import share_stateless
 from dashboard.data_store import DataStore
 from dashboard.review import FamiliesView, StripView
 from dashboard.spec import LAYOUT, RENDERED_BY_BOARD, STYLESHEET, VIEWS, ViewSpec
@@ -50,5 +49,4 @@ def layout(store: DataStore, board) -> tuple[pn.Column, dict]:
                          sizing_mode="stretch_width", margin=(6, 6), css_classes=["ecg-tabs"])
                  if isinstance(name, tuple) else one(name) for name in names]
         rows.append(pn.Row(*cells, sizing_mode="stretch_width") if len(cells) > 1 else cells[0])
-    share_stateless(pane.object for row in rows for pane in row.select(pn.pane.Bokeh))
     return pn.Column(*rows, *board.extras(), sizing_mode="stretch_width", css_classes=["ecg-dashboard"]), views
