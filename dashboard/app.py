@@ -28,6 +28,7 @@ if __package__ in (None, "") and str(Path(__file__).resolve().parent.parent) not
 
 import panel as pn
 import param
+from bokeh.settings import settings
 
 from dashboard import startup
 from dashboard.archive import SPEC as ARCHIVE_SPEC
@@ -297,6 +298,10 @@ def serve_page(argv: list[str] | None = None) -> App:
 
 
 pn.extension(notifications=False, sizing_mode="stretch_width", raw_css=[PAGE_CSS])
+# Bokeh checks every new session's document model by model (~80 ms of a ~0.9 s session on two
+# cores) and only logs what it finds; the page's integrity is a test's job
+# (tests/test_dashboard.py), not each visitor's.
+settings.perform_document_validation.set_value(False)
 
 if __name__.startswith("bokeh_app"):
     # `panel serve` runs this file afresh for every session; the objects that must outlive a

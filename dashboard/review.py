@@ -160,6 +160,7 @@ class StripView(View):
         self.info = html("Click a row of the outlier table (or a beat marker) to see its strip here.",
                          css_classes=["ecg-caption"], margin=(0, 10))
         store.param.watch(self._draw, ["focus", "labels_version"])
+        self._draw()      # a beat focused before this view was first shown
 
     def _figure(self):
         width_mm = 2 * STRIP_SECONDS * PAPER_MM_PER_S

@@ -16,6 +16,7 @@ import pandas as pd
 import panel as pn
 import pytest
 import torch
+from bokeh.core.validation import check_integrity
 from bokeh.document import Document
 from panel.io.state import set_curdoc
 
@@ -505,6 +506,32 @@ def test_app_shows_progress_then_the_dashboard_without_reload(shared):
         # The page before the redesign had 526 models with four views fewer (HoloViews, Tabulator,
         # FastListTemplate); tabs build only the open view.
         assert len(doc.models) < 460, f"a session's page should stay small; it has {len(doc.models)} models"
+        # The server skips Bokeh's per-session validation (dashboard/app.py): it is done here.
+        issues = check_integrity(doc.models)
+        assert not issues.error and not issues.warning, issues
+
+
+def test_views_behind_closed_tabs_are_built_when_their_tab_opens(shared):
+    from dashboard.app import make_board
+    from dashboard.page import Deferred, layout
+
+    doc = Document()
+    with set_curdoc(doc):
+        store = DataStore(shared)
+        body, views = layout(store, make_board(store))
+        doc.add_root(body.get_root(doc))
+        closed = {name for name, view in views.items() if isinstance(view, Deferred)}
+        assert closed == {"strip", "families", "centre", "decoded"}
+        assert all(views[name]._view is None for name in closed)      # nothing built for the first page
+        assert doc.get_model_by_name("ecg-centre") is None
+        store.select_range("length_s", *middle_range(shared.beats["length_s"], 0.2, 0.6))
+        tabs = next(t for t in body.select(pn.Tabs) if "Centre" in t._names)
+        tabs.active = tabs._names.index("Centre")                      # what a click on the tab sends
+        assert views["centre"]._view is not None and doc.get_model_by_name("ecg-centre") is not None
+        # drawn for the selection made before it existed
+        assert f"{store.selection.count:,}</b> selected beats" in views["centre"].info.object
+        assert store.selection.count < shared.n_beats
+        assert all(views[name]._view is None for name in closed - {"centre"})
 
 
 def test_cpu_dashboard_never_imports_gpu_libraries(run):
