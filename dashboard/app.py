@@ -183,12 +183,17 @@ class App(pn.viewable.Viewer):
         elif error or job is None:
             self._show_error(error or "no pipeline job")
         else:
+            doc = pn.state.curdoc
+            live = doc is not None and doc.session_context is not None
+            if live and doc.session_context.server_context is not None:   # a visitor, not --warm
+                # While the job only finds and reads a cached run (well under a second), a visitor
+                # gets the dashboard itself rather than a progress page that turns into it at its
+                # next poll (that swap cost the first visitor of a start ~1 s on two cores).
+                job.wait_unless_computing(startup.CACHED_WAIT_S)
             self._poll()
             if self.state not in ("ready", "error"):
                 # A session's own document polls the shared job (served pages only: without a
                 # server session there is no event loop to run it, and tests call _poll themselves).
-                doc = pn.state.curdoc
-                live = doc is not None and doc.session_context is not None
                 self._callback = pn.state.add_periodic_callback(self._poll, period=POLL_MS, start=live)
 
     # ------------------------------------------------------------------ states

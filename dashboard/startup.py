@@ -29,6 +29,9 @@ BOARDS = ("auto", "bokeh", "cuxfilter")
 ENV = {"input": "ECG_INPUT", "device": "ECG_DEVICE", "samples": "ECG_SAMPLES", "epochs": "ECG_EPOCHS",
        "out": "ECG_OUT", "board": "ECG_BOARD", "fs": "ECG_FS", "column": "ECG_COLUMN", "archive": "ECG_ARCHIVE"}
 OPEN_RUNS = 4              # runs of an archive kept ready in memory (the most recently opened)
+# The stages of a run found in the cache; any other stage means the run is being computed.
+CACHED_STAGES = ("hash", "results")
+CACHED_WAIT_S = 5.0        # the longest the server's first page waits for a cached run (~0.5 s)
 
 # Rough share of a first (uncached) run's time spent in each stage, for one overall progress bar.
 STAGE_WEIGHTS = {"synth": 8, "hash": 1, "warmup": 4, "load": 3, "wavelet": 2, "peaks": 1, "lengths": 0.5,
@@ -157,6 +160,7 @@ class PipelineJob:
         self._done: dict[str, float] = {}
         self._thread: threading.Thread | None = None
         self._finished = threading.Event()
+        self._computing = threading.Event()   # the run is being computed (or the job has ended)
         self.result = None          # what prepare returned (or the RunResult without prepare)
         self.run = None
 
@@ -175,6 +179,12 @@ class PipelineJob:
     def wait(self, timeout: float | None = None) -> Progress:
         """Block until the job is ready or failed (or ``timeout`` passes); return the last reading."""
         self._finished.wait(timeout)
+        return self.snapshot()
+
+    def wait_unless_computing(self, timeout: float) -> Progress:
+        """Block until the job has ended or has started computing the run (not merely finding
+        it in the cache), or ``timeout`` passes; return the last reading."""
+        self._computing.wait(timeout)
         return self.snapshot()
 
     def snapshot(self) -> Progress:
@@ -218,10 +228,13 @@ class PipelineJob:
                                      label="Ready" if state == "ready" else "Failed",
                                      done=self._done_tuple())
         self._finished.set()
+        self._computing.set()
 
     def _on_progress(self, stage: str, fraction: float, message: str = "") -> None:
         """The pipeline's progress callback (runs in the job's thread)."""
         now = time.perf_counter()
+        if stage not in CACHED_STAGES:
+            self._computing.set()
         with self._lock:
             if stage not in self._stage_started:
                 self._stage_started[stage] = now

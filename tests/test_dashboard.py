@@ -444,6 +444,28 @@ def test_progress_goes_from_running_to_ready():
     assert job.start() is job and job.wait(1).state == "ready"   # starts once
 
 
+def test_waiting_for_a_cached_run_ends_once_the_run_must_be_computed():
+    gate = threading.Event()
+
+    def cached(request, progress):
+        progress("hash", 0.0, ""), progress("hash", 1.0, ""), progress("results", 1.0, "cached run x")
+        time.sleep(0.3)                                   # reading the cached run
+        return _FakeRun()
+
+    def computed(request, progress):
+        progress("hash", 1.0, ""), progress("load", 0.0, "")
+        gate.wait(10)
+        return _FakeRun()
+
+    job = startup.PipelineJob(startup.Settings(), runner=cached, log=lambda message: None).start()
+    assert job.wait_unless_computing(10).state == "ready"
+    job = startup.PipelineJob(startup.Settings(), runner=computed, log=lambda message: None).start()
+    started = time.perf_counter()
+    assert job.wait_unless_computing(10).state == "running" and time.perf_counter() - started < 5
+    gate.set()
+    assert job.wait(10).state == "ready"
+
+
 @pytest.mark.parametrize("error, shown", [(ValueError("no such file: /x.csv"), "no such file: /x.csv"),
                                           (RuntimeError("boom"), "RuntimeError: boom")])
 def test_progress_goes_from_running_to_error(error, shown):
