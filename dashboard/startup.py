@@ -31,7 +31,8 @@ ENV = {"input": "ECG_INPUT", "device": "ECG_DEVICE", "samples": "ECG_SAMPLES", "
 OPEN_RUNS = 4              # runs of an archive kept ready in memory (the most recently opened)
 # The stages of a run found in the cache; any other stage means the run is being computed.
 CACHED_STAGES = ("hash", "results")
-CACHED_WAIT_S = 5.0        # the longest the server's first page waits for a cached run (~0.5 s)
+CACHED_WAIT_S = 5.0        # the longest a new page waits while the job looks for a cached run: reading one
+                           # takes ~0.5 s; hashing a large new input can take seconds
 
 # Rough share of a first (uncached) run's time spent in each stage, for one overall progress bar.
 STAGE_WEIGHTS = {"synth": 8, "hash": 1, "warmup": 4, "load": 3, "wavelet": 2, "peaks": 1, "lengths": 0.5,
