@@ -34,7 +34,7 @@ from bokeh.models import (BoxAnnotation, BoxSelectTool, BoxZoomTool, ColorBar, C
 from bokeh.plotting import figure as bokeh_figure
 
 from dashboard.bins import BinIndex, grid_index, histogram_index
-from dashboard.data_store import DataStore, Selection, one_patch
+from dashboard.data_store import DataStore, Selection, in_session, one_patch
 from dashboard.signal_raster import SignalRaster
 from dashboard.spec import (CLASS_COLORS, FAMILY_COLORS, OUTLIER_COLOR, SCORE_CMAP, SELECTED_COLOR, SIGNAL_COLOR,
                             UNSELECTED_COLOR, ViewSpec, hms_tick_formatter)
@@ -552,7 +552,8 @@ class SignalChart(pn.viewable.Viewer):
             if (live := chart()) is not None and live._shown is not None:
                 live.render(*live._shown)
 
-        self.raster.when_compiled(lambda: doc.add_next_tick_callback(redraw))
+        schedule = in_session(doc)
+        self.raster.when_compiled(lambda: schedule(redraw))
 
     def _redraw(self) -> None:
         """The window moved (zoom, pan, or :meth:`zoom`): a new raster and its markers at once, the

@@ -49,6 +49,25 @@ def one_patch():
         yield
 
 
+def in_session(doc) -> Callable[[Callable[[], None]], None]:
+    """For callbacks that a background thread fires (the model loaded, Datashader compiled): a
+    function that runs its argument on ``doc``'s next tick, handed over through the server's
+    event loop, and drops it once the session has ended. Call it on the session's own thread.
+    (``doc.add_next_tick_callback`` called from the background thread itself swaps Bokeh's
+    current document for a moment; a session being built on the server's thread at that moment
+    was refused: Panel's "replaced the output document", a page without the dashboard.)"""
+    from tornado.ioloop import IOLoop
+
+    loop = IOLoop.current()
+
+    def schedule(callback: Callable[[], None]) -> None:
+        def on_loop() -> None:
+            if doc.session_context is not None:      # None once the session is destroyed
+                doc.add_next_tick_callback(callback)
+        loop.add_callback(on_loop)
+    return schedule
+
+
 # --------------------------------------------------------------------------- shared, read-only
 @dataclass(eq=False)
 class SharedRun:
@@ -301,7 +320,8 @@ class DataStore(pn.viewable.Viewer):
         doc = pn.state.curdoc
         live = doc is not None and doc.session_context is not None
         if not shared.decoder_ready() and live:   # loading in the background: the centre's decoding follows it
-            shared.when_decoder_ready(lambda: doc.add_next_tick_callback(self._decoder_arrived))
+            schedule = in_session(doc)
+            shared.when_decoder_ready(lambda: schedule(self._decoder_arrived))
         self._follow_labels(doc if live else None)
 
     def _follow_labels(self, doc) -> None:
