@@ -9,7 +9,8 @@
 #   tests      pytest -m gpu
 #   profile    where a server start's time goes: first on the machine, cold, cached
 #   startup    pipeline run from scratch and from cache (3 fresh processes each), VAE training
-#              speed, server start cold and from cache to a usable dashboard (protocol session)
+#              speed, then the serve stage
+#   serve      server start cold and from cache to a usable dashboard (protocol session)
 #   quality    MIT-BIH records in .gpudata/mitdb through `pipeline evaluate` on the GPU
 #   dashboard  both boards' interactions, 20 sessions at once, soak of closed sessions
 #   scale      server-side brushes on a 200M-sample recording
@@ -50,6 +51,8 @@ profile)
 startup)
     step startup 200 python3 -m benchmarks.startup --device gpu --repeats 3 --out "$RUNS"
     step train-speed 120 python3 -m benchmarks.train_speed --repeats 3
+    bash "$0" serve ;;
+serve)
     step serve-cold 120 python3 -m benchmarks.serve_start --no-browser --cold --runs 3 --out "$OUT" -- --out "$RUNS"
     step serve-cached 80 python3 -m benchmarks.serve_start --no-browser --runs 3 --out "$OUT" -- --out "$RUNS"
     cp -r /tmp/serve-start-* "$OUT/" 2>/dev/null ;;
@@ -65,6 +68,6 @@ batch)
     step archive 390 python3 -m benchmarks.archive --recordings 40 --samples 20000000 --workers 1,2 --repeats 1 \
         --device gpu --budget-s 360 --data-dir /tmp/ecg-archive --out "$OUT" ;;
 *)
-    echo "usage: benchmarks/gpu_session.sh tests|profile|startup|quality|dashboard|scale|batch" >&2
+    echo "usage: benchmarks/gpu_session.sh tests|profile|startup|serve|quality|dashboard|scale|batch" >&2
     exit 2 ;;
 esac
