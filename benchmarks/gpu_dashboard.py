@@ -262,10 +262,31 @@ def load_test(url: str, beats, n_sessions: int, brushes: int, seed: int, timeout
     with concurrent.futures.ProcessPoolExecutor(len(groups), mp_context=multiprocessing.get_context("spawn")) as pool:
         parts = list(pool.map(_load_client, jobs))
     merged = {key: [x for part in parts for x in part[key]] for key in ("latencies", "failed", "errors", "mismatches")}
+    brushes_timed = [(client, *b) for client, part in enumerate(parts) for b in part["brushes"]]
     opened = sum(part["opened"] for part in parts)
     return {"sessions": n_sessions, "opened": opened, "clients": len(groups), "brush_ms": ms(merged["latencies"]),
             "failed": merged["failed"], "errors": merged["errors"], "independent": opened - len(merged["mismatches"]),
-            "mismatches": merged["mismatches"]}
+            "mismatches": merged["mismatches"], "stalls": stalls(brushes_timed),
+            "brushes": [[c, k, round(t0, 4), round(s * 1e3, 1)] for c, k, t0, s in brushes_timed]}
+
+
+def stalls(brushes: list, factor: float = 4.0) -> dict:
+    """Whose slow brushes (over ``factor`` × the median) they were: if the server paused, the
+    brushes of other client processes in flight at that time were slow too; if one client process
+    paused (its own interpreter applying patches), theirs were not. ``brushes``: (client, session,
+    start wall-clock s, seconds)."""
+    if not brushes:
+        return {}
+    limit = factor * float(np.median([b[3] for b in brushes]))
+    slow = [b for b in brushes if b[3] > limit]
+    others_slow = others_fast = 0
+    for client, _, t0, took in slow:
+        for c, _, u0, u in brushes:
+            if c != client and u0 < t0 + took and t0 < u0 + u:     # in flight at the same time
+                others_slow += u > limit
+                others_fast += u <= limit
+    return {"limit_ms": round(limit * 1e3, 1), "slow": len(slow), "clients_of_slow": sorted({b[0] for b in slow}),
+            "overlapping_other_clients_slow": others_slow, "overlapping_other_clients_fast": others_fast}
 
 
 def _load_client(job) -> dict:
@@ -283,7 +304,7 @@ async def _load_sessions(url: str, beats, ks: list, brushes: int, seed: int, tim
     opened = await asyncio.gather(*(s.open(timeout_s) for s in sessions.values()), return_exceptions=True)
     failures = [f"open: {type(o).__name__}: {o}" for o in opened if isinstance(o, BaseException)]
     live = [(k, s) for (k, s), o in zip(sessions.items(), opened) if not isinstance(o, BaseException)]
-    latencies, mine = [], {k: {} for k in ks}
+    latencies, timed, mine = [], [], {k: {} for k in ks}
 
     async def brushing(k, session):
         rng = np.random.default_rng([seed, k])
@@ -291,7 +312,9 @@ async def _load_sessions(url: str, beats, ks: list, brushes: int, seed: int, tim
         for _ in range(brushes):
             bounds = inprocess.brush_bounds(beats, view, rng)
             try:
+                started = time.time()
                 latencies.append(await protocol_brush(session, "bokeh", view, bounds))
+                timed.append((k, started, latencies[-1]))
                 mine[k][view] = bounds
             except SessionError as err:
                 failures.append(f"session {k}: {err}")
@@ -310,7 +333,7 @@ async def _load_sessions(url: str, beats, ks: list, brushes: int, seed: int, tim
     errors = [f"session {k}: {e}" for k, s in sessions.items() for e in s.errors]
     for s in sessions.values():
         await s.close()
-    return {"opened": len(live), "latencies": latencies, "failed": failures, "errors": errors,
+    return {"opened": len(live), "latencies": latencies, "brushes": timed, "failed": failures, "errors": errors,
             "mismatches": mismatches}
 
 
@@ -512,7 +535,8 @@ def served_board(args, budget, board: str, log_dir: Path, keep: bool = False):
                 section["load"] = {"single": single, "concurrent": many, "p95_ratio": ratio}
                 expect(not many["failed"] and not many["errors"], f"failures: {(many['failed'] + many['errors'])[:3]}")
                 expect(not many["mismatches"], f"selections mixed up: {many['mismatches'][:3]}")
-                return f"p95 {many['brush_ms']['p95']:.0f} ms vs {single['brush_ms']['p95']:.0f} ms alone ({ratio:.2f}×)"
+                return (f"p95 {many['brush_ms']['p95']:.0f} ms vs {single['brush_ms']['p95']:.0f} ms alone "
+                        f"({ratio:.2f}×); slow brushes: {many['stalls']}")
 
     finally:
         if server is not None and not (keep and "shared_like" in state):

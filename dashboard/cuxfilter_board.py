@@ -34,12 +34,14 @@ import numpy as np
 import panel as pn
 
 from dashboard.charts import LOG_FLOOR, SignalChart, TachogramChart, other_leads, signal_raster, version_marker
-from dashboard.data_store import DataStore, one_patch
+from dashboard.data_store import BRUSH_COLUMNS, DataStore, one_patch
 from dashboard.spec import LINKED, OUTLIER_COLOR, SCORE_CMAP, SIGNAL_COLOR, VIEWS, ViewSpec
 
 hv.renderer("bokeh")  # loads HoloViews' Bokeh backend and its options (cuxfilter's charts are HoloViews)
 
-CHART_COLUMNS = ["beat_id", "time_s", "length_s", "z1", "z2", "score", "is_test", "rr_prev_s", "rr_next_s"]
+# Every column a brush can name is in the frame: brushes that no cuxfilter chart draws (the visible
+# window, a family clicked in the families panel) become queries on it.
+CHART_COLUMNS = ["beat_id", "is_test", *BRUSH_COLUMNS]
 NODE_MIN = 18
 
 

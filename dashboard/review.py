@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 import panel as pn
 from panel.io.state import set_curdoc
-from bokeh.models import (BoxAnnotation, ColumnDataSource, DataTable, Line, MultiLine, NumberFormatter, Range1d,
+from bokeh.models import (ColumnDataSource, DataTable, Line, MultiLine, NumberFormatter, Range1d,
                           SingleIntervalTicker, TableColumn, Text, VArea)
 
-from dashboard.charts import add, drop_grid, figure
+from dashboard.charts import add, drop_grid, figure, hidden_box
 from dashboard.data_store import DataStore, one_patch
 from dashboard.labels import REVIEW_LABELS
 from dashboard.spec import FAMILY_COLORS, OUTLIER_COLOR, SIGNAL_COLOR, ViewSpec, hms
@@ -155,7 +155,7 @@ class StripView(View):
                                             "text": [names[i] for i in self.lead_order]})
         self.labels = ColumnDataSource({"x": [], "y": [], "text": [], "colour": []})
         self.intervals = ColumnDataSource({"x": [], "y": [], "text": []})
-        self.focus_box = BoxAnnotation(fill_color=OUTLIER_COLOR, fill_alpha=0.10, line_color=None, visible=False)
+        self.focus_box = hidden_box(fill_color=OUTLIER_COLOR, fill_alpha=0.10, line_color=None)
         self.figure = self._figure()
         self.info = html("Click a row of the outlier table (or a beat marker) to see its strip here.",
                          css_classes=["ecg-caption"], margin=(0, 10))

@@ -510,3 +510,19 @@ def test_cuxfilter_board_shows_the_default_boards_counts(gpu_shared):
         values = np.clip(filtered[VIEWS[other].x].to_numpy(dtype=np.float64), edges[0], edges[-1])
         shown = np.nan_to_num(chart.source.data["selected"]).astype(np.int64)
         np.testing.assert_array_equal(shown, np.histogram(values, bins=edges)[0])
+
+
+def test_cuxfilter_board_filters_by_columns_no_chart_draws(gpu_shared):
+    """A family clicked in the families panel brushes ``family``, which no cuxfilter chart draws:
+    the cuxfilter board filters its frame by it all the same, to the count pandas finds."""
+    from panel.io.state import set_curdoc
+
+    shared = gpu_shared
+    doc, store, cux = _board_session(shared, "cuxfilter")
+    families = shared.beats["family"].to_numpy()
+    for family in np.unique(families)[:3]:
+        with set_curdoc(doc):
+            store.clear()
+            store.select_range("family", float(family), float(family))
+        want = int((families == family).sum())
+        assert store.selection.count == cux.filtered_count() == want
