@@ -99,6 +99,19 @@ class Budget:
         return self.end - time.perf_counter()
 
 
+RESULTS_FILE: list[Path] = []   # where save() writes (set by main)
+
+
+def save() -> None:
+    """Write what has been measured so far: a run stopped from outside (its command's time limit)
+    keeps every step that finished."""
+    RESULTS["failed"], RESULTS["targets_h200"] = FAILED, TARGETS_H200
+    for path in RESULTS_FILE:
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(RESULTS, indent=1, default=str))
+
+
 def step(name: str, budget: Budget, limit: float, needs: float = 10.0):
     """Decorator: run now within min(limit, what the budget has left), print PASS/FAIL/SKIP."""
     def run(fn):
@@ -127,6 +140,8 @@ def step(name: str, budget: Budget, limit: float, needs: float = 10.0):
             if isinstance(err, KeyboardInterrupt):
                 raise
             return None
+        finally:
+            save()
     return run
 
 
@@ -226,10 +241,11 @@ async def protocol_zoom(session, lo: float, hi: float) -> float:
     tol = 1e-6 * (hi - lo)
 
     def shown() -> bool:
-        x, dw = raster.data["x"], raster.data["dw"]
+        # a raster not drawn yet (Datashader still compiling) has no columns at all
+        x, dw = raster.data.get("x", ()), raster.data.get("dw", ())
         if len(x) and abs(x[0] - lo) <= tol and abs(x[0] + dw[0] - hi) <= tol:
             return True
-        ts = lines.data_source.data["t"]
+        ts = lines.data_source.data.get("t", ())
         t = ts[0] if len(ts) else []
         return len(t) > 0 and t[0] <= lo + tol and t[-1] >= hi - tol
 
@@ -711,7 +727,7 @@ def main(argv=None) -> int:
     budget = Budget(args.budget_s)
     RESULTS["args"] = vars(args)
     Path(args.runs).mkdir(parents=True, exist_ok=True)
-    out = Path(args.out)
+    RESULTS_FILE[:] = [Path(args.out) / ("gpu_dashboard_scale.json" if args.scale else "gpu_dashboard.json")]
     log_dir = Path(tempfile.mkdtemp(prefix="ecg-gpu-dashboard-"))
     environment(args, budget)
     if args.scale:
@@ -728,13 +744,8 @@ def main(argv=None) -> int:
         finally:
             if kept is not None:
                 soak_step(args, budget, kept)
-    RESULTS["failed"] = FAILED
-    RESULTS["targets_h200"] = TARGETS_H200
-    name = "gpu_dashboard_scale.json" if args.scale else "gpu_dashboard.json"
-    with contextlib.suppress(Exception):
-        out.mkdir(parents=True, exist_ok=True)
-        (out / name).write_text(json.dumps(RESULTS, indent=1, default=str))
-        print(f"wrote {out / name}")
+    save()
+    print(f"wrote {RESULTS_FILE[0]}")
     print("\n" + summary_table())
     print("==== " + ("ALL PASS" if not FAILED else f"{len(FAILED)} FAIL: " + "; ".join(FAILED)), flush=True)
     return 0 if not FAILED else 1
