@@ -3,13 +3,14 @@
     python -m benchmarks.serve_start [--runs 3] [--cold] [--no-browser] [-- APP ARGS ...]
 
 Each run starts ``panel serve dashboard/app.py`` (what ``./run.sh`` starts) in a new process and
-times, from the command: the first HTTP answer of the page; the server's "ready" log line (the run
-loaded or computed, the views prepared); and the first usable dashboard — in Chromium (started
-before the server, so its own start is not counted) until every view is drawn, or without a
-browser (``--no-browser``, the GPU machine) until a ``bokeh.client`` session holds the whole
-dashboard. ``--cold`` makes the server recompute the run (``--no-cache``); otherwise the run comes
-from the cache (one untimed start fills it first). Prints a table and writes JSON and Markdown under
-``benchmarks/results/`` (``--out``).
+times, from the command: the server listening (its first HTTP answer, for a static file: asking
+for the page would make the server build a dashboard for a visitor who never comes); the server's
+"ready" log line (the run loaded or computed, the views prepared); and the first visitor's usable
+dashboard — in Chromium (started before the server, so its own start is not counted) until every
+view is drawn, or without a browser (``--no-browser``, the GPU machine) until a ``bokeh.client``
+session holds the whole dashboard. ``--cold`` makes the server recompute the run (``--no-cache``);
+otherwise the run comes from the cache (one untimed start fills it first). Prints a table and
+writes JSON and Markdown under ``benchmarks/results/`` (``--out``).
 """
 from __future__ import annotations
 
@@ -97,7 +98,9 @@ def one_start(app_args: list[str], log: Path, browser, timeout: float) -> dict:
 
 
 def _time_start(server: Server, ready, browser, timeout: float) -> dict:
-    server.wait_http(timeout)
+    # The timed visitor is the server's first: probing the page itself would have made the
+    # server build a dashboard nobody opens, ahead of the one being timed.
+    server.wait_listening(timeout)
     http_s = time.perf_counter() - server.started
     usable_s = usable_in_browser(browser, server, timeout) if browser else usable_by_protocol(server, timeout)
     ready_s = ready.result()
@@ -161,7 +164,7 @@ def write(result: dict, out: Path, label: str) -> None:
              + (f", {result['machine']['gpu']}" if result['machine'].get('gpu') else "")
              + f". App arguments: `{' '.join(result['app_args']) or '(defaults)'}`; usable = {result['usable_by']}.", "",
              "| from the command to | median (s) | min | max |", "| --- | --- | --- | --- |"]
-    for key, name in (("http_s", "first HTTP answer"), ("ready_s", "server ready (log)"),
+    for key, name in (("http_s", "server listening (first HTTP answer)"), ("ready_s", "server ready (log)"),
                       ("usable_s", "usable dashboard")):
         lines.append(f"| {name} | {s[key]['median']:.2f} | {s[key]['min']:.2f} | {s[key]['max']:.2f} |")
     (out / f"{stem}.md").write_text("\n".join(lines) + "\n")

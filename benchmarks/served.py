@@ -75,17 +75,25 @@ class Server:
 
     def wait_http(self, timeout: float) -> None:
         """Until the page answers HTTP 200 (the progress view, while the pipeline still runs)."""
+        self._wait_answer(self.url, timeout)
+
+    def wait_listening(self, timeout: float) -> None:
+        """Until the server answers HTTP at all: a static file, so that asking builds no session
+        (a page request is a visitor whose dashboard the server builds)."""
+        self._wait_answer(self.url.rsplit("/", 1)[0] + "/static/js/bokeh.min.js", timeout)
+
+    def _wait_answer(self, url: str, timeout: float) -> None:
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"panel serve exited with {self.proc.returncode}:\n{self.log()[-3000:]}")
             try:
-                with urllib.request.urlopen(self.url, timeout=5) as response:
+                with urllib.request.urlopen(url, timeout=5) as response:
                     if response.status == 200:
                         return
             except OSError:
                 time.sleep(0.05)
-        raise TimeoutError(f"no page at {self.url} after {timeout} s:\n{self.log()[-3000:]}")
+        raise TimeoutError(f"no answer at {url} after {timeout} s:\n{self.log()[-3000:]}")
 
     def wait_ready(self, timeout: float) -> float:
         """Seconds from start until the log says the dashboard is ready; raises on failure/timeout."""
