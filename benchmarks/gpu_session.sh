@@ -13,6 +13,7 @@
 #   serve      server start cold and from cache to a usable dashboard (protocol session)
 #   quality    MIT-BIH records in .gpudata/mitdb through `pipeline evaluate` on the GPU
 #   dashboard  both boards' interactions, 20 sessions at once, soak of closed sessions
+#   columns    a brush's server-side cost with the beat columns on the host and on the GPU
 #   scale      server-side brushes on a 200M-sample recording
 #   batch      (2 GPUs) the batch tests, and the archive benchmark on 1 and 2 GPUs
 set -uo pipefail
@@ -61,6 +62,8 @@ quality)
 dashboard)
     step dashboard 580 python3 -m benchmarks.gpu_dashboard --runs "$RUNS" --out "$OUT" --sessions 20 --soak 200 \
         --budget-s 540 ;;
+columns)
+    step columns 300 python3 -m benchmarks.columns_device --rounds 4 --brushes 10 -- --out "$RUNS" ;;
 scale)
     step scale 580 python3 -m benchmarks.gpu_dashboard --scale --runs "$RUNS" --out "$OUT" --budget-s 540 ;;
 batch)
@@ -68,6 +71,6 @@ batch)
     step archive 390 python3 -m benchmarks.archive --recordings 40 --samples 20000000 --workers 1,2 --repeats 1 \
         --device gpu --budget-s 360 --data-dir /tmp/ecg-archive --out "$OUT" ;;
 *)
-    echo "usage: benchmarks/gpu_session.sh tests|profile|startup|serve|quality|dashboard|scale|batch" >&2
+    echo "usage: benchmarks/gpu_session.sh tests|profile|startup|serve|quality|dashboard|columns|scale|batch" >&2
     exit 2 ;;
 esac

@@ -36,6 +36,11 @@ SPLITS = {"All beats": "all", "Training 75%": "train", "Held-out 25%": "test"}
 OUTLIER_QUANTILE = 0.98     # default threshold: the top 2% of scores
 TABLE_LIMIT = 500           # rows the ranked outlier table holds at most
 BACKGROUND_DELAY_S = 10.0   # work for later starts this long after the run is ready, or when the first page is up
+# A brush is ~150 small array operations (masks, bin counts, means). On the GPU each one is a kernel
+# launch and an allocation, which for a day's recording cost more than the arithmetic: in process
+# on the H200 with 93,536 beats a brush took 10.3 ms (median; p95 14.7) with the beat columns in
+# CuPy and 6.7 ms (11.2) in NumPy. With ~1M beats (200M samples) CuPy's took 10.9 / 24.7 ms.
+GPU_COLUMNS_MIN_BEATS = 300_000
 
 
 @contextlib.contextmanager
@@ -77,14 +82,16 @@ class SharedRun:
     view puts its markers), ``is_test`` (1 for the held-out 25%) and the RR intervals before and
     after the beat in seconds (``rr_prev_s``, NaN for the first fiducial; ``rr_next_s``, which is
     the beat's length: the Poincaré plot's RRₙ and RRₙ₊₁). ``columns`` holds the
-    brushable columns in float64 and ``is_test`` as arrays of ``xp`` (CuPy for a GPU run, so
-    that masks, counts and means of a brush run where the data is); ``embeddings`` likewise.
+    brushable columns in float64 and ``is_test`` as arrays of ``xp``, where a brush's masks, counts
+    and means run (CuPy only for GPU runs of many beats: ``GPU_COLUMNS_MIN_BEATS``);
+    ``embeddings`` likewise. ``device`` is where the recording's raster is drawn (the run's).
     """
 
     run: object
     beats: pd.DataFrame
     signal: np.ndarray
     fs: float
+    device: str
     xp: object
     columns: dict
     embeddings: object
@@ -95,10 +102,14 @@ class SharedRun:
     _review_cache: tuple = field(default=(None, None), repr=False)
 
     @classmethod
-    def from_run(cls, run, device: str | None = None) -> "SharedRun":
-        """``device`` 'gpu' puts the selection columns on the GPU; default: the run's own device."""
+    def from_run(cls, run, device: str | None = None, columns_device: str | None = None) -> "SharedRun":
+        """``device``: where the recording is drawn (default: the run's own device);
+        ``columns_device``: where the beat columns live (default: ``device`` for runs of at least
+        ``GPU_COLUMNS_MIN_BEATS`` beats, else the host)."""
         device = device or run.report["device"]["name"]
-        xp = backend.xp_for(device)
+        if columns_device is None:
+            columns_device = device if len(run.beats) >= GPU_COLUMNS_MIN_BEATS else "cpu"
+        xp = backend.xp_for(columns_device)
         signal = np.asarray(run.signal, dtype=np.float32)
         beats = run.beats.copy()
         beats["peak"] = signal[beats["fiducial"].to_numpy()]
@@ -111,7 +122,7 @@ class SharedRun:
             beats["family"] = np.zeros(len(beats), dtype=np.int16)
         columns = {c: xp.asarray(beats[c].to_numpy(dtype=np.float64)) for c in BRUSH_COLUMNS}
         columns["is_test"] = xp.asarray(beats["is_test"].to_numpy())
-        return cls(run=run, beats=beats, signal=signal, fs=float(run.fs), xp=xp, columns=columns,
+        return cls(run=run, beats=beats, signal=signal, fs=float(run.fs), device=device, xp=xp, columns=columns,
                    embeddings=xp.asarray(np.asarray(run.embeddings, dtype=np.float32)))
 
     def derived(self, name: str, build: Callable[[], object]):

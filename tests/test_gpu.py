@@ -461,6 +461,38 @@ def _board_session(shared, kind: str):
     return doc, store, board
 
 
+def test_beat_columns_on_host_or_gpu_select_alike(gpu_shared):
+    """A GPU run of few beats keeps its beat columns on the host (a brush's small operations cost
+    less there) and its recording on the GPU; with the columns on the GPU instead (as for a run of
+    many beats) the same brushes select the same beats, bars and mean beat."""
+    import cupy
+    from panel.io.state import set_curdoc
+
+    from dashboard.charts import signal_raster
+    from dashboard.data_store import GPU_COLUMNS_MIN_BEATS, SharedRun
+
+    host = gpu_shared
+    assert len(host.beats) < GPU_COLUMNS_MIN_BEATS and host.xp is np and host.device == "gpu"
+    assert isinstance(signal_raster(host).levels[0].y, cupy.ndarray), "the recording is drawn on the GPU"
+    on_gpu = SharedRun.from_run(host.run, columns_device="gpu")
+    assert on_gpu.xp is cupy and isinstance(on_gpu.columns["score"], cupy.ndarray)
+    (host_doc, host_store, host_board), (gpu_doc, gpu_store, gpu_board) = (
+        _board_session(host, "bokeh"), _board_session(on_gpu, "bokeh"))
+    beats = host.beats
+    z1, z2 = np.quantile(beats["z1"], [0.1, 0.8]), np.quantile(beats["z2"], [0.2, 0.9])
+    lengths = np.quantile(beats["length_s"], [0.2, 0.7])
+    for doc, board in ((host_doc, host_board), (gpu_doc, gpu_board)):
+        with set_curdoc(doc):
+            board.charts["latent"].brush.bounds = [*map(float, z1), *map(float, z2)]
+            board.charts["lengths"].brush.bounds = list(map(float, lengths))
+    a, b = host_store.selection, gpu_store.selection
+    assert 0 < a.count == b.count < len(beats)
+    np.testing.assert_allclose(a.mean_beat, b.mean_beat, rtol=1e-5, atol=1e-6)
+    for view in ("scores", "latent", "lengths"):
+        np.testing.assert_array_equal(np.nan_to_num(host_board.charts[view].source.data["selected"]),
+                                      np.nan_to_num(gpu_board.charts[view].source.data["selected"]))
+
+
 def _cuxfilter_box(chart, x: tuple[float, float], y: tuple[float, float] | None) -> None:
     """What the server does with a box selection on a cuxfilter chart: its selection stream's event."""
     stream = chart.chart.box_stream
