@@ -64,8 +64,9 @@ from benchmarks.inprocess import LINKED, run_beats  # noqa: E402
 # discards only closed ones (a browser's session would count as unused while its page loads).
 SESSION_LIFETIME_MS = 500
 # Protocol sessions per load-test process: with four, the slow brushes of a 20-session run on the
-# H200 all came from two of the five processes while the other processes' brushes in flight at the
-# same moments were fast (the `stalls` summary): the measuring process, not the server, had paused.
+# H200 all came from two of the five processes (the `stalls` summary), so a measuring process
+# applying its sessions' patches may delay its own readings; two per process leave the 16 cores
+# room for the server.
 SESSIONS_PER_CLIENT = 2
 SERVE_ARGS = ["--check-unused-sessions", str(SESSION_LIFETIME_MS), "--unused-session-lifetime", str(SESSION_LIFETIME_MS)]
 TARGETS_H200 = {"brush end to end p95": 50.0, "brush server-side p95": 20.0, "zoom/pan p95": 150.0,
@@ -271,8 +272,8 @@ def load_test(url: str, beats, n_sessions: int, brushes: int, seed: int, timeout
     """``n_sessions`` protocol sessions brushing at once, driven from worker processes of
     ``SESSIONS_PER_CLIENT`` sessions each: one Python process reading and applying every session's
     patches (~160 KB each) was itself the slowest part of a 20-session test, and counted its own
-    queue as the server's latency (see ``SESSIONS_PER_CLIENT``). Each session brushes one chart ``brushes`` times; its count is
-    checked against what its own brushes select."""
+    queue as the server's latency (see ``SESSIONS_PER_CLIENT``). Each session brushes one chart
+    ``brushes`` times; its count is checked against what its own brushes select."""
     import concurrent.futures
     import multiprocessing
 
