@@ -65,8 +65,7 @@ from benchmarks.inprocess import LINKED, run_beats  # noqa: E402
 SESSION_LIFETIME_MS = 500
 # Protocol sessions per load-test process: with four, the slow brushes of a 20-session run on the
 # H200 all came from two of the five processes (the `stalls` summary), so a measuring process
-# applying its sessions' patches may delay its own readings; two per process leave the 16 cores
-# room for the server.
+# applying its sessions' patches may delay its own readings; with two it has half as many to apply.
 SESSIONS_PER_CLIENT = 2
 SERVE_ARGS = ["--check-unused-sessions", str(SESSION_LIFETIME_MS), "--unused-session-lifetime", str(SESSION_LIFETIME_MS)]
 TARGETS_H200 = {"brush end to end p95": 50.0, "brush server-side p95": 20.0, "zoom/pan p95": 150.0,

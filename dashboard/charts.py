@@ -725,8 +725,8 @@ class TachogramChart(pn.viewable.Viewer):
 # --------------------------------------------------------------------------- the board
 def signal_raster(shared) -> SignalRaster:
     """The run's raster levels (once per run): built from the signal on the run's device."""
-    xp = backend.xp_for(shared.device)
-    return shared.derived("signal-raster", lambda: SignalRaster(xp.asarray(shared.signal), shared.fs))
+    return shared.derived("signal-raster",
+                          lambda: SignalRaster(backend.xp_for(shared.device).asarray(shared.signal), shared.fs))
 
 
 def _centred(extent: tuple[float, float], height: float) -> tuple[float, float]:
