@@ -14,8 +14,6 @@
 #   quality    MIT-BIH records in .gpudata/mitdb through `pipeline evaluate` on the GPU
 #   dashboard  both boards' interactions, 20 sessions at once, soak of closed sessions
 #   columns    a brush's server-side cost with the beat columns on the host and on the GPU
-#   gc         full collections under 20 sessions: in process, then the load test with Python's
-#              schedule and the server's (ECG_GC_PERIOD_S=0 / default), interleaved
 #   scale      server-side brushes on a 200M-sample recording
 #   batch      (2 GPUs) the batch tests, and the archive benchmark on 1 and 2 GPUs
 set -uo pipefail
@@ -66,16 +64,6 @@ dashboard)
         --budget-s 540 ;;
 columns)
     step columns 300 python3 -m benchmarks.columns_device --rounds 4 --brushes 10 -- --out "$RUNS" ;;
-gc)
-    step gc-pauses 200 python3 -m benchmarks.gc_pauses --device gpu --samples 20000000 --runs "$RUNS" --seconds 40 \
-        --json "$OUT/gc-pauses.json"
-    for round in 1 2; do
-        for period in 0 30; do
-            step "load-gc$period-$round" 150 env ECG_GC_PERIOD_S=$period python3 -m benchmarks.gpu_dashboard \
-                --runs "$RUNS" --out "$OUT/load-gc$period-$round" --boards bokeh --brushes 5 --gestures 4 --opens 2 \
-                --server-n 10 --sessions 20 --load-brushes 20 --soak 0 --budget-s 140
-        done
-    done ;;
 scale)
     step scale 580 python3 -m benchmarks.gpu_dashboard --scale --runs "$RUNS" --out "$OUT" --budget-s 540 ;;
 batch)
@@ -83,6 +71,6 @@ batch)
     step archive 390 python3 -m benchmarks.archive --recordings 40 --samples 20000000 --workers 1,2 --repeats 1 \
         --device gpu --budget-s 360 --data-dir /tmp/ecg-archive --out "$OUT" ;;
 *)
-    echo "usage: benchmarks/gpu_session.sh tests|profile|startup|serve|quality|dashboard|columns|gc|scale|batch" >&2
+    echo "usage: benchmarks/gpu_session.sh tests|profile|startup|serve|quality|dashboard|columns|scale|batch" >&2
     exit 2 ;;
 esac

@@ -312,7 +312,5 @@ if __name__.startswith("bokeh_app"):
     # `panel serve` runs this file afresh for every session; the objects that must outlive a
     # session (the job, its prepare step) come from the imported module, which exists once.
     from dashboard.app import serve_page as _serve_page
-    from dashboard.collector import take_over as _take_over_full_collections
 
-    _take_over_full_collections()
     _serve_page().page().servable(title=TITLE)
