@@ -14,6 +14,7 @@ dashboard.page.layout : the dashboard body.
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib.util
 import sys
@@ -101,7 +102,9 @@ def prepare(settings: startup.Settings):
         # (the recording's raster; the browser draws its levels as a line until then).
         shared.extras["first_page"] = first_page = threading.Event()
         shared.load_model(background=True, after=first_page)
-        signal_raster(shared).compile_in_background(after=first_page, delay_s=BACKGROUND_DELAY_S)
+        raster = signal_raster(shared)
+        raster.compile_in_background(after=first_page, delay_s=BACKGROUND_DELAY_S)
+        threading.Thread(target=freeze_when_loaded, args=(shared, raster), name="ecg-freeze", daemon=True).start()
         if board == "cuxfilter":
             from dashboard import cuxfilter_board
 
@@ -114,6 +117,22 @@ def prepare(settings: startup.Settings):
         gc.freeze()
         return shared
     return _prepare
+
+
+def freeze_when_loaded(shared: SharedRun, raster) -> None:
+    """Once the model and Datashader's drawing have loaded in the background, put what they made
+    out of the garbage collector's sight as well (``prepare`` froze what existed before them).
+    PyTorch's modules and Numba's compiled code are ~300,000 objects that live as long as the
+    process; left in the old generation, every full collection walked them: ~190 ms on two cores
+    with a single session open, each time Python decided to collect, for every session at once.
+    Garbage is collected first so that none is frozen; the objects of the sessions open at this
+    moment are frozen with the rest, so if they form cycles when those sessions close, those few
+    sessions' memory stays (measured by the soak test, which counts from the 10th session)."""
+    raster.compiled.wait()
+    with contextlib.suppress(Exception):     # a model that failed to load says so where it is used
+        shared.model
+    gc.collect()
+    gc.freeze()
 
 
 # --------------------------------------------------------------------------- progress and errors

@@ -21,6 +21,7 @@ import threading
 import weakref
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable
 
 import numpy as np
@@ -263,6 +264,28 @@ def rr_intervals(beats: pd.DataFrame, fiducials: np.ndarray, fs: float) -> tuple
 
 # --------------------------------------------------------------------------- one session
 @dataclass(frozen=True, eq=False)
+class Centre:
+    """Where the selected beats sit: the mean of their (z1, z2), its decoding, and the mean of the
+    embedded beats themselves. All None when no beat is selected; ``decoded`` None while the
+    model loads."""
+
+    z: np.ndarray | None = None
+    decoded: np.ndarray | None = None
+    mean_beat: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, shared: SharedRun, mask, count: int) -> Centre:
+        if not count:
+            return cls()
+        z = np.array([float(shared.columns["z1"][mask].mean()), float(shared.columns["z2"][mask].mean())],
+                     dtype=np.float32)
+        rows = shared.embeddings if count == shared.n_beats else shared.embeddings[mask]
+        mean_beat = backend.to_host(rows.mean(axis=0, dtype=np.float64)).astype(np.float32)
+        decoded = shared.decode(z)[0] if shared.decoder_ready() else None
+        return cls(z, decoded, mean_beat)
+
+
+@dataclass(frozen=True, eq=False)
 class Selection:
     """What one session currently selects; a new one replaces it on every change.
 
@@ -280,9 +303,22 @@ class Selection:
     threshold: float
     outliers: pd.DataFrame           # selected beats above the threshold, highest score first (≤ TABLE_LIMIT)
     n_outliers: int
-    centre_z: np.ndarray | None      # mean (z1, z2) of the selected beats
-    centre_decoded: np.ndarray | None  # decode(centre_z)
-    mean_beat: np.ndarray | None     # mean of the selected embedded beats
+    shared: SharedRun = field(repr=False)
+    same_beats_as: Selection | None = field(default=None, repr=False)   # an earlier selection of these beats
+
+    @cached_property
+    def centre(self) -> Centre:
+        """The selected beats' centre, computed when a view first asks for it: its view sits
+        behind a tab, and decoding it cost ~15 % of a brush's server time when every brush paid
+        for it. A selection of the same beats as an earlier one gives that one's centre (views
+        compare it by identity to skip redrawing), unless that one lacks a decoding that the
+        model, loaded since, can now give."""
+        earlier = self.same_beats_as
+        if earlier is not None:
+            centre = earlier.centre
+            if centre.decoded is not None or centre.z is None or not self.shared.decoder_ready():
+                return centre
+        return Centre.of(self.shared, self.mask, self.count)
 
     @property
     def ids(self) -> np.ndarray:
@@ -430,11 +466,12 @@ class DataStore(pn.viewable.Viewer):
             mask = mask & brushed
         count = int(mask.sum())                                     # sync point (GPU): one scalar
         top, n_out = self._ranked_outliers(mask)
-        centre, decoded, mean_beat = self._centre(mask, count)
+        previous = self.selection
+        same = previous is not None and (previous.mask is mask or bool(self.shared.xp.array_equal(previous.mask, mask)))
         self.selection = Selection(version=next(self._versions), mask=mask, base=base, brush_masks=brush_masks,
                                    count=count, total=self.shared.n_beats, threshold=float(self.threshold),
-                                   outliers=self.shared.beats.iloc[top], n_outliers=n_out,
-                                   centre_z=centre, centre_decoded=decoded, mean_beat=mean_beat)
+                                   outliers=self.shared.beats.iloc[top], n_outliers=n_out, shared=self.shared,
+                                   same_beats_as=(previous.same_beats_as or previous) if same else None)
 
     def _ranked_outliers(self, mask) -> tuple[np.ndarray, int]:
         """Host indices of the selected beats above the threshold, highest score first (ties by
@@ -447,25 +484,6 @@ class DataStore(pn.viewable.Viewer):
             index = index[scores[index] >= cut]
         order = xp.lexsort(xp.stack([index, -scores[index]]))
         return backend.to_host(index[order][:TABLE_LIMIT]), n_out
-
-    def _centre(self, mask, count: int) -> tuple:
-        """(centre_z, centre_decoded, mean_beat) of the selected beats.
-
-        When the selected beats did not change (e.g. only the threshold moved), the previous
-        selection's arrays are returned as they are: views compare them by identity to skip
-        redrawing what did not change."""
-        shared, previous = self.shared, self.selection
-        if previous is not None and (previous.mask is mask or bool(shared.xp.array_equal(previous.mask, mask))):
-            if previous.centre_decoded is not None or previous.centre_z is None or not shared.decoder_ready():
-                return previous.centre_z, previous.centre_decoded, previous.mean_beat
-        if not count:
-            return None, None, None
-        centre = np.array([float(shared.columns["z1"][mask].mean()), float(shared.columns["z2"][mask].mean())],
-                          dtype=np.float32)
-        rows = shared.embeddings if count == shared.n_beats else shared.embeddings[mask]
-        mean_beat = backend.to_host(rows.mean(axis=0, dtype=np.float64)).astype(np.float32)
-        decoded = shared.decode(centre)[0] if shared.decoder_ready() else None   # None: the model is loading
-        return centre, decoded, mean_beat
 
     # ------------------------------------------------------------------ the focused beat
     def focus_window(self, beat_id: int | None = None, seconds: float = 4.0) -> tuple[float, float]:

@@ -229,18 +229,19 @@ class SelectionCentre(View):
 
     def _draw(self, sel: Selection) -> None:
         # A change that keeps the selected beats (e.g. the threshold) keeps the arrays: nothing to send.
-        if self._drawn is None or sel.mean_beat is not self._drawn.mean_beat:
+        centre = sel.centre
+        if centre is not self._drawn:
             nan = np.full(self.source.data["t"].shape, np.nan, dtype=np.float32)
-            mean = nan if sel.mean_beat is None else sel.mean_beat.astype(np.float32)
-            decoded = nan if sel.centre_decoded is None else sel.centre_decoded.astype(np.float32)
+            mean = nan if centre.mean_beat is None else centre.mean_beat.astype(np.float32)
+            decoded = nan if centre.decoded is None else centre.decoded.astype(np.float32)
             self.source.data.update(mean=mean, decoded=decoded)
             _fit_y(self.figure, mean, decoded)
-            self._drawn = sel
-        if sel.centre_z is None:
+            self._drawn = centre
+        if centre.z is None:
             self.info.object = "No beats selected."
         else:
             self.info.object = (f"<b>{sel.count:,}</b> selected beats · mean z = "
-                                f"({sel.centre_z[0]:.3f}, {sel.centre_z[1]:.3f})")
+                                f"({centre.z[0]:.3f}, {centre.z[1]:.3f})")
         self.rendered = sel.version
 
     def __panel__(self):

@@ -84,7 +84,7 @@ def expected_outliers(beats: pd.DataFrame, mask, threshold) -> pd.DataFrame:
 def test_length_brush_filters_table_and_views(shared, page):
     store, board, views = page
     table, centre, rows_before = views["outliers"], views["centre"], dict(views["outliers"].source.data)
-    mean_before = store.selection.mean_beat.copy()
+    mean_before = store.selection.centre.mean_beat.copy()
 
     beats = f64(pd.read_parquet(shared.run.path / "beats.parquet"))      # from disk, not from the store
     lo, hi = middle_range(beats["length_s"], 0.1, 0.4)
@@ -102,9 +102,9 @@ def test_length_brush_filters_table_and_views(shared, page):
     assert table.source.data["beat_id"].tolist() != rows_before["beat_id"].tolist()
     assert table.source.data["beat_id"].dtype == np.int32 and table.source.data["score"].dtype == np.float32
     assert f"{sel.count:,}</b> selected beats" in centre.info.object
-    assert not np.allclose(sel.mean_beat, mean_before)
-    np.testing.assert_allclose(sel.mean_beat, shared.embeddings[mask].mean(axis=0), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(centre.source.data["mean"], sel.mean_beat, rtol=1e-6)
+    assert not np.allclose(sel.centre.mean_beat, mean_before)
+    np.testing.assert_allclose(sel.centre.mean_beat, shared.embeddings[mask].mean(axis=0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(centre.source.data["mean"], sel.centre.mean_beat, rtol=1e-6)
     assert all(v.rendered == sel.version for v in views.values() if hasattr(v, "rendered") and v.spec.kind not in ("beat", "strip", "families", "decoded"))
     assert board.version.text == str(sel.version)
 
@@ -179,13 +179,32 @@ def test_decoded_centre_is_the_decoder_at_the_mean_latent_position(run, shared, 
     sel = store.selection
     chosen = shared.beats[f64(shared.beats)["score"].between(lo, hi)]
     mean_z = chosen[["z1", "z2"]].to_numpy(dtype=np.float64).mean(axis=0)
-    np.testing.assert_allclose(sel.centre_z, mean_z, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(sel.centre.z, mean_z, rtol=1e-5, atol=1e-6)
     with torch.no_grad():
-        want = run.model("cpu").decode(torch.tensor(sel.centre_z[None, :], dtype=torch.float32)).numpy()[0]
-    np.testing.assert_allclose(sel.centre_decoded, want, rtol=1e-5, atol=1e-6)
+        want = run.model("cpu").decode(torch.tensor(sel.centre.z[None, :], dtype=torch.float32)).numpy()[0]
+    np.testing.assert_allclose(sel.centre.decoded, want, rtol=1e-5, atol=1e-6)
 
     store.update(brush={"score": (-2.0, -1.0)})  # nothing there
-    assert store.selection.count == 0 and store.selection.centre_decoded is None
+    assert store.selection.count == 0 and store.selection.centre.decoded is None
+
+
+def test_the_centre_is_computed_when_asked_and_kept_while_the_beats_stay(shared, store, monkeypatch):
+    from dashboard.data_store import Centre
+
+    computed = []
+    real = Centre.of
+    monkeypatch.setattr(Centre, "of", classmethod(lambda cls, *args: computed.append(args[2]) or real(*args)))
+    lo, hi = middle_range(shared.beats["length_s"])
+    store.update(brush={"length_s": (lo, hi)})
+    store.update(threshold=store.threshold + 0.1)
+    assert computed == [], "no view asked for the centre: brushes do not pay for it"
+
+    centre = store.selection.centre
+    assert computed == [store.selection.count]
+    store.update(threshold=store.threshold + 0.1)         # the same beats: the same centre, not recomputed
+    assert store.selection.centre is centre and len(computed) == 1
+    store.update(brush={"length_s": (lo, (lo + hi) / 2)})
+    assert store.selection.centre is not centre and len(computed) == 2
 
 
 def test_focused_beat_and_its_reconstruction(run, shared, page):

@@ -487,7 +487,7 @@ def test_beat_columns_on_host_or_gpu_select_alike(gpu_shared):
             board.charts["lengths"].brush.bounds = list(map(float, lengths))
     a, b = host_store.selection, gpu_store.selection
     assert 0 < a.count == b.count < len(beats)
-    np.testing.assert_allclose(a.mean_beat, b.mean_beat, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(a.centre.mean_beat, b.centre.mean_beat, rtol=1e-5, atol=1e-6)
     for view in ("scores", "lengths"):       # histograms: the bars of what the other brushes select
         np.testing.assert_array_equal(np.nan_to_num(host_board.charts[view].source.data["selected"]),
                                       np.nan_to_num(gpu_board.charts[view].source.data["selected"]))
