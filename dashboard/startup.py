@@ -150,9 +150,12 @@ class PipelineJob:
     """
 
     def __init__(self, settings: Settings, runner: Callable = run_pipeline,
-                 prepare: Callable | None = None, log: Callable[[str], None] | None = None):
+                 prepare: Callable | None = None, log: Callable[[str], None] | None = None,
+                 prepare_after: threading.Event | None = None):
+        """``prepare_after``: an event the job waits for between the run and ``prepare`` (what
+        ``prepare`` imports is being imported by another thread)."""
         self.settings = settings
-        self._runner, self._prepare = runner, prepare
+        self._runner, self._prepare, self._prepare_after = runner, prepare, prepare_after
         self._log = log or _log
         self._lock = threading.Lock()
         self._progress = Progress()
@@ -204,6 +207,8 @@ class PipelineJob:
             run = self._runner(request, progress=self._on_progress)
             self.run = run
             self._on_progress("results", 1.0, "Preparing the views")
+            if self._prepare_after is not None:
+                self._prepare_after.wait()
             preparing = time.perf_counter()
             self.result = self._prepare(run) if self._prepare else run
             self._done["views"] = time.perf_counter() - preparing
@@ -292,12 +297,13 @@ def archived_run(run_dir: str, prepare: Callable):
         return _OPEN[run_dir]
 
 
-def process_job(settings: Settings, prepare: Callable | None = None) -> PipelineJob:
+def process_job(settings: Settings, prepare: Callable | None = None,
+                prepare_after: threading.Event | None = None) -> PipelineJob:
     """The one job of this server process, started on first use (every session shares it)."""
     global _JOB
     with _JOB_LOCK:
         if _JOB is None:
-            _JOB = PipelineJob(settings, prepare=prepare).start()
+            _JOB = PipelineJob(settings, prepare=prepare, prepare_after=prepare_after).start()
         elif _JOB.settings != settings:
             _log("ECG dashboard: sessions asked for different settings; keeping the first run's")
         return _JOB

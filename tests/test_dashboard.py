@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -730,3 +731,36 @@ def test_strip_draws_every_lead_of_a_multi_lead_recording(tmp_path):
     first = int(np.ceil(10.0 * shared.fs))
     np.testing.assert_allclose(chart.samples.data["y"][1][1:-1] - chart.offsets[1], leads[first:first + len(
         chart.samples.data["y"][1]) - 2, 0], atol=1e-5)               # float32 sums with the band's offset
+
+
+def test_the_launcher_starts_the_pipeline_before_panel_is_imported(tmp_path):
+    """`python -m dashboard` (what ./run.sh serves with) runs the job while Panel imports, and the
+    job prepares the views only once the dashboard is imported."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(f"""
+        import sys
+        from dashboard.__main__ import split_arguments, start_pipeline
+        from dashboard import startup
+        assert split_arguments(["--port", "1", "--args", "--device", "cpu"]) == (["--port", "1"], ["--device", "cpu"])
+        imported = start_pipeline(["--device", "cpu", "--samples", "300000", "--epochs", "2", "--out", {str(tmp_path)!r}])
+        assert "panel" not in sys.modules and "bokeh" not in sys.modules, "Panel was imported before the job"
+        import time
+        job, deadline = startup._JOB, time.time() + 120
+        while job.run is None and time.time() < deadline:     # the run is done, the views wait
+            time.sleep(0.05)
+        time.sleep(0.2)
+        assert job.run is not None and job.result is None and job.snapshot().state == "running", job.snapshot()
+        from dashboard import app
+        imported.set()
+        ready = job.wait(60)
+        assert ready.state == "ready", ready
+        assert type(job.result).__name__ == "SharedRun" and app.startup.process_job(job.settings) is job
+        assert start_pipeline(["--archive", "x"]) is None and start_pipeline(["--samples", "-1"]) is None
+        print("ok")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
