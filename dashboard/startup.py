@@ -151,11 +151,13 @@ class PipelineJob:
 
     def __init__(self, settings: Settings, runner: Callable = run_pipeline,
                  prepare: Callable | None = None, log: Callable[[str], None] | None = None,
-                 prepare_after: threading.Event | None = None):
-        """``prepare_after``: an event the job waits for between the run and ``prepare`` (what
-        ``prepare`` imports is being imported by another thread)."""
+                 hold: threading.Event | None = None):
+        """``hold``: an event the job waits for before it computes a run (rather than read it from
+        the cache) and before ``prepare``: the server importing Panel and the dashboard in another
+        thread, which computing would compete with for the interpreter, and whose modules
+        ``prepare`` uses (see ``python -m dashboard``)."""
         self.settings = settings
-        self._runner, self._prepare, self._prepare_after = runner, prepare, prepare_after
+        self._runner, self._prepare, self._hold = runner, prepare, hold
         self._log = log or _log
         self._lock = threading.Lock()
         self._progress = Progress()
@@ -207,8 +209,8 @@ class PipelineJob:
             run = self._runner(request, progress=self._on_progress)
             self.run = run
             self._on_progress("results", 1.0, "Preparing the views")
-            if self._prepare_after is not None:
-                self._prepare_after.wait()
+            if self._hold is not None:
+                self._hold.wait()
             preparing = time.perf_counter()
             self.result = self._prepare(run) if self._prepare else run
             self._done["views"] = time.perf_counter() - preparing
@@ -252,6 +254,8 @@ class PipelineJob:
                 message=message if message and message != label else "",
                 stage_fraction=min(max(float(fraction), 0.0), 1.0),
                 overall=self._overall(stage, fraction), done=self._done_tuple())
+        if self._hold is not None and stage not in CACHED_STAGES:
+            self._hold.wait()          # the run must be computed: not before the server's imports
 
     def _overall(self, stage: str, fraction: float) -> float:
         order = list(STAGES)
@@ -298,12 +302,12 @@ def archived_run(run_dir: str, prepare: Callable):
 
 
 def process_job(settings: Settings, prepare: Callable | None = None,
-                prepare_after: threading.Event | None = None) -> PipelineJob:
+                hold: threading.Event | None = None) -> PipelineJob:
     """The one job of this server process, started on first use (every session shares it)."""
     global _JOB
     with _JOB_LOCK:
         if _JOB is None:
-            _JOB = PipelineJob(settings, prepare=prepare, prepare_after=prepare_after).start()
+            _JOB = PipelineJob(settings, prepare=prepare, hold=hold).start()
         elif _JOB.settings != settings:
             _log("ECG dashboard: sessions asked for different settings; keeping the first run's")
         return _JOB

@@ -733,34 +733,46 @@ def test_strip_draws_every_lead_of_a_multi_lead_recording(tmp_path):
         chart.samples.data["y"][1]) - 2, 0], atol=1e-5)               # float32 sums with the band's offset
 
 
-def test_the_launcher_starts_the_pipeline_before_panel_is_imported(tmp_path):
-    """`python -m dashboard` (what ./run.sh serves with) runs the job while Panel imports, and the
-    job prepares the views only once the dashboard is imported."""
+def test_the_launcher_reads_a_cached_run_before_panel_is_imported(tmp_path):
+    """`python -m dashboard` (what ./run.sh serves with) reads a cached run while Panel imports; a
+    run to compute, and the views, wait until the dashboard is imported."""
     import subprocess
     import sys
     import textwrap
 
     script = textwrap.dedent(f"""
-        import sys
+        import sys, time
         from dashboard.__main__ import split_arguments, start_pipeline
         from dashboard import startup
+        from pipeline.run import run_pipeline
         assert split_arguments(["--port", "1", "--args", "--device", "cpu"]) == (["--port", "1"], ["--device", "cpu"])
-        imported = start_pipeline(["--device", "cpu", "--samples", "300000", "--epochs", "2", "--out", {str(tmp_path)!r}])
-        assert "panel" not in sys.modules and "bokeh" not in sys.modules, "Panel was imported before the job"
-        import time
-        job, deadline = startup._JOB, time.time() + 120
-        while job.run is None and time.time() < deadline:     # the run is done, the views wait
-            time.sleep(0.05)
-        time.sleep(0.2)
-        assert job.run is not None and job.result is None and job.snapshot().state == "running", job.snapshot()
+        args = ["--device", "cpu", "--samples", "300000", "--epochs", "2", "--out", {str(tmp_path)!r}]
+        run_pipeline(startup.settings_from(args).request)                  # fills the cache
+
+        def until(condition):
+            deadline = time.time() + 120
+            while not condition() and time.time() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.2)
+
+        imported = start_pipeline(args)
+        cached = startup._JOB
+        until(lambda: cached.run is not None)
+        assert cached.run.cached and cached.result is None, cached.snapshot()
+        startup._JOB = None
+        imported_too = start_pipeline(args + ["--no-cache"])
+        computed = startup._JOB
+        until(lambda: computed.snapshot().stage not in ("", "hash"))
+        assert computed.snapshot().stage == "load" and computed.snapshot().stage_fraction == 0, computed.snapshot()
+        assert "panel" not in sys.modules and "bokeh" not in sys.modules, "Panel was imported"
         from dashboard import app
-        imported.set()
-        ready = job.wait(60)
-        assert ready.state == "ready", ready
-        assert type(job.result).__name__ == "SharedRun" and app.startup.process_job(job.settings) is job
+        imported.set(), imported_too.set()
+        assert cached.wait(60).state == "ready" and type(cached.result).__name__ == "SharedRun"
+        assert computed.wait(120).state == "ready" and not computed.run.cached
+        assert app.startup.process_job(computed.settings) is computed
         assert start_pipeline(["--archive", "x"]) is None and start_pipeline(["--samples", "-1"]) is None
         print("ok")
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=400,
                           cwd=Path(__file__).resolve().parent.parent)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
