@@ -35,7 +35,7 @@ CACHED_WAIT_S = 5.0        # the longest a new page waits while the job looks fo
                            # takes ~0.5 s; hashing a large new input can take seconds
 
 # Rough share of a first (uncached) run's time spent in each stage, for one overall progress bar.
-STAGE_WEIGHTS = {"synth": 8, "hash": 1, "warmup": 4, "load": 3, "wavelet": 2, "peaks": 1, "lengths": 0.5,
+STAGE_WEIGHTS = {"synth": 8, "hash": 1, "setup": 2, "warmup": 4, "load": 3, "wavelet": 2, "peaks": 1, "lengths": 0.5,
                  "embed": 2, "train": 70, "score": 4, "families": 2, "results": 3}
 
 

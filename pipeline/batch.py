@@ -503,7 +503,8 @@ ARCHIVE_COLUMNS: dict[str, tuple[str, str]] = {
     "device": ("string", "gpu | cpu"),
     "segmentation_s": ("float64", "Ricker + NMS + lengths + embedding time, s"),
     **{f"time_{stage}_s": ("float64", f"stage time of the computation that made the run: {stage}, s")
-       for stage in ("hash", "warmup", "load", "wavelet", "peaks", "lengths", "embed", "train", "score", "results")},
+       for stage in ("hash", "setup", "warmup", "load", "wavelet", "peaks", "lengths", "embed", "train", "score",
+                     "results")},
     "wall_s": ("float64", "time of this recording's task on its worker in this batch (a cached run: the cache check)"),
     "worker": ("string", "Dask worker that ran it"),
     "finished": ("string", "UTC time the task ended (ISO 8601)"),

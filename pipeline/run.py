@@ -31,6 +31,7 @@ DEFAULT_SAMPLES = {"gpu": 20_000_000, "cpu": 2_000_000}
 STAGES = {
     "synth": "Synthesising the default recording",
     "hash": "Hashing the input",
+    "setup": "Setting up threads and GPU memory",
     "warmup": "Compiling kernels",
     "load": "Loading",
     "wavelet": "Ricker response",
@@ -86,9 +87,10 @@ def run_pipeline(request: RunRequest = RunRequest(), progress: Progress | None =
         stages.notify("results", 1.0, f"cached run {cached}")
         return results.load_run(cached)
 
-    threads.limit_threads()
-    if device == "gpu":
-        backend.use_rmm_pool()
+    with stages("setup"):       # imports Numba (and RMM): the first thing a run to compute does
+        threads.limit_threads()
+        if device == "gpu":
+            backend.use_rmm_pool()
     if request.warm_up:
         with stages("warmup"), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # Numba's low-occupancy notes about the small warm-up grids
