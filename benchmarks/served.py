@@ -47,8 +47,8 @@ def chromium_version() -> str | None:
 def server_command(port: int, app_args: list[str], python: str = sys.executable,
                    serve_args: list[str] = ()) -> list[str]:
     """``serve_args`` are extra ``panel serve`` options (e.g. ``--unused-session-lifetime``)."""
-    return [python, "-m", "dashboard", "--address", "127.0.0.1", "--port", str(port),
-            "--allow-websocket-origin", f"127.0.0.1:{port}", "--num-procs", "1", *serve_args,
+    return [python, "-m", "panel", "serve", "dashboard/app.py", "--address", "127.0.0.1", "--port", str(port),
+            "--allow-websocket-origin", f"127.0.0.1:{port}", "--num-procs", "1", "--warm", *serve_args,
             "--args", *app_args]
 
 

@@ -150,14 +150,9 @@ class PipelineJob:
     """
 
     def __init__(self, settings: Settings, runner: Callable = run_pipeline,
-                 prepare: Callable | None = None, log: Callable[[str], None] | None = None,
-                 hold: threading.Event | None = None):
-        """``hold``: an event the job waits for before it computes a run (rather than read it from
-        the cache) and before ``prepare``: the server importing Panel and the dashboard in another
-        thread, which computing would compete with for the interpreter, and whose modules
-        ``prepare`` uses (see ``python -m dashboard``)."""
+                 prepare: Callable | None = None, log: Callable[[str], None] | None = None):
         self.settings = settings
-        self._runner, self._prepare, self._hold = runner, prepare, hold
+        self._runner, self._prepare = runner, prepare
         self._log = log or _log
         self._lock = threading.Lock()
         self._progress = Progress()
@@ -209,8 +204,6 @@ class PipelineJob:
             run = self._runner(request, progress=self._on_progress)
             self.run = run
             self._on_progress("results", 1.0, "Preparing the views")
-            if self._hold is not None:
-                self._hold.wait()
             preparing = time.perf_counter()
             self.result = self._prepare(run) if self._prepare else run
             self._done["views"] = time.perf_counter() - preparing
@@ -254,8 +247,6 @@ class PipelineJob:
                 message=message if message and message != label else "",
                 stage_fraction=min(max(float(fraction), 0.0), 1.0),
                 overall=self._overall(stage, fraction), done=self._done_tuple())
-        if self._hold is not None and stage not in CACHED_STAGES:
-            self._hold.wait()          # the run must be computed: not before the server's imports
 
     def _overall(self, stage: str, fraction: float) -> float:
         order = list(STAGES)
@@ -301,13 +292,12 @@ def archived_run(run_dir: str, prepare: Callable):
         return _OPEN[run_dir]
 
 
-def process_job(settings: Settings, prepare: Callable | None = None,
-                hold: threading.Event | None = None) -> PipelineJob:
+def process_job(settings: Settings, prepare: Callable | None = None) -> PipelineJob:
     """The one job of this server process, started on first use (every session shares it)."""
     global _JOB
     with _JOB_LOCK:
         if _JOB is None:
-            _JOB = PipelineJob(settings, prepare=prepare, hold=hold).start()
+            _JOB = PipelineJob(settings, prepare=prepare).start()
         elif _JOB.settings != settings:
             _log("ECG dashboard: sessions asked for different settings; keeping the first run's")
         return _JOB

@@ -87,7 +87,7 @@ def run_pipeline(request: RunRequest = RunRequest(), progress: Progress | None =
         stages.notify("results", 1.0, f"cached run {cached}")
         return results.load_run(cached)
 
-    with stages("setup"):       # imports Numba (and RMM): the first thing a run to compute does
+    with stages("setup"):       # imports Numba (and RMM on a GPU): 1-1.7 s of a cold start on the H200
         threads.limit_threads()
         if device == "gpu":
             backend.use_rmm_pool()

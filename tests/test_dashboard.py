@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -731,48 +730,3 @@ def test_strip_draws_every_lead_of_a_multi_lead_recording(tmp_path):
     first = int(np.ceil(10.0 * shared.fs))
     np.testing.assert_allclose(chart.samples.data["y"][1][1:-1] - chart.offsets[1], leads[first:first + len(
         chart.samples.data["y"][1]) - 2, 0], atol=1e-5)               # float32 sums with the band's offset
-
-
-def test_the_launcher_reads_a_cached_run_before_panel_is_imported(tmp_path):
-    """`python -m dashboard` (what ./run.sh serves with) reads a cached run while Panel imports; a
-    run to compute, and the views, wait until the dashboard is imported."""
-    import subprocess
-    import sys
-    import textwrap
-
-    script = textwrap.dedent(f"""
-        import sys, time
-        from dashboard.__main__ import split_arguments, start_pipeline
-        from dashboard import startup
-        from pipeline.run import run_pipeline
-        assert split_arguments(["--port", "1", "--args", "--device", "cpu"]) == (["--port", "1"], ["--device", "cpu"])
-        args = ["--device", "cpu", "--samples", "300000", "--epochs", "2", "--out", {str(tmp_path)!r}]
-        run_pipeline(startup.settings_from(args).request)                  # fills the cache
-
-        def until(condition):
-            deadline = time.time() + 120
-            while not condition() and time.time() < deadline:
-                time.sleep(0.05)
-            time.sleep(0.2)
-
-        imported = start_pipeline(args)
-        cached = startup._JOB
-        until(lambda: cached.run is not None)
-        assert cached.run.cached and cached.result is None, cached.snapshot()
-        startup._JOB = None
-        imported_too = start_pipeline(args + ["--no-cache"])
-        computed = startup._JOB
-        until(lambda: computed.snapshot().stage not in ("", "hash"))
-        assert computed.snapshot().stage == "load" and computed.snapshot().stage_fraction == 0, computed.snapshot()
-        assert "panel" not in sys.modules and "bokeh" not in sys.modules, "Panel was imported"
-        from dashboard import app
-        imported.set(), imported_too.set()
-        assert cached.wait(60).state == "ready" and type(cached.result).__name__ == "SharedRun"
-        assert computed.wait(120).state == "ready" and not computed.run.cached
-        assert app.startup.process_job(computed.settings) is computed
-        assert start_pipeline(["--archive", "x"]) is None and start_pipeline(["--samples", "-1"]) is None
-        print("ok")
-    """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=400,
-                          cwd=Path(__file__).resolve().parent.parent)
-    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
