@@ -36,6 +36,7 @@ from bokeh.protocol.receiver import Receiver
 from bokeh.util.token import generate_jwt_token, generate_session_id
 
 BRUSH_TYPE = "dashboard.charts.Brush"
+DASHBOARD_MARKER = "ecg-version"      # a model of the dashboard (the selection version it shows)
 MAX_MESSAGE = 200 * 1024 * 1024
 
 
@@ -92,8 +93,11 @@ class ProtocolSession:
     # ------------------------------------------------------------------ open and close
     async def open(self, timeout: float = 120.0) -> dict:
         """Connect (the server builds the session's page), pull the document, tell the server the
-        page is ready. Returns seconds: ``connect_s`` (websocket + ACK), ``pull_s`` (the pull),
-        ``total_s``, and the document's ``models`` and ``bytes``."""
+        page is ready, and wait for the dashboard (a page is sent with a line saying it is being
+        built, and the dashboard follows as soon as the page is ready; see
+        ``dashboard.app.App._build_once_shown``). Returns seconds: ``connect_s`` (websocket + ACK),
+        ``pull_s`` (the pull), ``total_s`` (until the document holds the dashboard), and the
+        pulled document's ``models`` and ``bytes``."""
         from tornado.httpclient import HTTPRequest
         from tornado.websocket import websocket_connect
 
@@ -129,10 +133,13 @@ class ProtocolSession:
             raise SessionError(f"pull failed: {reply.content.get('text')}")
         reply.push_to_document(self.doc)
         pulled = time.perf_counter()
+        models = len(self.doc.models)
         self._reader = asyncio.create_task(self._read_forever())
         await self.send_event(DocumentReady())
-        return {"connect_s": connected - started, "pull_s": pulled - connected, "total_s": pulled - started,
-                "models": len(self.doc.models), "bytes": nbytes}
+        shown = (await self.wait_for(lambda: self.doc.get_model_by_name(DASHBOARD_MARKER) is not None, pulled,
+                                     timeout, quiet=0.0)).satisfied_at
+        return {"connect_s": connected - started, "pull_s": pulled - connected, "total_s": shown - started,
+                "models": models, "bytes": nbytes}
 
     async def close(self) -> None:
         if self._socket is not None:

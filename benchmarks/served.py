@@ -143,24 +143,6 @@ def register_panel_models() -> None:
             importlib.import_module(f"panel.models.{module.name}")
 
 
-def pull_dashboard(url: str) -> dict:
-    """Pull a fresh session's document; describe it (needs the dashboard, not the progress view)."""
-    from bokeh.client import pull_session
-    from bokeh.models import Plot
-
-    register_panel_models()
-    started = time.perf_counter()
-    with pull_session(url=url) as session:
-        doc = session.document
-        models = list(doc.models)
-        classes = {c for m in models for c in (getattr(m, "css_classes", None) or [])}
-        return {"seconds": time.perf_counter() - started, "models": len(models),
-                "plots": sum(1 for _ in doc.select({"type": Plot})),
-                "signal_figure": doc.get_model_by_name("ecg-signal") is not None,
-                "dashboard": "ecg-dashboard" in classes, "error": "ecg-error" in classes,
-                "views": sorted(c[len("ecg-view-"):] for c in classes if c.startswith("ecg-view-"))}
-
-
 def http_get(url: str, timeout: float = 60.0) -> tuple[int, int]:
     with urllib.request.urlopen(url, timeout=timeout) as response:
         return response.status, len(response.read())

@@ -289,6 +289,34 @@ def _lengths_brushed(browser, server) -> Page:
     return page
 
 
+def test_a_later_visitor_gets_the_page_first_and_the_dashboard_once_it_is_shown(server, browser):
+    """Once a server's first page is up, a visitor's page goes out without waiting for the ~400
+    models of a dashboard (a line says it is being built), and the dashboard follows as soon as
+    the page says it is ready, as a browser's does."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from benchmarks.bokeh_session import ProtocolSession
+
+    page = Page(browser, server.url)        # the server's pages so far may all have been progress views
+    try:
+        page.wait_dashboard()
+    finally:
+        page.close()
+
+    async def visit():
+        session = ProtocolSession(server.url)
+        opened = await session.open(UPDATE_S)
+        try:
+            return opened, len(session.doc.models), session.doc.get_model_by_name("ecg-signal") is not None
+        finally:
+            await session.close()
+
+    with ThreadPoolExecutor(1) as thread:     # Playwright's sync API holds this thread's event loop
+        opened, models, has_signal = thread.submit(lambda: asyncio.run(visit())).result()
+    assert opened["models"] < 40 < 300 < models and has_signal, (opened, models)
+
+
 def test_labels_show_in_the_table_survive_a_restart_and_export_to_wfdb(browser, tmp_path):
     import wfdb
 
