@@ -272,13 +272,17 @@ def load_test(url: str, beats, n_sessions: int, brushes: int, seed: int, timeout
     ``SESSIONS_PER_CLIENT`` sessions each: one Python process reading and applying every session's
     patches (~160 KB each) was itself the slowest part of a 20-session test, and counted its own
     queue as the server's latency (see ``SESSIONS_PER_CLIENT``). Each session brushes one chart
-    ``brushes`` times; its count is checked against what its own brushes select."""
+    ``brushes`` times, all of them starting once every session is open; its count is checked
+    against what its own brushes select."""
     import concurrent.futures
     import multiprocessing
 
     groups = [list(g) for g in np.array_split(np.arange(n_sessions), -(-n_sessions // SESSIONS_PER_CLIENT))]
-    jobs = [(url, beats, group, brushes, seed, timeout_s) for group in groups]
-    with concurrent.futures.ProcessPoolExecutor(len(groups), mp_context=multiprocessing.get_context("spawn")) as pool:
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager, \
+            concurrent.futures.ProcessPoolExecutor(len(groups), mp_context=context) as pool:
+        opened = manager.Barrier(len(groups))     # every session open before any brushes
+        jobs = [(url, beats, group, brushes, seed, timeout_s, opened) for group in groups]
         parts = list(pool.map(_load_client, jobs))
     merged = {key: [x for part in parts for x in part[key]] for key in ("latencies", "failed", "errors", "mismatches")}
     brushes_timed = [(client, *b) for client, part in enumerate(parts) for b in part["brushes"]]
@@ -311,11 +315,11 @@ def stalls(brushes: list, factor: float = 4.0) -> dict:
 def _load_client(job) -> dict:
     """One worker process of :func:`load_test`: its sessions ``ks`` (global numbers: each picks its
     chart and random brushes from its number)."""
-    url, beats, ks, brushes, seed, timeout_s = job
-    return asyncio.run(_load_sessions(url, beats, [int(k) for k in ks], brushes, seed, timeout_s))
+    url, beats, ks, brushes, seed, timeout_s, opened = job
+    return asyncio.run(_load_sessions(url, beats, [int(k) for k in ks], brushes, seed, timeout_s, opened))
 
 
-async def _load_sessions(url: str, beats, ks: list, brushes: int, seed: int, timeout_s: float) -> dict:
+async def _load_sessions(url: str, beats, ks: list, brushes: int, seed: int, timeout_s: float, opened_all) -> dict:
     from benchmarks import inprocess, interaction
     from benchmarks.bokeh_session import ProtocolSession, SessionError
 
@@ -324,6 +328,9 @@ async def _load_sessions(url: str, beats, ks: list, brushes: int, seed: int, tim
     failures = [f"open: {type(o).__name__}: {o}" for o in opened if isinstance(o, BaseException)]
     live = [(k, s) for (k, s), o in zip(sessions.items(), opened) if not isinstance(o, BaseException)]
     latencies, timed, mine = [], [], {k: {} for k in ks}
+    # The brushes start together once every client's sessions are open: brushes sent while other
+    # clients' sessions are still being built would wait for those builds and time session opens.
+    await asyncio.get_running_loop().run_in_executor(None, opened_all.wait, timeout_s)
 
     async def brushing(k, session):
         rng = np.random.default_rng([seed, k])
