@@ -14,6 +14,7 @@ dashboard.page.layout : the dashboard body.
 """
 from __future__ import annotations
 
+import base64
 import contextlib
 import gc
 import importlib.util
@@ -337,7 +338,15 @@ def serve_page(argv: list[str] | None = None) -> App:
     return App(job=startup.process_job(settings, prepare=prepare(settings)))
 
 
-pn.extension(notifications=False, sizing_mode="stretch_width", raw_css=[PAGE_CSS])
+def speedups_script() -> str:
+    """``assets/bokeh_speedups.js`` (what it removes and why: its header) as a ``data:`` URL: Panel
+    puts ``js_files`` right after BokehJS's scripts, and a served app has no static folder of its own."""
+    code = (ASSETS / "bokeh_speedups.js").read_bytes()
+    return "data:text/javascript;base64," + base64.b64encode(code).decode()
+
+
+pn.extension(notifications=False, sizing_mode="stretch_width", raw_css=[PAGE_CSS],
+             js_files={"ecg-bokeh-speedups": speedups_script()})
 # Bokeh checks every new session's document model by model (~80 ms of a ~0.9 s session on two
 # cores) and only logs what it finds; the page's integrity is a test's job
 # (tests/test_dashboard.py), not each visitor's.

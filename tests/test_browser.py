@@ -317,6 +317,60 @@ def test_a_later_visitor_gets_the_page_first_and_the_dashboard_once_it_is_shown(
     assert opened["models"] < 40 < 300 < models and has_signal, (opened, models)
 
 
+MODEL_INDEX_JS = """() => {
+    const doc = Bokeh.documents[0];
+    const ids = () => [...doc._all_models.keys()].sort().join(',');
+    const kept = ids();
+    doc._recompute_all_models();          // BokehJS's own full walk, which the speedups skip
+    return {skipped: window.ecgBokehSpeedups.skipped_walks, exact: ids() === kept, models: doc._all_models.size};
+}"""
+
+CSS_VARIABLES_JS = """() => {
+    const {original} = window.ecgBokehSpeedups;
+    const {VisualProperties} = Bokeh.require('core/visuals/visual');
+    let looked = 0;
+    const defined = [];
+    for (const view of Bokeh.documents[0].views_manager.all_views()) {
+        for (const visual of view.visuals || []) {
+            if (!(visual instanceof VisualProperties)) continue;
+            for (const attr of visual.attrs) {
+                const name = attr.replaceAll('_', '-'), value = original.get_css_value.call(visual, name);
+                looked += 1;
+                if (value !== '') defined.push(`${visual.css_prefix}${name}: ${value}`);
+            }
+        }
+    }
+    return {looked, defined};
+}"""
+
+
+def test_the_bokeh_speedups_keep_the_page_as_bokeh_would_draw_it(server, browser):
+    """assets/bokeh_speedups.js skips BokehJS's walk of every model after a patch that brings no
+    new model, and its lookup of CSS variables for every visual property. Both must be exact: after
+    brushes (data-only patches) and a tab opened (a patch of new models), BokehJS's own walk finds
+    the same models as the page's index; and the page defines no ``--bk-*`` variable that the
+    original lookup would have found."""
+    page = Page(browser, server.url)
+    try:
+        page.wait_dashboard()
+        total = page.count()
+        page.brush("scores", 0.18, 0.4)
+        page.wait_until(lambda: page.count() < total, "the brush")
+        page.page.locator(".bk-tab", has_text="Families").first.click()
+        page.page.locator(".ecg-view-families .slick-row").first.wait_for(timeout=UPDATE_S * 1000)
+        version = page.version()
+        page.double_click("scores")
+        page.wait_until(lambda: page.version() != version, "the brush to clear")
+
+        index = page.page.evaluate(MODEL_INDEX_JS)
+        assert index["skipped"] >= 2 and index["exact"] and index["models"] > 300, index
+        css = page.page.evaluate(CSS_VARIABLES_JS)
+        assert css["looked"] > 500 and not css["defined"], css
+        assert not page.errors, "\n".join(page.errors)
+    finally:
+        page.close()
+
+
 def test_labels_show_in_the_table_survive_a_restart_and_export_to_wfdb(browser, tmp_path):
     import wfdb
 
