@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import re
 import time
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ class BrowserPage:
 
     def __init__(self, context, page):
         self.context, self.page = context, page
+        self._jitter = random.Random(0)
         self.errors: list[str] = []
         page.on("console", lambda m: self.errors.append(f"console: {m.text}") if m.type == "error" else None)
         page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
@@ -199,6 +201,23 @@ class BrowserPage:
         before = await self._versions()
         await self._drag(points)
         return await self._wait_version_painted(before, ("mouseup", "pointerup"), f"brush {view}", timeout_s)
+
+    async def brush_values(self, view: str, x: tuple[float, float], y: tuple[float, float] | None = None,
+                           timeout_s: float = 60.0) -> Gesture:
+        """:meth:`brush` over the data range ``x`` (and ``y`` on a plane), kept inside the plot frame."""
+        geometry = await self.frame_geometry(view, xs=x, ys=y or ())
+        frame = geometry["frame"]
+
+        def inside(fractions) -> tuple[float, float]:
+            # A varied margin: two spans beyond the same edges must not give the same drag (it would
+            # change nothing). At least 3 % wide: a drag, not a click.
+            edge = 0.01 + 0.03 * self._jitter.random()
+            lo, hi = sorted(min(max(f, edge), 1 - edge) for f in fractions)
+            return (lo, max(hi, lo + 0.03)) if lo < 0.95 else (0.95, 0.98)
+
+        fx = inside((sx - frame["x"]) / frame["width"] for sx in geometry["sx"])
+        fy = inside((sy - frame["y"]) / frame["height"] for sy in geometry["sy"]) if y else (0.5, 0.5)
+        return await self.brush(view, fx, fy, timeout_s=timeout_s)
 
     async def clear(self, view: str, timeout_s: float = 60.0) -> Gesture:
         """Double-click a chart (clears its brush); time the double-click → repaint."""

@@ -12,9 +12,10 @@ measures, each kind warmed up and then repeated:
 1. **session open** over several fresh browser contexts: navigation → first paint (the paint
    timing API) → every view populated (the selection-version marker exists, the Bokeh document
    is idle, every chart the board draws has drawn and the outlier table shows rows), and its paint;
-2. **brushes**: ``--brushes`` real mouse drags on each linked chart (varied ranges; a double-click
+2. **brushes**: ``--brushes`` real mouse drags on each linked chart (varied ranges where the beats
+   are, so that the four brushes together still select some: :func:`brush_span`; a double-click
    clears now and then), each from the mouse-up to every affected view repainted (the version
-   marker changed, then two animation frames);
+   marker changed, then two animation frames), and how many beats each left selected;
 3. **zoom/pan**: ``--gestures`` wheel zooms and drags of the recording, each from the last wheel
    event or the mouse-up to the picture of the new window painted (a Datashader raster, or the raw
    samples of a deep zoom);
@@ -246,22 +247,39 @@ async def measure_opens(browser, url: str, n: int, timeout_s: float) -> dict:
             "per_open": timings, "console_errors": errors}
 
 
-async def measure_brushes(page, n: int, rng, timeout_s: float) -> tuple[dict, list]:
-    """``n`` brushes on each linked chart (interleaved, varied ranges), a double-click clear of
-    each every 10th round and after the last; then ``n // 5`` clicks on a family's row (the families
-    panel's selection, the other way a beat view filters every view)."""
+def brush_span(view: str, beats, rng) -> dict:
+    """A drag where the chart shows beats, in data units: between two quantiles of the chart's
+    column (each axis of a plane), the lower drawn from 0–45 %, the upper from 55–100 %. One chart
+    alone then selects 10–100 % of the beats, and the four charts' brushes together still select
+    some most of the time, as a user's do; drags anywhere in a chart (:func:`brush_fractions`) left
+    the four brushes' intersection empty after the first round (no markers, an empty table)."""
+    from dashboard.spec import VIEWS
+
+    span = {}
+    for axis, column in zip(("x", "y"), VIEWS[view].brush):
+        quantiles = (rng.uniform(0.0, 0.45), rng.uniform(0.55, 1.0))
+        span[axis] = tuple(float(v) for v in np.nanquantile(beats[column].to_numpy(dtype=np.float64), quantiles))
+    return span
+
+
+async def measure_brushes(page, beats, n: int, rng, timeout_s: float) -> tuple[dict, list, list]:
+    """``n`` brushes on each linked chart (interleaved, ranges where the beats are), a double-click
+    clear of each every 10th round and after the last; then ``n // 5`` clicks on a family's row (the
+    families panel's selection, the other way a beat view filters every view). Also returns the
+    number of beats each timed brush left selected."""
     from benchmarks.browser_session import GestureError
 
     samples: dict[str, list] = {}
-    failures = []
+    failures, selected = [], []
     for view in LINKED:                                   # untimed warm-up of each chart's path
         await page.brush(view, **brush_fractions(view, rng), timeout_s=timeout_s)
         await page.clear(view, timeout_s=timeout_s)
     for i in range(n):
         for view in LINKED:
             try:
-                g = await page.brush(view, **brush_fractions(view, rng), timeout_s=timeout_s)
+                g = await page.brush_values(view, **brush_span(view, beats, rng), timeout_s=timeout_s)
                 samples.setdefault(g.kind, []).append(g.latency_ms)
+                selected.append(await page.count())
             except GestureError as err:
                 failures.append(str(err))
             await asyncio.sleep(0.1)
@@ -282,7 +300,7 @@ async def measure_brushes(page, n: int, rng, timeout_s: float) -> tuple[dict, li
         except GestureError as err:
             failures.append(str(err))
         await asyncio.sleep(0.1)
-    return samples, failures
+    return samples, failures, selected
 
 
 def next_gesture(window, duration_s: float, step: int, rng) -> tuple[str, float]:
@@ -357,8 +375,12 @@ async def browser_parts(args, server, beats, report: dict, save) -> None:
                     await page.open(server.url, timeout_s)
                     if "brush" in args.parts:
                         print(f"brushes × {args.brushes} on each of {', '.join(LINKED)}…", flush=True)
-                        samples, failures = await measure_brushes(page, args.brushes, rng, timeout_s)
+                        samples, failures, selected = await measure_brushes(page, beats, args.brushes, rng,
+                                                                            timeout_s)
                         section["brushes"] = {kind: stats.summary(v) for kind, v in samples.items()}
+                        section["brush_selected_beats"] = {"median": float(np.median(selected)) if selected else None,
+                                                           "empty": sum(1 for c in selected if c == 0),
+                                                           "n": len(selected), "of": len(beats)}
                         section["brushes"]["all brushes"] = stats.summary(
                             [x for kind, v in samples.items() if kind.startswith("brush") for x in v])
                         section["brush_failures"] = failures

@@ -106,6 +106,10 @@ def markdown(report: dict) -> str:
         for label, s in browser.get("zoom", {}).items():
             lines.append(_row(f"{label} → new window's picture painted", s))
         lines.append("")
+        selected = browser.get("brush_selected_beats")
+        if selected and selected["n"]:
+            lines += [f"Beats selected after a timed brush: median {selected['median']:,.0f} of {selected['of']:,}; "
+                      f"{selected['empty']} of {selected['n']} brushes left none.", ""]
         failures = browser.get("brush_failures", []) + browser.get("zoom_failures", [])
         errors = browser.get("console_errors", []) + browser.get("session open", {}).get("console_errors", [])
         lines += [f"Failed gestures: {len(failures)}" + (f" ({'; '.join(failures[:5])})" if failures else "") +
