@@ -62,7 +62,7 @@ def child(policy: str, beats: Path, steps: int) -> dict:
 
     from pipeline.config import VAEConfig
     from pipeline.model import VAE
-    from pipeline.train import batch_lengths, build_step, epoch_batches, plan_training, split_train
+    from pipeline.train import Adam, batch_lengths, build_step, epoch_batches, plan_training, split_train
 
     rows = torch.from_numpy(np.load(beats))
     cfg = VAEConfig()
@@ -71,7 +71,7 @@ def child(policy: str, beats: Path, steps: int) -> dict:
     torch.manual_seed(0)
     model = VAE(rows.shape[1], cfg)
     generator = torch.Generator().manual_seed(0)
-    step = build_step(model, torch.optim.Adam(model.parameters(), lr=plan.learning_rate), train,
+    step = build_step(model, Adam(model.parameters(), lr=plan.learning_rate), train,
                       batch_lengths(len(train), plan), generator)
     full = [b for b in epoch_batches(len(train), plan, generator) if len(b) == plan.batch]  # full-length steps
 

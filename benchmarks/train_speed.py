@@ -111,7 +111,7 @@ def step_times(rows, is_train, cfg, capture: bool, steps: int) -> dict:
     torch.manual_seed(cfg.seed)
     model = VAE(rows.shape[1], cfg).to(device)
     adam = dict(fused=True, capturable=capture) if device.type == "cuda" else {}
-    optimizer = torch.optim.Adam(model.parameters(), lr=plan.learning_rate, **adam)
+    optimizer = train.Adam(model.parameters(), lr=plan.learning_rate, **adam)
     n_train = int(training.shape[0])
     generator = torch.Generator(device=device).manual_seed(1)
     step = train.build_step(model, optimizer, training, train.batch_lengths(n_train, plan), generator, capture=capture)

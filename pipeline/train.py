@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
+from torch.optim.adam import adam as adam_update
 
 from pipeline import PipelineWarning
 from pipeline.config import VAEConfig
@@ -68,6 +69,42 @@ def converged(history: list[float], cfg: VAEConfig, steps_per_epoch: int) -> boo
     return before - recent < cfg.tolerance * abs(before)
 
 
+# --------------------------------------------------------------------------- Adam
+class Adam:
+    """Adam (PyTorch's default betas and eps, no weight decay) over ``params``: the update of
+    ``torch.optim.Adam``, made by the same function (``torch.optim.adam.adam``), without that class.
+    The class imports ``torch._dynamo`` (with sympy: ~0.8 s on the H200, ~1 s on two cores) at
+    its first ``step`` and ``zero_grad``, whatever the model, and a cold server start waits for it.
+    ``state`` holds each parameter's step count and moments under ``torch.optim.Adam``'s names.
+    ``fused`` and ``capturable`` (CUDA only) mean what they mean there: a capturable Adam keeps
+    its step counts on the device, so a CUDA graph can replay the update."""
+
+    def __init__(self, params, lr: float, *, fused: bool = False, capturable: bool = False):
+        self.params = [p for p in params if p.requires_grad]
+        self.lr, self.fused, self.capturable = lr, fused, capturable
+        on_device = fused or capturable
+        self.state = {p: {"step": torch.zeros((), dtype=torch.float32, device=p.device if on_device else "cpu"),
+                          "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                          "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format)}
+                      for p in self.params}
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.zero_()
+
+    @torch.no_grad()
+    def step(self) -> None:
+        params = [p for p in self.params if p.grad is not None]
+        states = [self.state[p] for p in params]
+        adam_update(
+            params, [p.grad for p in params], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
+            [], [s["step"] for s in states], fused=self.fused or None, capturable=self.capturable,
+            amsgrad=False, beta1=0.9, beta2=0.999, lr=self.lr, weight_decay=0.0, eps=1e-8, maximize=False)
+
+
 # --------------------------------------------------------------------------- one step
 class Step:
     """The training step: ``step(index)`` runs one Adam update on ``train[index]``, drawing the
@@ -82,7 +119,7 @@ class Step:
         self.run(index)
 
 
-def build_step(model: VAE, optimizer: torch.optim.Optimizer, train: torch.Tensor, batch_sizes: Sequence[int],
+def build_step(model: VAE, optimizer: Adam | torch.optim.Adam, train: torch.Tensor, batch_sizes: Sequence[int],
                generator: torch.Generator, *, capture: bool = False, mixed_precision: bool = False) -> Step:
     """The training step on the rows of ``train``, plain or (``capture``, CUDA only) captured.
 
@@ -133,7 +170,7 @@ def build_step(model: VAE, optimizer: torch.optim.Optimizer, train: torch.Tensor
     return Step(replay, loss_sum, captured=True)
 
 
-def _capture(work: dict, model: VAE, optimizer: torch.optim.Optimizer) -> dict:
+def _capture(work: dict, model: VAE, optimizer: Adam | torch.optim.Adam) -> dict:
     """Record each ``work[size]()`` (forward, backward, Adam) as a CUDA graph with its own memory
     pool; leave the model and optimiser as they were before the warm-up."""
     initial = [p.detach().clone() for p in model.parameters()]
@@ -229,7 +266,7 @@ def _model_and_step(train: torch.Tensor, plan: TrainingPlan, cfg: VAEConfig, gen
         torch.manual_seed(cfg.seed)  # the initial weights
         model = VAE(train.shape[1], cfg).to(device)
         adam = dict(fused=True, capturable=capture) if device.type == "cuda" else {}
-        optimizer = torch.optim.Adam(model.parameters(), lr=plan.learning_rate, **adam)
+        optimizer = Adam(model.parameters(), lr=plan.learning_rate, **adam)
         try:
             step = build_step(model, optimizer, train, batch_lengths(int(train.shape[0]), plan), generator,
                               capture=capture, mixed_precision=cfg.mixed_precision)

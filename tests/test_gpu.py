@@ -195,18 +195,19 @@ def test_vae_trained_on_the_gpu_finds_the_same_outliers(beats_and_cpu_model, syn
 
 
 # --------------------------------------------------------------------------- CUDA graph training
-def _fresh_step(rows, is_train, cfg, capture):
-    """A seeded model, its Adam and a training step on the GPU (as fit_vae builds them)."""
+def _fresh_step(rows, is_train, cfg, capture, adam=None):
+    """A seeded model, its Adam (``pipeline.train.Adam`` unless ``adam`` names another class) and a
+    training step on the GPU (as fit_vae builds them)."""
     import torch
 
     from pipeline.model import VAE
-    from pipeline.train import batch_lengths, build_step, plan_training
+    from pipeline.train import Adam, batch_lengths, build_step, plan_training
 
     train_rows = rows[is_train.to(rows.device)]
     plan = plan_training(int(train_rows.shape[0]), cfg)
     torch.manual_seed(cfg.seed)
     model = VAE(rows.shape[1], cfg).to(rows.device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=plan.learning_rate, fused=True, capturable=capture)
+    optimizer = (adam or Adam)(model.parameters(), lr=plan.learning_rate, fused=True, capturable=capture)
     noise = torch.Generator(device=rows.device).manual_seed(7)  # the same draws for both kinds of step
     step = build_step(model, optimizer, train_rows, batch_lengths(int(train_rows.shape[0]), plan), noise,
                       capture=capture)
@@ -242,6 +243,28 @@ def test_captured_step_equals_plain_steps(beats_and_cpu_model):
     for a, b in zip(plain_model.parameters(), captured_model.parameters()):
         torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-4)  # ...the same way (Adam moves ~lr = 4e-3 a step)
     torch.testing.assert_close(captured.loss_sum, plain.loss_sum, rtol=1e-4, atol=0)
+
+
+def test_fused_adam_makes_torch_optim_adams_updates(beats_and_cpu_model):
+    """On the GPU, the project's fused Adam and ``torch.optim.Adam(fused=True)``, plain steps from
+    the same weights on the same batches and noise: the same weights after them."""
+    import torch
+
+    from pipeline.train import epoch_batches
+
+    _, rows, is_train, _ = beats_and_cpu_model
+    rows = rows.to("cuda")
+    cfg = VAEConfig(batch_size=64)
+    ours_model, ours, plan = _fresh_step(rows, is_train, cfg, capture=False)
+    theirs_model, theirs, _ = _fresh_step(rows, is_train, cfg, capture=False, adam=torch.optim.Adam)
+    initial = [p.detach().clone() for p in ours_model.parameters()]
+    for index in epoch_batches(int(is_train.sum()), plan, torch.Generator(device="cuda").manual_seed(3))[:8]:
+        ours(index)
+        theirs(index)
+    torch.cuda.synchronize()
+    assert max(float((p.detach() - q).abs().max()) for p, q in zip(ours_model.parameters(), initial)) > 2 * cfg.learning_rate
+    for a, b in zip(theirs_model.parameters(), ours_model.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
 
 
 def test_captured_training_finds_the_same_outliers(beats_and_cpu_model, synthetic_ecg):

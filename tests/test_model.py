@@ -10,7 +10,7 @@ from pipeline.config import SignalConfig, VAEConfig
 from pipeline.evaluate import auroc
 from pipeline.model import VAE, negative_elbo
 from pipeline.score import decode, latent_grid, score_beats
-from pipeline.train import batch_lengths, build_step, converged, epoch_batches, fit_vae, plan_training, split_train
+from pipeline.train import Adam, batch_lengths, build_step, converged, epoch_batches, fit_vae, plan_training, split_train
 
 ABNORMAL = ("V", "A", "Q")
 
@@ -171,6 +171,43 @@ def test_build_step_is_one_adam_step_on_the_indexed_rows():
     for a, b in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(a, b)
     assert step.loss_sum.item() == pytest.approx(8 * loss.item(), rel=1e-6)  # summed over the batch's rows
+
+
+def test_adam_makes_torch_optim_adams_updates():
+    """Ten steps of the project's Adam and of ``torch.optim.Adam`` from the same weights on the same
+    batches and noise: the same weights, moments and step counts."""
+    torch.manual_seed(0)
+    rows = torch.randn(64, 64)
+    model, reference = VAE(64), VAE(64)
+    reference.load_state_dict(model.state_dict())
+    ours_adam = Adam(model.parameters(), lr=3e-3)
+    ours = build_step(model, ours_adam, rows, [16], torch.Generator().manual_seed(2))
+    theirs_adam = torch.optim.Adam(reference.parameters(), lr=3e-3)
+    theirs = build_step(reference, theirs_adam, rows, [16], torch.Generator().manual_seed(2))
+    order = torch.Generator().manual_seed(1)
+    for _ in range(10):
+        index = torch.randperm(64, generator=order)[:16]
+        ours(index)
+        theirs(index)
+    for ours_p, theirs_p in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(ours_p, theirs_p, rtol=1e-6, atol=1e-7)
+        ours_state, theirs_state = ours_adam.state[ours_p], theirs_adam.state[theirs_p]
+        for key in ("step", "exp_avg", "exp_avg_sq"):
+            torch.testing.assert_close(ours_state[key], theirs_state[key], rtol=1e-6, atol=1e-9)
+    assert float(ours_adam.state[next(model.parameters())]["step"]) == 10
+
+
+def test_training_leaves_torch_dynamo_unimported():
+    """A cold start waits for every import training makes: fitting the VAE must not pull in
+    ``torch._dynamo`` (and sympy), which ``torch.optim.Adam`` imports at its first step."""
+    import subprocess
+    import sys
+
+    script = ("import sys, torch; from pipeline.config import VAEConfig; from pipeline.train import fit_vae, split_train;"
+              "rows = torch.randn(300, 64); fit_vae(rows, split_train(300, 0.75, 0), VAEConfig(epochs=2));"
+              "print(sorted(m for m in ('torch._dynamo', 'sympy') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
 
 
 def test_build_step_capture_needs_cuda():
