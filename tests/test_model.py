@@ -197,14 +197,16 @@ def test_adam_makes_torch_optim_adams_updates():
     assert float(ours_adam.state[next(model.parameters())]["step"]) == 10
 
 
-def test_training_leaves_torch_dynamo_unimported():
-    """A cold start waits for every import training makes: fitting the VAE must not pull in
-    ``torch._dynamo`` (and sympy), which ``torch.optim.Adam`` imports at its first step."""
+def test_training_leaves_torch_dynamo_unimported(device):
+    """A cold start waits for every import training makes: fitting the VAE (on the GPU: captured
+    steps) must not pull in ``torch._dynamo`` and sympy, which ``torch.optim.Adam`` imports at its
+    first step. Checked in a fresh process."""
     import subprocess
     import sys
 
     script = ("import sys, torch; from pipeline.config import VAEConfig; from pipeline.train import fit_vae, split_train;"
-              "rows = torch.randn(300, 64); fit_vae(rows, split_train(300, 0.75, 0), VAEConfig(epochs=2));"
+              f"rows = torch.randn(600, 64, device={'cuda' if device == 'gpu' else 'cpu'!r});"
+              "fit_vae(rows, split_train(600, 0.75, 0), VAEConfig(epochs=2));"
               "print(sorted(m for m in ('torch._dynamo', 'sympy') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
