@@ -29,7 +29,7 @@ import pandas as pd
 import panel as pn
 import param
 
-from pipeline import backend
+from pipeline import backend, collector
 
 BRUSH_COLUMNS = ("length_s", "z1", "z2", "score", "time_s", "rr_prev_s", "rr_next_s", "family")
 COLOUR_MODES = {"Score": "score", "Reference": "reference", "Review": "review", "Family": "family"}
@@ -215,7 +215,8 @@ class SharedRun:
         if after is not None:
             after.wait(timeout=BACKGROUND_DELAY_S)
         try:
-            self._model.set_result(self.run.model("cpu"))
+            with collector.paused():   # PyTorch's import (see pipeline.collector)
+                self._model.set_result(self.run.model("cpu"))
         except Exception as err:   # surfaces where the model is used
             self._model.set_exception(err)
 

@@ -23,7 +23,7 @@ from typing import Callable
 
 import numpy as np
 
-from pipeline import backend
+from pipeline import backend, collector
 
 LINE_RGB = (0x1D, 0x35, 0x57)   # the dashboard's signal colour
 POINTS_PER_PIXEL = 4       # the coarsest level used still has this many points per pixel column
@@ -110,7 +110,8 @@ class SignalRaster:
         def work():
             if after is not None:
                 after.wait(timeout=delay_s)
-            self.compile()
+            with collector.paused():   # Datashader's and Numba's imports (see pipeline.collector)
+                self.compile()
         threading.Thread(target=work, name="ecg-datashader-jit", daemon=True).start()
 
     @staticmethod

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
+from pipeline import collector
 from pipeline.config import SignalConfig, VAEConfig
 from pipeline.run import STAGES, RunRequest, run_pipeline
 
@@ -201,12 +202,13 @@ class PipelineJob:
         self._log(f"ECG dashboard: running the pipeline (input={request.input or 'synthetic'}, "
                   f"device={request.device}, samples={request.samples}, epochs={request.vae.epochs})")
         try:
-            run = self._runner(request, progress=self._on_progress)
-            self.run = run
-            self._on_progress("results", 1.0, "Preparing the views")
-            preparing = time.perf_counter()
-            self.result = self._prepare(run) if self._prepare else run
-            self._done["views"] = time.perf_counter() - preparing
+            with collector.paused():   # through the views' preparation too (see pipeline.collector)
+                run = self._runner(request, progress=self._on_progress)
+                self.run = run
+                self._on_progress("results", 1.0, "Preparing the views")
+                preparing = time.perf_counter()
+                self.result = self._prepare(run) if self._prepare else run
+                self._done["views"] = time.perf_counter() - preparing
         except Exception as err:  # the page shows it; the server stays up
             message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             if not isinstance(err, ValueError):
