@@ -110,10 +110,13 @@ class Step:
     """The training step: ``step(index)`` runs one Adam update on ``train[index]``, drawing the
     reparameterisation noise from the step's generator, and adds the batch's summed loss to
     ``loss_sum`` (a device scalar, read once per epoch). ``captured`` says whether it replays
-    CUDA graphs."""
+    CUDA graphs. The step holds its optimiser: captured graphs write into the optimiser's state
+    tensors, and memory freed under a graph would be handed to other tensors that the next replay
+    then overwrites."""
 
-    def __init__(self, run: Callable[[torch.Tensor], None], loss_sum: torch.Tensor, captured: bool):
-        self.run, self.loss_sum, self.captured = run, loss_sum, captured
+    def __init__(self, run: Callable[[torch.Tensor], None], loss_sum: torch.Tensor, captured: bool,
+                 optimizer: Adam | torch.optim.Adam):
+        self.run, self.loss_sum, self.captured, self.optimizer = run, loss_sum, captured, optimizer
 
     def __call__(self, index: torch.Tensor) -> None:
         self.run(index)
@@ -152,7 +155,7 @@ def build_step(model: VAE, optimizer: Adam | torch.optim.Adam, train: torch.Tens
             optimizer.zero_grad(set_to_none=True)
             update(index, torch.randn(index.shape[0], latent, generator=generator, device=device))
 
-        return Step(plain, loss_sum, captured=False)
+        return Step(plain, loss_sum, captured=False, optimizer=optimizer)
 
     if device.type != "cuda":
         raise ValueError(f"a captured training step needs a CUDA device; the rows are on {device}")
@@ -167,7 +170,7 @@ def build_step(model: VAE, optimizer: Adam | torch.optim.Adam, train: torch.Tens
         noise_buffer.normal_(generator=generator)  # eager, outside the graph: the same draw as the plain step's
         graphs[index.shape[0]].replay()
 
-    return Step(replay, loss_sum, captured=True)
+    return Step(replay, loss_sum, captured=True, optimizer=optimizer)
 
 
 def _capture(work: dict, model: VAE, optimizer: Adam | torch.optim.Adam) -> dict:
