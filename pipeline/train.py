@@ -230,7 +230,7 @@ def fit_vae(rows: torch.Tensor, is_train: torch.Tensor, cfg: VAEConfig = VAEConf
         # shapes are timed while the step is captured, in the first epoch).
         torch.backends.cudnn.benchmark = True
     generator = torch.Generator(device=device).manual_seed(cfg.seed)  # batch order and noise
-    model, optimizer, step = _model_and_step(train, plan, cfg, generator)
+    model, step = _model_and_step(train, plan, cfg, generator)
     history: list[float] = []
     model.train()
     for epoch in range(cfg.epochs):
@@ -244,7 +244,7 @@ def fit_vae(rows: torch.Tensor, is_train: torch.Tensor, cfg: VAEConfig = VAEConf
                      f"epoch {epoch + 1}/{cfg.epochs}, loss {history[-1]:.2f}" + (" (converged)" if done else ""))
         if done:
             break
-    optimizer.zero_grad(set_to_none=True)
+    step.optimizer.zero_grad(set_to_none=True)
     model.eval()
     return model, history
 
@@ -261,7 +261,7 @@ def epoch_batches(n_train: int, plan: TrainingPlan, generator: torch.Generator) 
 
 
 def _model_and_step(train: torch.Tensor, plan: TrainingPlan, cfg: VAEConfig, generator: torch.Generator):
-    """A freshly seeded model, its Adam and the step: captured on the GPU when asked, plain otherwise
+    """A freshly seeded model and its step (which holds its Adam): captured on the GPU when asked, plain otherwise
     (and, with a warning, when capture fails: the model is then rebuilt, untouched by the attempt)."""
     device = train.device
     capture = device.type == "cuda" and cfg.cuda_graph
@@ -273,7 +273,7 @@ def _model_and_step(train: torch.Tensor, plan: TrainingPlan, cfg: VAEConfig, gen
         try:
             step = build_step(model, optimizer, train, batch_lengths(int(train.shape[0]), plan), generator,
                               capture=capture, mixed_precision=cfg.mixed_precision)
-            return model, optimizer, step
+            return model, step
         except Exception as err:  # capture unsupported here (driver, allocator, library version)
             if not capture:
                 raise
