@@ -31,6 +31,7 @@ if __package__ in (None, "") and str(Path(__file__).resolve().parent.parent) not
 import panel as pn
 import param
 from bokeh.settings import settings
+from panel.io.state import set_curdoc
 
 from dashboard import startup
 from dashboard.archive import SPEC as ARCHIVE_SPEC
@@ -74,7 +75,6 @@ def warm_up(shared: SharedRun) -> float:
     (bin indexes, raster levels) and any compilation exist before the first user arrives.
     Returns the seconds it took."""
     from bokeh.document import Document
-    from panel.io.state import set_curdoc
 
     started = time.perf_counter()
     doc = Document()
@@ -216,12 +216,22 @@ class App(pn.viewable.Viewer):
                     return
             self._poll()
             if self.state not in ("ready", "error"):
-                # A session's own document polls the shared job (served pages only: without a
-                # server session there is no event loop to run it, and tests call _poll themselves).
+                # A session's own document polls the shared job for its progress (served pages
+                # only: without a server session there is no event loop to run it, and tests call
+                # _poll themselves), and is woken as soon as the job ends (Bokeh's next-tick
+                # callback is the one way another thread may reach a session's document).
                 self._callback = pn.state.add_periodic_callback(self._poll, period=POLL_MS, start=live)
+                if live:
+                    job.when_done(lambda: doc.add_next_tick_callback(lambda: self._wake(doc)))
 
     # ------------------------------------------------------------------ states
+    def _wake(self, doc) -> None:
+        with set_curdoc(doc):   # a Bokeh callback, run in the document's context as Panel's own are
+            self._poll()
+
     def _poll(self) -> None:
+        if self.state in ("ready", "error"):     # woken by the job after a poll had shown it
+            return
         progress = self.job.snapshot()
         if progress.state == "ready":
             self._stop()

@@ -14,6 +14,7 @@ dashboard.app.App : polls :meth:`PipelineJob.snapshot` and swaps the progress vi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import threading
 import time
@@ -163,6 +164,7 @@ class PipelineJob:
         self._thread: threading.Thread | None = None
         self._finished = threading.Event()
         self._computing = threading.Event()   # the run is being computed (or the job has ended)
+        self._when_done: list[Callable[[], None]] = []
         self.result = None          # what prepare returned (or the RunResult without prepare)
         self.run = None
 
@@ -188,6 +190,16 @@ class PipelineJob:
         it in the cache), or ``timeout`` passes; return the last reading."""
         self._computing.wait(timeout)
         return self.snapshot()
+
+    def when_done(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` once the job is ready or has failed: from the job's thread when it
+        ends, or at once if it has. A page that waits for the run swaps in the dashboard then,
+        rather than at its next poll (up to ``dashboard.app.POLL_MS`` later)."""
+        with self._lock:
+            if not self._finished.is_set():
+                self._when_done.append(callback)
+                return
+        callback()
 
     def snapshot(self) -> Progress:
         with self._lock:
@@ -230,8 +242,12 @@ class PipelineJob:
                                      overall=1.0 if state == "ready" else self._progress.overall,
                                      label="Ready" if state == "ready" else "Failed",
                                      done=self._done_tuple())
-        self._finished.set()
+            self._finished.set()
+            callbacks, self._when_done = self._when_done, []
         self._computing.set()
+        for callback in callbacks:
+            with contextlib.suppress(Exception):   # one closed page must not keep the others waiting
+                callback()
 
     def _on_progress(self, stage: str, fraction: float, message: str = "") -> None:
         """The pipeline's progress callback (runs in the job's thread)."""

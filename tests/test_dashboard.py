@@ -485,6 +485,37 @@ def test_waiting_for_a_cached_run_ends_once_the_run_must_be_computed():
     assert job.wait(10).state == "ready"
 
 
+@pytest.mark.parametrize("fails", [False, True])
+def test_pages_waiting_for_the_run_are_told_once_when_it_ends(fails):
+    gate = threading.Event()
+
+    def runner(request, progress):
+        progress("load", 0.0, "")
+        gate.wait(10)
+        if fails:
+            raise ValueError("no beats")
+        return _FakeRun()
+
+    job = startup.PipelineJob(startup.Settings(), runner=runner, log=lambda message: None).start()
+    told = []
+
+    def closed_page():
+        raise RuntimeError("this page's session has ended")
+
+    job.when_done(lambda: told.append(("first", threading.current_thread().name, job.snapshot().state)))
+    job.when_done(closed_page)
+    job.when_done(lambda: told.append(("second", threading.current_thread().name, job.snapshot().state)))
+    time.sleep(0.05)
+    assert told == []                                  # not while the run goes on
+    gate.set()
+    state = "error" if fails else "ready"
+    assert job.wait(10).state == state
+    assert told == [("first", "ecg-pipeline", state), ("second", "ecg-pipeline", state)]
+    job.when_done(lambda: told.append(("late", threading.current_thread().name, job.snapshot().state)))
+    assert told[-1] == ("late", threading.main_thread().name, state)   # at once, by the caller
+    assert len(told) == 3
+
+
 @pytest.mark.parametrize("error, shown", [(ValueError("no such file: /x.csv"), "no such file: /x.csv"),
                                           (RuntimeError("boom"), "RuntimeError: boom")])
 def test_progress_goes_from_running_to_error(error, shown):
