@@ -98,8 +98,6 @@ def _run(request: RunRequest, progress: Progress | None) -> results.RunResult:
         threads.limit_threads()
         if device == "gpu":
             backend.use_rmm_pool()
-    if device == "gpu" and not request.warm_up:
-        _in_background(importlib.import_module, "torch")   # while the recording loads; see _set_up_torch
     if request.warm_up:
         with stages("warmup"), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # Numba's low-occupancy notes about the small warm-up grids
@@ -123,8 +121,6 @@ def _compute(input_path: Path, request: RunRequest, device: str, stages: "_Stage
                                   default_fs=cfg.default_fs, max_gap_s=cfg.max_gap_s,
                                   min_duration_s=max(2.5, 2 * cfg.window_s))
     fs, signal = recording.fs, recording.signal
-    torch_set_up = (_in_background(_set_up_torch, cfg.window(fs), request.vae)
-                    if device == "gpu" and not request.warm_up else None)
     with stages("wavelet"):
         response = wavelet.ricker_response(signal, fs, cfg.ricker_width_s)
     with stages("peaks"):
@@ -152,10 +148,8 @@ def _compute(input_path: Path, request: RunRequest, device: str, stages: "_Stage
     from pipeline import rhythm, score, train
 
     if device == "gpu":
-        _in_background(importlib.import_module, "sklearn.cluster")   # the families stage's; see _in_background
+        _import_in_background("sklearn.cluster")     # the families stage's; see the function
     with stages("train") as report:
-        if torch_set_up is not None:
-            torch_set_up.join()
         rows = backend.to_torch(beats.rows)
         is_train = train.split_train(n_beats, request.vae.train_fraction, request.vae.seed)
         model, history = train.fit_vae(rows, is_train, request.vae, progress=report)
@@ -178,42 +172,16 @@ def _compute(input_path: Path, request: RunRequest, device: str, stages: "_Stage
                 torch_version=torch.__version__)
 
 
-def _in_background(work: Callable, *args) -> threading.Thread:
-    """Run ``work(*args)`` in a thread of its own and return the thread. For set-up that the GPU
-    run would otherwise wait for, while the interpreter is mostly idle (the GPU computes, or a
-    library's C code runs): scikit-learn's import (~1.2 s, most of the families stage of a fresh
-    server) beside training, PyTorch's (see :func:`_set_up_torch`) beside loading. A module
-    imported here is found loaded by the stage that needs it, or that stage's own import waits
-    for this one to finish; a failure here is left for that stage to report."""
-    def run() -> None:
+def _import_in_background(module: str) -> None:
+    """Import ``module`` in a thread of its own. GPU training leaves the interpreter mostly idle
+    (replayed CUDA graphs, waits on the device), so scikit-learn's import (~1.2 s, most of the
+    families stage of a fresh server) runs beside it instead of after it. The stage's own import
+    then finds the module loaded, or waits for the thread's import to finish; a failure here is
+    left for that import to report."""
+    def work() -> None:
         with contextlib.suppress(Exception):
-            work(*args)
-    thread = threading.Thread(target=run, name=f"set-up-{getattr(work, '__name__', 'work')}", daemon=True)
-    thread.start()
-    return thread
-
-
-def _set_up_torch(width: int, cfg: VAEConfig) -> None:
-    """PyTorch's one-off GPU set-up for a VAE of rows ``width`` wide, on random rows, while the
-    recording is segmented: cuDNN's and cuBLAS's libraries and handles, and cuDNN's timing of its
-    algorithms (``torch.backends.cudnn.benchmark``, which training turns on) for the convolutions
-    of a full training batch, forward and backward, and of a scoring chunk. A server start (which
-    skips :func:`_warm_up`) otherwise paid ~1.5 s of it inside the train stage on an H200, after
-    PyTorch's import. Nothing of the run's data is touched; the training stage waits for this."""
-    import torch
-
-    from pipeline import score
-    from pipeline.model import VAE
-
-    torch.backends.cudnn.benchmark = True
-    model = VAE(width, cfg).cuda()
-    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.mixed_precision):
-        _, loss = model(torch.randn(cfg.batch_size, width, device="cuda"))
-    loss.backward()
-    model.eval()
-    with torch.no_grad():
-        score.score_beats(model, torch.randn(score.CHUNK_ROWS, width, device="cuda"))
-    torch.cuda.synchronize()
+            importlib.import_module(module)
+    threading.Thread(target=work, name=f"import-{module}", daemon=True).start()
 
 
 def _write(input_path, input_hash, key, request, device, c, stages, handoffs, memory) -> results.RunResult:

@@ -16,12 +16,9 @@ import torch
 from pipeline import backend
 from pipeline.model import VAE, negative_elbo
 
-CHUNK_ROWS = 16384   # rows scored per pass
-
-
 
 @torch.no_grad()
-def score_beats(model: VAE, rows: torch.Tensor, batch_size: int = CHUNK_ROWS) -> tuple[torch.Tensor, torch.Tensor]:
+def score_beats(model: VAE, rows: torch.Tensor, batch_size: int = 16384) -> tuple[torch.Tensor, torch.Tensor]:
     """Outlier score (negative ELBO at the posterior mean) and latent mean z of each row.
 
     Returns ``(score (n,), z (n, latent_dim))`` as float32 tensors on ``rows``' device.

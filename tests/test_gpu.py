@@ -326,24 +326,6 @@ def test_run_pipeline_on_gpu_hands_off_without_copies(small_csv, cpu_run, tmp_pa
     assert set(run.beats.columns) == set(cpu_run.run.beats.columns)
 
 
-def test_a_server_run_sets_up_pytorch_beside_segmentation(small_csv, tmp_path):
-    """A server's run (no warm-up) readies PyTorch on the GPU in threads of its own while the
-    recording loads and is segmented (``pipeline.run._set_up_torch``). Those threads swallow
-    errors, which would then only show as a slower start: the set-up is run here directly too."""
-    import torch
-
-    from pipeline import run as run_module
-    from pipeline.run import RunRequest, run_pipeline
-
-    torch.backends.cudnn.benchmark = False
-    run_module._set_up_torch(SignalConfig().window(250.0), VAEConfig())
-    assert torch.backends.cudnn.benchmark                       # as training sets it
-    run = run_pipeline(RunRequest(input=str(small_csv), device="gpu", out=str(tmp_path), vae=VAEConfig(epochs=2),
-                                  warm_up=False))
-    assert run.report["device"]["name"] == "gpu" and len(run.beats) > 100
-    assert all(h["same_pointer"] for h in run.report["handoffs"])
-
-
 def test_zero_copy_chain_cudf_cupy_numba_torch():
     import cudf
     import cupy
