@@ -32,6 +32,7 @@ import panel as pn
 import param
 from bokeh.settings import settings
 from panel.io.state import set_curdoc
+from tornado.ioloop import IOLoop
 
 from dashboard import startup
 from dashboard.archive import SPEC as ARCHIVE_SPEC
@@ -205,7 +206,8 @@ class App(pn.viewable.Viewer):
         else:
             doc = pn.state.curdoc
             live = doc is not None and doc.session_context is not None
-            if live and doc.session_context.server_context is not None:   # a visitor, not --warm
+            visitor = live and doc.session_context.server_context is not None   # not --warm's page
+            if visitor:
                 # While the job only finds and reads a cached run (well under a second), a visitor
                 # waits for it rather than get a progress page that turns into the dashboard at
                 # its next poll (that swap cost the first visitor of a start ~1 s on two cores).
@@ -218,16 +220,25 @@ class App(pn.viewable.Viewer):
             if self.state not in ("ready", "error"):
                 # A session's own document polls the shared job for its progress (served pages
                 # only: without a server session there is no event loop to run it, and tests call
-                # _poll themselves), and is woken as soon as the job ends (Bokeh's next-tick
-                # callback is the one way another thread may reach a session's document).
+                # _poll themselves). A visitor's page is also woken as soon as the job ends.
                 self._callback = pn.state.add_periodic_callback(self._poll, period=POLL_MS, start=live)
-                if live:
-                    job.when_done(lambda: doc.add_next_tick_callback(lambda: self._wake(doc)))
+                if visitor:
+                    loop = IOLoop.current()
+                    job.when_done(lambda: loop.add_callback(self._wake, doc))
 
     # ------------------------------------------------------------------ states
     def _wake(self, doc) -> None:
-        with set_curdoc(doc):   # a Bokeh callback, run in the document's context as Panel's own are
-            self._poll()
+        """On the server's event loop, once the job has ended: show the dashboard (or the error)
+        in a next-tick callback of the page's document now, not at the next poll. The job's thread
+        only hands this to the loop (Tornado's ``add_callback``, safe from any thread): a
+        document's callbacks added from that thread set Bokeh's current document, a global,
+        under whichever page the loop was building then ("replaced the output document")."""
+        def show() -> None:
+            with set_curdoc(doc):
+                self._poll()
+
+        with contextlib.suppress(RuntimeError):    # the page has been closed meanwhile
+            doc.add_next_tick_callback(show)
 
     def _poll(self) -> None:
         if self.state in ("ready", "error"):     # woken by the job after a poll had shown it
