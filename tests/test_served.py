@@ -30,14 +30,19 @@ def _first_visitor(server: Server) -> dict:
     return asyncio.run(visit())
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+@pytest.fixture(scope="module", autouse=True)
+def client_models():
     register_panel_models()
-    return tmp_path_factory.mktemp("served") / "runs"
 
 
 @pytest.mark.parametrize("start", ["computed", "cached"])
-def test_a_starting_servers_first_visitor_gets_the_dashboard(start, runs, tmp_path):
+def test_a_starting_servers_first_visitor_gets_the_dashboard(start, tmp_path):
+    runs = tmp_path / "runs"
+    if start == "cached":               # the run the server will find, computed here
+        from dashboard.startup import settings_from
+        from pipeline.run import run_pipeline
+
+        run_pipeline(settings_from([*APP_ARGS, "--out", str(runs)], {}).request)
     server = Server([*APP_ARGS, "--out", str(runs)], tmp_path / "server.log")
     try:
         seen = _first_visitor(server)
