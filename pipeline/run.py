@@ -129,6 +129,7 @@ def _compute(input_path: Path, request: RunRequest, device: str, stages: "_Stage
         positions = peaks.refine_to_extremum(signal, positions, fs, search_s=cfg.refine_s, despike_s=cfg.despike_s)
         positions = peaks.drop_non_qrs(signal, positions, fs, window_s=cfg.twave_window_s,
                                        width_ratio=cfg.twave_width_ratio, slope_ratio=cfg.twave_slope_ratio,
+                                       window_rr_fraction=cfg.twave_rr_fraction,
                                        max_width_s=cfg.max_qrs_width_s, despike_s=cfg.despike_s)
     del response
     with stages("lengths"):

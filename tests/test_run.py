@@ -267,6 +267,25 @@ def test_run_key_depends_on_every_parameter(cpu_run):
     assert config_hash("abc", "cpu", None, None, SignalConfig(), VAEConfig()) == base  # stable
 
 
+def test_the_t_wave_settings_reach_the_t_wave_filter(cpu_run, tmp_path, monkeypatch):
+    from pipeline import peaks
+
+    seen = {}
+    real = peaks.drop_non_qrs
+
+    def recording(*args, **kwargs):
+        seen.update(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(peaks, "drop_non_qrs", recording)
+    _, request = _relocated(cpu_run, tmp_path)
+    cfg = replace(SignalConfig(), twave_window_s=0.36, twave_width_ratio=2.2, twave_slope_ratio=0.7,
+                  twave_rr_fraction=0.55, max_qrs_width_s=0.14)
+    run_pipeline(replace(request, signal=cfg, vae=VAEConfig(epochs=1), warm_up=False))
+    assert seen == dict(window_s=0.36, width_ratio=2.2, slope_ratio=0.7, window_rr_fraction=0.55,
+                        max_width_s=0.14, despike_s=cfg.despike_s)
+
+
 # --------------------------------------------------------------------------- failures
 def _broken_save(*args, **kwargs):
     raise OSError("disk full")
