@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 import traceback
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -32,12 +33,11 @@ import panel as pn
 import param
 from bokeh.settings import settings
 from panel.io.state import set_curdoc
-from tornado.ioloop import IOLoop
 
 from dashboard import startup
 from dashboard.archive import SPEC as ARCHIVE_SPEC
 from dashboard.archive import ArchiveView
-from dashboard.data_store import BACKGROUND_DELAY_S, DataStore, SharedRun
+from dashboard.data_store import BACKGROUND_DELAY_S, DataStore, SharedRun, in_session
 from dashboard.page import card, layout
 from dashboard.review import ReviewPanel
 from dashboard.spec import ASSETS, STYLESHEET, duration, hms
@@ -223,22 +223,14 @@ class App(pn.viewable.Viewer):
                 # _poll themselves). A visitor's page is also woken as soon as the job ends.
                 self._callback = pn.state.add_periodic_callback(self._poll, period=POLL_MS, start=live)
                 if visitor:
-                    loop = IOLoop.current()
-                    job.when_done(lambda: loop.add_callback(self._wake, doc))
+                    schedule = in_session(doc)
+                    job.when_done(lambda: schedule(partial(self._wake, doc)))
 
     # ------------------------------------------------------------------ states
     def _wake(self, doc) -> None:
-        """On the server's event loop, once the job has ended: show the dashboard (or the error)
-        in a next-tick callback of the page's document now, not at the next poll. The job's thread
-        only hands this to the loop (Tornado's ``add_callback``, safe from any thread): a
-        document's callbacks added from that thread set Bokeh's current document, a global,
-        under whichever page the loop was building then ("replaced the output document")."""
-        def show() -> None:
-            with set_curdoc(doc):
-                self._poll()
-
-        with contextlib.suppress(RuntimeError):    # the page has been closed meanwhile
-            doc.add_next_tick_callback(show)
+        """The job has ended: show the dashboard (or the error) now, not at the next poll."""
+        with set_curdoc(doc):
+            self._poll()
 
     def _poll(self) -> None:
         if self.state in ("ready", "error"):     # woken by the job after a poll had shown it

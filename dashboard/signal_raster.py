@@ -16,13 +16,13 @@ dashboard.charts.SignalChart : shows the raster and asks for new ones on zoom an
 """
 from __future__ import annotations
 
-import logging
 import threading
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
+from dashboard.announcement import Announcement
 from pipeline import backend, collector
 
 LINE_RGB = (0x1D, 0x35, 0x57)   # the dashboard's signal colour
@@ -79,31 +79,18 @@ class SignalRaster:
         lo, hi = (float(v) for v in np.quantile(backend.to_host(coarsest), [0.0005, 0.9995]))
         pad = 0.08 * ((hi - lo) or 1.0)
         self.y_range = (lo - pad, hi + pad)
-        self.compiled = threading.Event()
-        self._when_compiled: list = []
-        self._lock = threading.Lock()
+        self.compiled = Announcement()
 
     def compile(self) -> None:
         """Compile Datashader's line drawing with a tiny render: seconds of Numba JIT, once per
         process. Until it is done, :meth:`trace` gives what the browser can draw instead."""
         x1 = float(min(1.0, self.duration_s))
         self.render(0.0, x1, 8, 8)        # float bounds: Numba compiles for the argument types real renders use
-        with self._lock:
-            self.compiled.set()
-            callbacks, self._when_compiled = self._when_compiled, []
-        for callback in callbacks:
-            try:
-                callback()
-            except Exception:   # noqa: BLE001 - e.g. a session closed meanwhile; the others still get theirs
-                logging.getLogger(__name__).exception("a callback after Datashader's compilation failed")
+        self.compiled.set()
 
     def when_compiled(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` once :meth:`compile` is done (from its thread; at once if it is)."""
-        with self._lock:
-            if not self.compiled.is_set():
-                self._when_compiled.append(callback)
-                return
-        callback()
+        self.compiled.then(callback)
 
     def compile_in_background(self, after: threading.Event | None = None, delay_s: float = 10.0) -> None:
         """:meth:`compile` in a thread of its own, once ``after`` is set (or ``delay_s`` passed)."""

@@ -14,7 +14,6 @@ dashboard.app.App : polls :meth:`PipelineJob.snapshot` and swaps the progress vi
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import threading
 import time
@@ -23,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
+from dashboard.announcement import Announcement
 from pipeline import collector
 from pipeline.config import SignalConfig, VAEConfig
 from pipeline.run import STAGES, RunRequest, run_pipeline
@@ -162,9 +162,8 @@ class PipelineJob:
         self._stage_started: dict[str, float] = {}
         self._done: dict[str, float] = {}
         self._thread: threading.Thread | None = None
-        self._finished = threading.Event()
+        self._finished = Announcement()
         self._computing = threading.Event()   # the run is being computed (or the job has ended)
-        self._when_done: list[Callable[[], None]] = []
         self.result = None          # what prepare returned (or the RunResult without prepare)
         self.run = None
 
@@ -195,11 +194,7 @@ class PipelineJob:
         """Call ``callback()`` once the job is ready or has failed: from the job's thread when it
         ends, or at once if it has. A page that waits for the run swaps in the dashboard then,
         rather than at its next poll (up to ``dashboard.app.POLL_MS`` later)."""
-        with self._lock:
-            if not self._finished.is_set():
-                self._when_done.append(callback)
-                return
-        callback()
+        self._finished.then(callback)
 
     def snapshot(self) -> Progress:
         with self._lock:
@@ -242,12 +237,8 @@ class PipelineJob:
                                      overall=1.0 if state == "ready" else self._progress.overall,
                                      label="Ready" if state == "ready" else "Failed",
                                      done=self._done_tuple())
-            self._finished.set()
-            callbacks, self._when_done = self._when_done, []
+        self._finished.set()
         self._computing.set()
-        for callback in callbacks:
-            with contextlib.suppress(Exception):   # one closed page must not keep the others waiting
-                callback()
 
     def _on_progress(self, stage: str, fraction: float, message: str = "") -> None:
         """The pipeline's progress callback (runs in the job's thread)."""
