@@ -724,9 +724,8 @@ class TachogramChart(pn.viewable.Viewer):
 
 # --------------------------------------------------------------------------- the board
 def signal_raster(shared) -> SignalRaster:
-    """The run's raster levels (once per run): built from the signal on the run's device."""
-    return shared.derived("signal-raster",
-                          lambda: SignalRaster(backend.xp_for(shared.device).asarray(shared.signal), shared.fs))
+    """The run's raster (once per run), its levels built and drawn on the run's device."""
+    return shared.derived("signal-raster", lambda: SignalRaster(shared.signal, shared.fs, device=shared.device))
 
 
 def _centred(extent: tuple[float, float], height: float) -> tuple[float, float]:

@@ -10,6 +10,12 @@ the coarsest level that still has a few points per pixel and draws only the visi
 zooms draw the raw samples, down to single samples. Levels are built once per run on the run's
 device (CuPy on a GPU), and drawn from pandas or cuDF frames of the visible slice.
 
+A page shows the whole recording first, and only its coarsest level is needed for that: it is built
+on the host with the raster, and the other levels when a render first needs them (a server builds
+them in the background after its first page, with Datashader's compilation). On a GPU that keeps
+the device out of a cached start until the first page is up: uploading the recording and building
+its levels took ~0.35 s there, CUDA's context included.
+
 See Also
 --------
 dashboard.charts.SignalChart : shows the raster and asks for new ones on zoom and pan.
@@ -62,28 +68,46 @@ def min_max_trace(signal, block: int, fs: float):
 class SignalRaster:
     """Levels of detail of one recording, and a Datashader render of any window of it."""
 
-    def __init__(self, signal, fs: float):
-        """``signal``: a 1-D float32 array (NumPy, or CuPy to build the levels and draw on the GPU)."""
+    def __init__(self, signal, fs: float, device: str = "cpu"):
+        """``signal``: a 1-D float32 host array; ``device``: where the levels are built and drawn
+        (``gpu``: CuPy and cuDF)."""
         self.fs = float(fs)
         self.n = int(signal.shape[0])
-        xp = backend.xp_of(signal)
-        self.levels = [self._level(1, xp.arange(self.n) / self.fs, signal)]
-        coarsest = signal
-        block = BLOCK_GROWTH
-        while 2 * self.n / block >= MIN_LEVEL_POINTS:
-            t, coarsest = min_max_trace(signal, block, self.fs)
-            self.levels.append(self._level(block, t, coarsest))
-            block *= BLOCK_GROWTH
+        self.device = device
+        self._signal = signal
+        self.blocks = [1]
+        while 2 * self.n / (self.blocks[-1] * BLOCK_GROWTH) >= MIN_LEVEL_POINTS:
+            self.blocks.append(self.blocks[-1] * BLOCK_GROWTH)
+        self.overview = self._build_level(np, self.blocks[-1])       # on the host, for the first page
         # The y axis spans the signal but for its rarest extremes (a lead-off spike would squash it).
-        # (on the host: the coarsest level is small, and CuPy's quantile imports cupyx, 0.14 s of a start)
-        lo, hi = (float(v) for v in np.quantile(backend.to_host(coarsest), [0.0005, 0.9995]))
+        lo, hi = (float(v) for v in np.quantile(self.overview.y, [0.0005, 0.9995]))
         pad = 0.08 * ((hi - lo) or 1.0)
         self.y_range = (lo - pad, hi + pad)
+        self._levels: list[Level] | None = None
+        self._levels_lock = threading.Lock()
         self.compiled = Announcement()
+
+    @property
+    def levels(self) -> list[Level]:
+        """Every level, finest first, on the raster's device (built at the first call)."""
+        with self._levels_lock:
+            if self._levels is None:
+                xp = backend.xp_for(self.device)
+                signal = xp.asarray(self._signal)
+                self._levels = [self._build_level(xp, block, signal) for block in self.blocks]
+            return self._levels
+
+    def _build_level(self, xp, block: int, signal=None) -> Level:
+        signal = self._signal if signal is None else signal
+        if block == 1:
+            return Level(1, xp.arange(self.n) / self.fs, signal.astype(np.float32))
+        t, y = min_max_trace(signal, block, self.fs)
+        return Level(block, t, y.astype(np.float32))
 
     def compile(self) -> None:
         """Compile Datashader's line drawing with a tiny render: seconds of Numba JIT, once per
         process. Until it is done, :meth:`trace` gives what the browser can draw instead."""
+        self.levels       # built here, in the background, rather than at a session's first zoom
         x1 = float(min(1.0, self.duration_s))
         self.render(0.0, x1, 8, 8)        # float bounds: Numba compiles for the argument types real renders use
         self.compiled.set()
@@ -101,23 +125,20 @@ class SignalRaster:
                 self.compile()
         threading.Thread(target=work, name="ecg-datashader-jit", daemon=True).start()
 
-    @staticmethod
-    def _level(block: int, t, y) -> Level:
-        return Level(block, t, y.astype(np.float32))
-
     @property
     def duration_s(self) -> float:
         return self.n / self.fs
 
     def level_for(self, x0: float, x1: float, width: int) -> Level:
-        """The coarsest level that still has ``POINTS_PER_PIXEL`` points per pixel in [x0, x1]."""
+        """The coarsest level that still has ``POINTS_PER_PIXEL`` points per pixel in [x0, x1]
+        (the host's overview while it is the one, and the levels are not built yet)."""
         samples = max(x1 - x0, 1.0 / self.fs) * self.fs
-        chosen = self.levels[0]
-        for level in self.levels[1:]:
-            if 2 * samples / level.block < POINTS_PER_PIXEL * width:
-                break
-            chosen = level
-        return chosen
+        k = 0
+        while k + 1 < len(self.blocks) and 2 * samples / self.blocks[k + 1] >= POINTS_PER_PIXEL * width:
+            k += 1
+        if self._levels is None and k == len(self.blocks) - 1:
+            return self.overview
+        return self.levels[k]
 
     @staticmethod
     def visible(level: Level, x0: float, x1: float) -> tuple:

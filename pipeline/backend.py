@@ -11,6 +11,7 @@ bytes, and whether the data pointer stayed the same (a zero-copy hand-off keeps 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import importlib.util
 import resource
@@ -24,15 +25,20 @@ DEVICES = ("auto", "gpu", "cpu")
 
 @functools.cache
 def has_gpu() -> bool:
-    """True when a CUDA device is usable and CuPy and cuDF are installed."""
+    """True when a CUDA device is usable and CuPy and cuDF are installed.
+
+    Asks CUDA's driver itself (``cuInit``, ``cuDeviceGetCount``) rather than CuPy: importing CuPy
+    took 0.27 s of a cached start on the H200, before anything needed it (a cached run reads its
+    files and shows its first page on the host; CuPy loads in the background after).
+    """
     if any(importlib.util.find_spec(m) is None for m in ("cupy", "cudf")):
         return False
     try:
-        import cupy
-
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:  # no driver, no device: a CPU machine with the GPU wheels installed
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:    # no driver: a CPU machine with the GPU wheels installed
         return False
+    count = ctypes.c_int(0)
+    return driver.cuInit(0) == 0 and driver.cuDeviceGetCount(ctypes.byref(count)) == 0 and count.value > 0
 
 
 def resolve_device(device: str) -> str:

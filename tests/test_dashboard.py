@@ -415,6 +415,23 @@ def test_raster_levels_draw_the_same_pixels_as_the_raw_samples():
     assert np.mean(same) > 0.95
 
 
+def test_raster_shows_the_whole_recording_before_building_its_levels():
+    """A page's first picture, the whole recording, comes from the overview built with the raster
+    (on the host) and equals the coarsest level; the levels are built at the first zoom."""
+    from dashboard.signal_raster import SignalRaster
+    from pipeline.synth import SynthConfig, synthesize
+
+    ecg = synthesize(SynthConfig(n_samples=400_000, seed=5))
+    raster = SignalRaster(ecg.signal.astype(np.float32), ecg.fs)
+    t, y = raster.trace(0.0, raster.duration_s, 1400)
+    assert raster._levels is None, "the whole recording needed the levels"
+    assert raster.blocks[-1] > 1 and len(t) == 2 * (len(ecg.signal) // raster.blocks[-1])
+    coarsest = raster.levels[-1]
+    assert np.array_equal(t, coarsest.t) and np.array_equal(y, coarsest.y)
+    zoomed_t, _ = raster.trace(100.0, 110.0, 1400)
+    assert raster.level_for(100.0, 110.0, 1400).block < raster.blocks[-1] and len(zoomed_t) > 0
+
+
 # --------------------------------------------------------------------------- startup
 def test_settings_come_from_arguments_then_environment():
     env = {"ECG_INPUT": "/data/rec.csv", "ECG_DEVICE": "cpu", "ECG_SAMPLES": "1000", "ECG_EPOCHS": "2"}

@@ -489,6 +489,54 @@ def _board_session(shared, kind: str):
     return doc, store, board
 
 
+CACHED_FIRST_PAGE = """
+import ctypes, json, sys
+from bokeh.document import Document
+from panel.io.state import set_curdoc
+from dashboard import app, startup
+from dashboard.data_store import DataStore
+from dashboard.page import layout
+from pipeline.run import run_pipeline
+
+settings = startup.settings_from(sys.argv[1:], {})
+run = run_pipeline(settings.request)
+shared = app.prepare(settings)(run)
+doc = Document()
+with set_curdoc(doc):
+    store = DataStore(shared)
+    body, _ = layout(store, app.make_board(store))
+    doc.add_root(body.get_root(doc))
+cuda = ctypes.CDLL("libcuda.so.1")      # the driver's own view: has anything made the context?
+flags, active = ctypes.c_uint(), ctypes.c_int()
+assert cuda.cuInit(0) == 0 and cuda.cuDevicePrimaryCtxGetState(0, ctypes.byref(flags), ctypes.byref(active)) == 0
+print(json.dumps({"cached": bool(run.cached), "device": shared.device, "models": len(doc.models),
+                  "context": bool(active.value), "cupy": "cupy" in sys.modules}))
+"""
+
+
+def test_a_cached_gpu_start_builds_its_first_page_without_cuda(small_csv, tmp_path):
+    """A server starting from a cached GPU run reads it and builds its first page without importing
+    CuPy (~0.3 s), creating CUDA's context (~0.15 s) or uploading the recording (its raster's levels
+    are built after the first page); checked in a fresh process, the context through the driver."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from dashboard.startup import settings_from
+    from pipeline.run import run_pipeline
+
+    args = ["--input", str(small_csv), "--device", "gpu", "--epochs", "1", "--out", str(tmp_path / "runs")]
+    run_pipeline(settings_from(args, {}).request)
+    result = subprocess.run([sys.executable, "-c", CACHED_FIRST_PAGE, *args], capture_output=True, text=True,
+                            timeout=300, cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert seen["cached"] and seen["device"] == "gpu" and seen["models"] > 100, seen
+    assert not seen["context"], "a cached start made CUDA's context before its first page"
+    assert not seen["cupy"], "a cached start imported CuPy before its first page"
+
+
 def test_beat_columns_on_host_or_gpu_select_alike(gpu_shared):
     """A GPU run of few beats keeps its beat columns on the host (a brush's small operations cost
     less there) and its recording on the GPU; with the columns on the GPU instead (as for a run of
