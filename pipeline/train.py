@@ -224,29 +224,39 @@ def fit_vae(rows: torch.Tensor, is_train: torch.Tensor, cfg: VAEConfig = VAEConf
     if n_train < 2:
         raise ValueError(f"need at least 2 training beats; got {n_train}")
     plan = plan_training(n_train, cfg)
-    if device.type == "cuda":
-        # cuDNN times its algorithms for each convolution shape once and keeps the fastest: an
-        # H200 step fell from 1.80 to 1.50 ms, 17-epoch training from 1.11 to 0.93 s (the two batch
-        # shapes are timed while the step is captured, in the first epoch).
-        torch.backends.cudnn.benchmark = True
-    generator = torch.Generator(device=device).manual_seed(cfg.seed)  # batch order and noise
-    model, step = _model_and_step(train, plan, cfg, generator)
-    history: list[float] = []
-    model.train()
-    for epoch in range(cfg.epochs):
-        step.loss_sum.zero_()
-        for index in epoch_batches(n_train, plan, generator):
-            step(index)
-        history.append(step.loss_sum.item() / n_train)  # sync point: once per epoch
-        done = converged(history, cfg, plan.steps_per_epoch)
-        if progress:
-            progress(1.0 if done else (epoch + 1) / cfg.epochs,
-                     f"epoch {epoch + 1}/{cfg.epochs}, loss {history[-1]:.2f}" + (" (converged)" if done else ""))
-        if done:
-            break
+    with cudnn_autotuned(device.type == "cuda"):
+        generator = torch.Generator(device=device).manual_seed(cfg.seed)  # batch order and noise
+        model, step = _model_and_step(train, plan, cfg, generator)
+        history: list[float] = []
+        model.train()
+        for epoch in range(cfg.epochs):
+            step.loss_sum.zero_()
+            for index in epoch_batches(n_train, plan, generator):
+                step(index)
+            history.append(step.loss_sum.item() / n_train)  # sync point: once per epoch
+            done = converged(history, cfg, plan.steps_per_epoch)
+            if progress:
+                progress(1.0 if done else (epoch + 1) / cfg.epochs,
+                         f"epoch {epoch + 1}/{cfg.epochs}, loss {history[-1]:.2f}" + (" (converged)" if done else ""))
+            if done:
+                break
     step.optimizer.zero_grad(set_to_none=True)
     model.eval()
     return model, history
+
+
+@contextlib.contextmanager
+def cudnn_autotuned(on: bool):
+    """Inside, cuDNN times its algorithms for each convolution shape once and keeps the fastest:
+    an H200 step fell from 1.80 to 1.50 ms, 17-epoch training from 1.11 to 0.93 s (the two batch
+    shapes are timed while the step is captured, in the first epoch). Only for training: each
+    shape met later (scoring's chunks, the decoded grid) would be timed again for a pass or two."""
+    before = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = on or before
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = before
 
 
 def batch_lengths(n_train: int, plan: TrainingPlan) -> list[int]:

@@ -212,6 +212,19 @@ def test_training_leaves_torch_dynamo_unimported(device):
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
 
 
+def test_cudnn_times_its_algorithms_during_training_only(device):
+    """On the GPU cuDNN times each convolution shape of training once (``cudnn.benchmark``); the
+    flag is put back afterwards, so scoring's chunks and the decoded grid are not timed again at
+    their first pass (~0.4 s of a cold start on the H200). On the CPU training leaves it alone."""
+    flags = torch.backends.cudnn
+    before = flags.benchmark
+    seen = []
+    rows = torch.randn(600, 64, device="cuda" if device == "gpu" else "cpu")
+    fit_vae(rows, split_train(600, 0.75, 0), VAEConfig(epochs=2), progress=lambda *_: seen.append(flags.benchmark))
+    assert seen and all(seen) == (device == "gpu" or before)
+    assert flags.benchmark == before
+
+
 def test_build_step_capture_needs_cuda():
     model = VAE(64)
     with pytest.raises(ValueError, match="a captured training step needs a CUDA device; the rows are on cpu"):
