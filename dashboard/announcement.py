@@ -23,6 +23,12 @@ class Announcement(threading.Event):
         self._callbacks_lock = threading.Lock()
         self._callbacks: list[Callable[[], None]] | None = []    # None once announced
 
+    def is_set(self) -> bool:
+        """True from the moment the event is announced, while its callbacks still run: work that a
+        callback hands to another thread must find it set (a recording view re-rendered from the
+        loop in that moment drew its stand-in line again, and kept it for good)."""
+        return self._callbacks is None or super().is_set()
+
     def then(self, callback: Callable[[], None]) -> None:
         with self._callbacks_lock:
             if self._callbacks is not None:

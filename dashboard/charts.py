@@ -465,6 +465,7 @@ class SignalChart(pn.viewable.Viewer):
         self.renders = 0
         self._focus_range = None
         self._shown = None
+        self._standin = False       # the levels drawn as a line while Datashader compiles
         self._settle_token = None
         shared = store.shared
         self._extent = (0.0, raster.duration_s)
@@ -534,7 +535,8 @@ class SignalChart(pn.viewable.Viewer):
         Datashader is still being compiled after a start, the raster's level as a line)."""
         width = self._width()
         lines = [r.raw_samples(x0, x1, width) for _, r in self.leads]
-        if lines[0] is None and not self.raster.compiled.is_set():
+        self._standin = lines[0] is None and not self.raster.compiled.is_set()
+        if self._standin:
             lines = [r.trace(x0, x1, width) for _, r in self.leads]
         if lines[0] is not None:
             self.samples.data = {"t": [t for t, _ in lines],
@@ -550,15 +552,16 @@ class SignalChart(pn.viewable.Viewer):
 
     def _raster_when_compiled(self) -> None:
         """A session opened while Datashader was still compiling shows the levels as a line: swap in
-        the raster as soon as it can be drawn. (The browser strokes that line of ~15,000 points again
-        whenever the markers change, which tripled the cost of a brush on a 2-core CPU.)"""
+        the raster as soon as it can be drawn. (Software rendering strokes that line of ~15,000
+        points again at every repaint of the plot: ~150 ms, in Chromium on the 2-core CPU.) Asked
+        whether the line was drawn, not whether Datashader is compiled: it may have finished since."""
         doc = pn.state.curdoc
-        if self.raster.compiled.is_set() or doc is None or doc.session_context is None:
+        if not self._standin or doc is None or doc.session_context is None:
             return
         chart = weakref.ref(self)     # a session closed in the meantime is not kept alive
 
         def redraw() -> None:
-            if (live := chart()) is not None and live._shown is not None:
+            if (live := chart()) is not None and live._standin:
                 live.render(*live._shown)
 
         schedule = in_session(doc)

@@ -432,6 +432,30 @@ def test_raster_shows_the_whole_recording_before_building_its_levels():
     assert raster.level_for(100.0, 110.0, 1400).block < raster.blocks[-1] and len(zoomed_t) > 0
 
 
+def test_a_recording_view_drawn_while_datashader_compiles_swaps_in_the_raster(store, shared):
+    """A session opened before Datashader is compiled draws the levels as a line, and the raster
+    replaces it from the compilation's callback. The session's redraw runs on the server's loop,
+    possibly while the compiling thread is still calling back: it must then find the compilation
+    done (else it drew the line again, and the line stayed for good)."""
+    from dashboard.announcement import Announcement
+    from dashboard.charts import DEFAULT_WIDTH, RASTER_HEIGHT, SignalChart
+    from dashboard.signal_raster import SignalRaster
+    from dashboard.spec import VIEWS
+
+    raster = SignalRaster(shared.signal, shared.fs)            # not compiled yet, unlike the run's
+    chart = SignalChart(store, VIEWS["signal"], raster)
+    assert len(chart.samples.data["t"]) == 1 and chart.image.data["image"][0].shape == (1, 1)
+    raster.when_compiled(lambda: chart.render(*chart._shown))  # the redraw, run inside the announcement
+    raster.compile()
+    assert len(chart.samples.data["t"]) == 0, "the line stayed"
+    assert chart.image.data["image"][0].shape == (RASTER_HEIGHT, DEFAULT_WIDTH)
+
+    announced, seen = Announcement(), []
+    announced.then(lambda: seen.append(announced.is_set()))
+    announced.set()
+    assert seen == [True] and announced.wait(0)
+
+
 # --------------------------------------------------------------------------- startup
 def test_settings_come_from_arguments_then_environment():
     env = {"ECG_INPUT": "/data/rec.csv", "ECG_DEVICE": "cpu", "ECG_SAMPLES": "1000", "ECG_EPOCHS": "2"}
