@@ -54,9 +54,11 @@ def resolve_device(device: str) -> str:
 
 
 def is_cupy_array(x) -> bool:
-    """Cheap check that never imports CuPy."""
-    cp = sys.modules.get("cupy")
-    return cp is not None and isinstance(x, cp.ndarray)
+    """Cheap check that never imports CuPy. While another thread imports CuPy (the dashboard does
+    after its first page), ``sys.modules`` holds it half-initialised, without ``ndarray`` yet: no
+    array can be CuPy's then, and asking for ``cupy.ndarray`` failed a visitor's page."""
+    ndarray = getattr(sys.modules.get("cupy"), "ndarray", None)
+    return ndarray is not None and isinstance(x, ndarray)
 
 
 def xp_of(x):

@@ -537,6 +537,42 @@ def test_a_cached_gpu_start_builds_its_first_page_without_cuda(small_csv, tmp_pa
     assert not seen["cupy"], "a cached start imported CuPy before its first page"
 
 
+CUPY_IMPORTED_MEANWHILE = """
+import json, sys, threading
+import numpy as np
+from pipeline import backend
+
+importing = threading.Thread(target=lambda: __import__("cupy"))
+importing.start()
+checks = half = 0
+while importing.is_alive():      # what a session built meanwhile asks of its arrays
+    half += "cupy" in sys.modules and not hasattr(sys.modules["cupy"], "ndarray")
+    assert not backend.is_cupy_array(np.zeros(1)) and backend.to_host(np.ones(1))[0] == 1
+    checks += 1
+importing.join()
+import cupy
+print(json.dumps({"checks": checks, "half_imported": half, "after": backend.is_cupy_array(cupy.zeros(1))}))
+"""
+
+
+def test_arrays_are_told_apart_while_cupy_is_being_imported():
+    """The dashboard imports CuPy in the background after a cached start's first page; a session
+    built meanwhile asks whether its arrays are CuPy's while ``sys.modules`` holds CuPy half
+    initialised (an H200 server failed a second visitor's page with "partially initialized
+    module 'cupy' has no attribute 'ndarray'"). In a fresh process, where CuPy is not imported yet."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    result = subprocess.run([sys.executable, "-c", CUPY_IMPORTED_MEANWHILE], capture_output=True, text=True,
+                            timeout=300, cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert seen["half_imported"] > 0, seen      # the checks did meet CuPy half imported
+    assert seen["after"], seen
+
+
 def test_beat_columns_on_host_or_gpu_select_alike(gpu_shared):
     """A GPU run of few beats keeps its beat columns on the host (a brush's small operations cost
     less there) and its recording on the GPU; with the columns on the GPU instead (as for a run of

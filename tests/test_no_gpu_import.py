@@ -32,3 +32,18 @@ def test_cpu_pipeline_imports_no_gpu_library(tmp_path):
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["device"] == "cpu" and report["beats"] > 100  # the pipeline really ran
     assert report["loaded"] == [], f"GPU modules imported on the CPU path: {report['loaded']}"
+
+
+def test_a_half_imported_cupy_is_not_asked_for_its_arrays(monkeypatch):
+    """While one thread imports CuPy, Python's ``sys.modules`` holds the module before its names
+    exist; another thread asking whether an array is CuPy's must get "no", not an AttributeError
+    (a dashboard session built during that import failed). The GPU case: tests/test_gpu.py."""
+    import types
+
+    import numpy as np
+
+    from pipeline import backend
+
+    monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))   # what a half-done import leaves
+    assert not backend.is_cupy_array(np.zeros(3))
+    assert backend.xp_of(np.zeros(3)) is np and backend.to_host(np.arange(3)).tolist() == [0, 1, 2]
