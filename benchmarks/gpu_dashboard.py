@@ -271,9 +271,11 @@ def load_test(url: str, beats, n_sessions: int, brushes: int, seed: int, timeout
     """``n_sessions`` protocol sessions brushing at once, driven from worker processes of
     ``SESSIONS_PER_CLIENT`` sessions each: one Python process reading and applying every session's
     patches (~160 KB each) was itself the slowest part of a 20-session test, and counted its own
-    queue as the server's latency (see ``SESSIONS_PER_CLIENT``). Each session brushes one chart
-    ``brushes`` times, all of them starting once every session is open; its count is checked
-    against what its own brushes select."""
+    queue as the server's latency (see ``SESSIONS_PER_CLIENT``). Once every session is open, each
+    brushes one chart: first all of them at the same instant (the burst, reported on its own as
+    ``burst_ms``: one server works through them in turn), then ``brushes`` times each after a
+    user's pause (``brush_ms``, the load figure). Its count is checked against what its own
+    brushes select."""
     import concurrent.futures
     import multiprocessing
 
@@ -284,13 +286,15 @@ def load_test(url: str, beats, n_sessions: int, brushes: int, seed: int, timeout
         opened = manager.Barrier(len(groups))     # every session open before any brushes
         jobs = [(url, beats, group, brushes, seed, timeout_s, opened) for group in groups]
         parts = list(pool.map(_load_client, jobs))
-    merged = {key: [x for part in parts for x in part[key]] for key in ("latencies", "failed", "errors", "mismatches")}
+    merged = {key: [x for part in parts for x in part[key]] for key in ("failed", "errors", "mismatches")}
     brushes_timed = [(client, *b) for client, part in enumerate(parts) for b in part["brushes"]]
+    paced = [b for b in brushes_timed if b[2] > 0]
     opened = sum(part["opened"] for part in parts)
-    return {"sessions": n_sessions, "opened": opened, "clients": len(groups), "brush_ms": ms(merged["latencies"]),
+    return {"sessions": n_sessions, "opened": opened, "clients": len(groups), "brush_ms": ms([b[4] for b in paced]),
+            "burst_ms": ms([b[4] for b in brushes_timed if b[2] == 0]),
             "failed": merged["failed"], "errors": merged["errors"], "independent": opened - len(merged["mismatches"]),
-            "mismatches": merged["mismatches"], "stalls": stalls(brushes_timed),
-            "brushes": [[c, k, round(t0, 4), round(s * 1e3, 1)] for c, k, t0, s in brushes_timed]}
+            "mismatches": merged["mismatches"], "stalls": stalls([(c, k, t0, s) for c, k, _, t0, s in paced]),
+            "brushes": [[c, k, i, round(t0, 4), round(s * 1e3, 1)] for c, k, i, t0, s in brushes_timed]}
 
 
 def stalls(brushes: list, factor: float = 4.0) -> dict:
@@ -327,7 +331,7 @@ async def _load_sessions(url: str, beats, ks: list, brushes: int, seed: int, tim
     opened = await asyncio.gather(*(s.open(timeout_s) for s in sessions.values()), return_exceptions=True)
     failures = [f"open: {type(o).__name__}: {o}" for o in opened if isinstance(o, BaseException)]
     live = [(k, s) for (k, s), o in zip(sessions.items(), opened) if not isinstance(o, BaseException)]
-    latencies, timed, mine = [], [], {k: {} for k in ks}
+    timed, mine = [], {k: {} for k in ks}
     # The brushes start together once every client's sessions are open: brushes sent while other
     # clients' sessions are still being built would wait for those builds and time session opens.
     await asyncio.get_running_loop().run_in_executor(None, opened_all.wait, timeout_s)
@@ -335,16 +339,15 @@ async def _load_sessions(url: str, beats, ks: list, brushes: int, seed: int, tim
     async def brushing(k, session):
         rng = np.random.default_rng([seed, k])
         view = LINKED[k % len(LINKED)]             # one chart per session: its count stays informative
-        for _ in range(brushes):
+        for i in range(brushes + 1):               # 0: the burst, every session at once
             bounds = inprocess.brush_bounds(beats, view, rng)
             try:
                 started = time.time()
-                latencies.append(await protocol_brush(session, "bokeh", view, bounds))
-                timed.append((k, started, latencies[-1]))
+                timed.append((k, i, started, await protocol_brush(session, "bokeh", view, bounds)))
                 mine[k][view] = bounds
             except SessionError as err:
                 failures.append(f"session {k}: {err}")
-            await asyncio.sleep(float(rng.uniform(0.2, 0.8)))
+            await asyncio.sleep(float(rng.uniform(0.2, 0.8)))   # a user looks before brushing again
 
     try:
         await asyncio.wait_for(asyncio.gather(*(brushing(k, s) for k, s in live)), timeout_s)
@@ -359,8 +362,7 @@ async def _load_sessions(url: str, beats, ks: list, brushes: int, seed: int, tim
     errors = [f"session {k}: {e}" for k, s in sessions.items() for e in s.errors]
     for s in sessions.values():
         await s.close()
-    return {"opened": len(live), "latencies": latencies, "brushes": timed, "failed": failures, "errors": errors,
-            "mismatches": mismatches}
+    return {"opened": len(live), "brushes": timed, "failed": failures, "errors": errors, "mismatches": mismatches}
 
 
 async def soak_test(server, beats, cycles: int, seed: int, seconds: float) -> dict:
@@ -562,7 +564,8 @@ def served_board(args, budget, board: str, log_dir: Path, keep: bool = False):
                 expect(not many["failed"] and not many["errors"], f"failures: {(many['failed'] + many['errors'])[:3]}")
                 expect(not many["mismatches"], f"selections mixed up: {many['mismatches'][:3]}")
                 return (f"p95 {many['brush_ms']['p95']:.0f} ms vs {single['brush_ms']['p95']:.0f} ms alone "
-                        f"({ratio:.2f}×); slow brushes: {many['stalls']}")
+                        f"({ratio:.2f}×); all {args.sessions} at the same instant: the last answered after "
+                        f"{many['burst_ms']['max']:.0f} ms; slow brushes: {many['stalls']}")
 
     finally:
         if server is not None and not (keep and "shared_like" in state):
@@ -698,6 +701,8 @@ def summary_table() -> str:
         if load:
             add(board, "load 1 session brush", load["single"]["brush_ms"])
             add(board, f"load {load['concurrent']['sessions']} sessions brush", load["concurrent"]["brush_ms"])
+            if "burst_ms" in load["concurrent"]:
+                add(board, f"load {load['concurrent']['sessions']} brushes at once", load["concurrent"]["burst_ms"])
         soak = section.get("soak")
         if soak and soak.get("growth_after_first_10") is not None:
             lines.append(f"{board:<10}soak {soak['cycles']} sessions: RSS growth after the first 10 "

@@ -21,7 +21,8 @@ measures, each kind warmed up and then repeated:
    samples of a deep zoom);
 4. **server side**, in this process on the same run: each interaction from the property change
    the browser sends to the document patch serialized (:mod:`benchmarks.inprocess`);
-5. with ``--sessions N``, N concurrent sessions each brushing ``--load-brushes`` times (bounded by
+5. with ``--sessions N``, N concurrent sessions: every one brushes once at the same instant (the
+   burst, reported apart), then ``--load-brushes`` times each after a user's pause (bounded by
    ``--load-timeout``): p95 against one session doing the same, console errors, failed gestures,
    and whether each session's selection count is what its own brushes select;
 6. with ``--soak N``, N sessions opened (bokeh protocol), brushed once and closed, the server's
@@ -433,16 +434,16 @@ async def load_browser(args, server, beats, n_sessions: int, rng_seed: int) -> d
                                          return_exceptions=True)
             open_failures = [f"{type(o).__name__}: {o}" for o in opens if isinstance(o, BaseException)]
             open_s = time.perf_counter() - opened
-            latencies, failures = [], list(open_failures)
+            latencies, burst, failures = [], [], list(open_failures)
             mine: list[dict] = [{} for _ in pages]          # what each session itself brushed last, per chart
 
             async def brushing(k: int, page) -> None:
                 rng = np.random.default_rng([rng_seed, k])
                 view = LINKED[k % len(LINKED)]     # one chart per session: its count stays informative
-                for _ in range(args.load_brushes):
+                for i in range(args.load_brushes + 1):     # 0: the burst, every session at once
                     try:
                         g = await page.brush(view, **brush_fractions(view, rng), timeout_s=timeout_s)
-                        latencies.append(g.latency_ms)
+                        (latencies if i else burst).append(g.latency_ms)
                     except GestureError as err:
                         failures.append(f"session {k}: {err}")
                     await asyncio.sleep(float(rng.uniform(0.2, 0.8)))   # a user looks before brushing again
@@ -476,7 +477,8 @@ async def load_browser(args, server, beats, n_sessions: int, rng_seed: int) -> d
                     await page.close()
             await browser.close()
     return {"client": "browser", "sessions": n_sessions, "opened": len(live), "open_all_s": round(open_s, 2),
-            "brushing_s": round(brushing_s, 2), "brush_ms": stats.summary(latencies), "failed_interactions": failures,
+            "brushing_s": round(brushing_s, 2), "brush_ms": stats.summary(latencies), "burst_ms": stats.summary(burst),
+            "failed_interactions": failures,
             "console_errors": errors, "independent_sessions": independent, "selection_mismatches": mismatches,
             **count_spread([m.get("count") for m in mine]), "selections": mine}
 
@@ -500,15 +502,16 @@ async def load_client(args, server, beats, n_sessions: int, rng_seed: int) -> di
     failures = [f"{type(o).__name__}: {o}" for o in opens if isinstance(o, BaseException)]
     live = [(k, s) for k, (s, o) in enumerate(zip(sessions, opens)) if not isinstance(o, BaseException)]
     latencies: list[float] = []
+    burst: list[float] = []
     mine: list[dict] = [{} for _ in sessions]
 
     async def brushing(k: int, session) -> None:
         rng = np.random.default_rng([rng_seed, k])
         view = LINKED[k % len(LINKED)]             # one chart per session: its count stays informative
-        for _ in range(args.load_brushes):
+        for i in range(args.load_brushes + 1):     # 0: the burst, every session at once
             bounds = inprocess.brush_bounds(beats, view, rng)
             try:
-                latencies.append(await brush_over_protocol(session, view, bounds, 60.0))
+                (latencies if i else burst).append(await brush_over_protocol(session, view, bounds, 60.0))
                 mine[k][view] = bounds
             except SessionError as err:
                 failures.append(f"session {k}: {err}")
@@ -534,7 +537,8 @@ async def load_client(args, server, beats, n_sessions: int, rng_seed: int) -> di
     for s in sessions:
         await s.close()
     return {"client": "bokeh protocol", "sessions": n_sessions, "opened": len(live), "open_all_s": round(open_s, 2),
-            "brushing_s": round(brushing_s, 2), "brush_ms": stats.summary(latencies), "failed_interactions": failures,
+            "brushing_s": round(brushing_s, 2), "brush_ms": stats.summary(latencies), "burst_ms": stats.summary(burst),
+            "failed_interactions": failures,
             "console_errors": errors, "independent_sessions": independent, "selection_mismatches": mismatches,
             **count_spread(counts)}
 
@@ -566,7 +570,7 @@ def shown_count(session) -> int:
 
 def load_part(args, server, beats, report: dict, save) -> None:
     runner = load_browser if args.client == "browser" else load_client
-    print(f"load test: 1 session, then {args.sessions} at once, {args.load_brushes} brushes each "
+    print(f"load test: 1 session, then {args.sessions} at once, a burst and {args.load_brushes} brushes each "
           f"({args.client})…", flush=True)
     single = asyncio.run(runner(args, server, beats, 1, args.seed + 1))
     many = asyncio.run(runner(args, server, beats, args.sessions, args.seed + 2))

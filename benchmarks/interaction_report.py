@@ -144,6 +144,10 @@ def markdown(report: dict) -> str:
         ratio = load.get("p95_ratio")
         lines += ["", f"p95 with {many['sessions']} sessions / p95 with one: "
                       f"{ratio:.2f}×" if ratio else "p95 ratio: not measured", ""]
+        if many.get("burst_ms", {}).get("n"):   # reports from before the burst was counted apart lack it
+            b = many["burst_ms"]
+            lines += [f"Before those, every session brushed at the same instant once (the burst, not in the "
+                      f"figures above): median {_ms(b['median'])}, the last answered after {_ms(b['max'])}.", ""]
         problems = many["failed_interactions"] + many["selection_mismatches"] + many["console_errors"]
         if problems:
             lines += ["Problems: " + "; ".join(problems[:10]), ""]

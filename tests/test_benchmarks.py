@@ -125,6 +125,8 @@ def test_interaction_benchmark_quick_measures_every_kind(tmp_path):
         _finite_summary(s, f"server {kind}")
     load = data["load"]["concurrent"]
     _finite_summary(load["brush_ms"], "load test brushes")
+    _finite_summary(load["burst_ms"], "load test burst")
+    assert load["brush_ms"]["n"] == 2 * 2 and load["burst_ms"]["n"] == 2     # the burst apart
     assert load["opened"] == 2 and load["independent_sessions"] == 2 and not load["failed_interactions"]
     soak = data["soak"]
     assert [r["sessions"] for r in soak["rss"]] == [0, 10, 20] and not soak["failures"]
