@@ -176,6 +176,7 @@ async def protocol_interactions(url: str, board: str, shared_like, args) -> dict
     await session.open(120)
     rng = np.random.default_rng(args.seed)
     out: dict[str, list] = {}
+    brushes_in_order = []                       # (clock, ms): when the slow ones fall
     try:
         failures = []
 
@@ -189,6 +190,8 @@ async def protocol_interactions(url: str, board: str, shared_like, args) -> dict
                 return
             if kind:
                 out.setdefault(kind, []).append(seconds)
+            if kind and kind.startswith("brush"):
+                brushes_in_order.append((time.perf_counter(), round(seconds * 1e3, 1)))
 
         for view in LINKED:                       # untimed warm-up
             await timed(None, protocol_brush(session, board, view, inprocess.brush_bounds(shared_like.beats, view, rng)))
@@ -212,6 +215,8 @@ async def protocol_interactions(url: str, board: str, shared_like, args) -> dict
     result["document"] = {"models": opens[0]["models"] if opens else None,
                           "bytes": opens[0]["bytes"] if opens else None}
     result["errors"] = errors
+    first = brushes_in_order[0][0] if brushes_in_order else 0.0
+    result["brushes_in_order"] = [[round(t - first, 2), took] for t, took in brushes_in_order]
     return result
 
 
