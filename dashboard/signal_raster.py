@@ -95,7 +95,10 @@ class SignalRaster:
             if self._levels is None:
                 xp = backend.xp_for(self.device)
                 signal = xp.asarray(self._signal)
-                self._levels = [self._build_level(xp, block, signal) for block in self.blocks]
+                levels = [self._build_level(xp, block, signal) for block in self.blocks[:-1]]
+                # On the host the coarsest level is the overview, built already.
+                levels.append(self.overview if xp is np else self._build_level(xp, self.blocks[-1], signal))
+                self._levels = levels
             return self._levels
 
     def _build_level(self, xp, block: int, signal=None) -> Level:
