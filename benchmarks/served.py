@@ -30,6 +30,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# How long a server keeps sessions nobody uses: Bokeh looks for them every 17 s and discards those
+# unused for 15 s (its defaults, ``--check-unused-sessions`` / ``--unused-session-lifetime``); Panel
+# runs a full garbage collection 5 s after the last discard, a pause of the whole server.
+BOKEH_CHECK_UNUSED_MS, BOKEH_UNUSED_LIFETIME_MS, PANEL_GC_DEBOUNCE_S = 17_000, 15_000, 5.0
+
+
+def serve_option(serve_args: list[str], name: str, default: int) -> int:
+    """The value of ``panel serve`` option ``name`` (``--name V`` or ``--name=V``) in ``serve_args``."""
+    for i, arg in enumerate(serve_args):
+        if arg == name and i + 1 < len(serve_args):
+            return int(serve_args[i + 1])
+        if arg.startswith(name + "="):
+            return int(arg.split("=", 1)[1])
+    return default
+
+
 # Debian's Chromium, headless, as the browser tests launch it.
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -63,7 +79,8 @@ class Server:
         self._log = open(self.log_path, "w")
         self.started = time.perf_counter()
         env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
-        self.command = server_command(self.port, app_args, serve_args=list(serve_args))
+        self.serve_args = list(serve_args)
+        self.command = server_command(self.port, app_args, serve_args=self.serve_args)
         self.proc = subprocess.Popen(self.command, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, env=env)
 
     def rss_bytes(self) -> int:
@@ -72,6 +89,14 @@ class Server:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def discard_s(self) -> float:
+        """Seconds from a session's close until this server has discarded it and collected its
+        garbage: a load test waits that long, so that sessions closed before it do not pause the
+        server while its sessions brush (that pause is a session's end, not a brush's cost)."""
+        check = serve_option(self.serve_args, "--check-unused-sessions", BOKEH_CHECK_UNUSED_MS)
+        lifetime = serve_option(self.serve_args, "--unused-session-lifetime", BOKEH_UNUSED_LIFETIME_MS)
+        return (check + lifetime) / 1000 + PANEL_GC_DEBOUNCE_S + 1.0
 
     def wait_http(self, timeout: float) -> None:
         """Until the page answers HTTP 200 (the progress view, while the pipeline still runs)."""

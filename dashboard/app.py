@@ -34,7 +34,7 @@ import param
 from bokeh.settings import settings
 from panel.io.state import set_curdoc
 
-from dashboard import startup
+from dashboard import server_gc, startup
 from dashboard.archive import SPEC as ARCHIVE_SPEC
 from dashboard.archive import ArchiveView
 from dashboard.data_store import BACKGROUND_DELAY_S, DataStore, SharedRun, in_session
@@ -117,6 +117,7 @@ def prepare(settings: startup.Settings):
         # sessions make. Otherwise they walked millions of objects and paused every session for
         # up to a second under twenty sessions. (No collection first: it would lengthen the start.)
         gc.freeze()
+        server_gc.configure()
         return shared
     return _prepare
 
@@ -127,13 +128,14 @@ def freeze_when_loaded(shared: SharedRun, raster) -> None:
     PyTorch's modules and Numba's compiled code are ~300,000 objects that live as long as the
     process; left in the old generation, every full collection walked them: ~190 ms on two cores
     with a single session open, each time Python decided to collect, for every session at once.
-    Garbage is collected first so that none is frozen; the objects of the sessions open at this
-    moment are frozen with the rest, so if they form cycles when those sessions close, those few
-    sessions' memory stays (measured by the soak test, which counts from the 10th session)."""
+    No collection first: it walked every object the loads made (~190 ms on two cores) while the
+    first brushes waited, to free ~13,000 objects of import-time cycles, which stay instead. The
+    objects of the sessions open at this moment are frozen with the rest, so if they form cycles
+    when those sessions close, those few sessions' memory stays (measured by the soak test, which
+    counts from the 10th session)."""
     raster.compiled.wait()
     with contextlib.suppress(Exception):     # a model that failed to load says so where it is used
         shared.model
-    gc.collect()
     gc.freeze()
 
 
@@ -339,6 +341,8 @@ class App(pn.viewable.Viewer):
 
 def serve_page(argv: list[str] | None = None) -> App:
     """Build this session's page from the server's arguments (never from the request)."""
+    if pn.state.curdoc is not None:     # a served session (not a page built in a test)
+        pn.state.on_session_destroyed(server_gc.collect_after_session_end)
     try:
         settings = startup.settings_from(sys.argv[1:] if argv is None else argv)
         if settings.archive:
