@@ -24,7 +24,8 @@ measures, each kind warmed up and then repeated:
 5. with ``--sessions N``, N concurrent sessions: every one brushes once at the same instant (the
    burst, reported apart), then ``--load-brushes`` times each after a user's pause (bounded by
    ``--load-timeout``): p95 against one session doing the same, console errors, failed gestures,
-   and whether each session's selection count is what its own brushes select;
+   and whether each session's selection count is what its own brushes select; each part starts
+   once the sessions closed before it are discarded (:meth:`benchmarks.served.Server.discard_s`);
 6. with ``--soak N``, N sessions opened (bokeh protocol), brushed once and closed, the server's
    resident memory after every 10.
 

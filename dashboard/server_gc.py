@@ -12,9 +12,9 @@ property containers, Panel's watchers). A full collection walks every open sessi
   sessions: 319 young, 29 middle and one full collection (180 ms) at Python's defaults, none here.
 - **A session's end does.** A closed session's models and documents reference each other, so only
   a full collection frees them. One runs shortly after sessions are discarded (one for a batch).
-  Panel schedules one as well, but drops it whenever another session ended in the five seconds
-  before, so a server whose sessions keep ending would keep their memory until Python's schedule,
-  now rare, got to it (measured: +1.8 MB per session on the H200 over 100 sessions).
+  Panel schedules one as well, but postpones it until no session has ended for five seconds, so a
+  server whose sessions keep ending kept their memory until Python's schedule, now rare, got to it
+  (measured: +1.8 MB per session on the H200 over 100 sessions).
 - Python's own schedule of full collections stays as a safety net, ten times rarer.
 
 What lives as long as the process (the libraries, the run, the model) is frozen out of the
