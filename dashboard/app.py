@@ -106,6 +106,7 @@ def prepare(settings: startup.Settings):
         shared.load_model(background=True, after=first_page)
         raster = signal_raster(shared)
         raster.compile_in_background(after=first_page, delay_s=BACKGROUND_DELAY_S)
+        server_gc.loads_started()
         threading.Thread(target=freeze_when_loaded, args=(shared, raster), name="ecg-freeze", daemon=True).start()
         if board == "cuxfilter":
             from dashboard import cuxfilter_board
@@ -128,15 +129,17 @@ def freeze_when_loaded(shared: SharedRun, raster) -> None:
     PyTorch's modules and Numba's compiled code are ~300,000 objects that live as long as the
     process; left in the old generation, every full collection walked them: ~190 ms on two cores
     with a single session open, each time Python decided to collect, for every session at once.
-    No collection first: it walked every object the loads made (~190 ms on two cores) while the
-    first brushes waited, to free ~13,000 objects of import-time cycles, which stay instead. The
-    objects of the sessions open at this moment are frozen with the rest, so if they form cycles
-    when those sessions close, those few sessions' memory stays (measured by the soak test, which
-    counts from the 10th session)."""
-    raster.compiled.wait()
-    with contextlib.suppress(Exception):     # a model that failed to load says so where it is used
-        shared.model
-    gc.freeze()
+    No collection first unless sessions ended meanwhile (``server_gc.freeze_loads``): it walks
+    every object the loads made (~190 ms on two cores) while the first brushes wait, to free
+    ~13,000 objects of import-time cycles, which stay instead. The objects of the sessions open at
+    this moment are frozen with the rest, so if they form cycles when those sessions close, those
+    few sessions' memory stays (measured by the soak test, which counts from the 10th session)."""
+    try:
+        raster.compiled.wait()
+        with contextlib.suppress(Exception):     # a model that failed to load says so where it is used
+            shared.model
+    finally:
+        server_gc.freeze_loads()
 
 
 # --------------------------------------------------------------------------- progress and errors

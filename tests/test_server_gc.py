@@ -3,6 +3,8 @@ import asyncio
 import gc
 import weakref
 
+import pytest
+
 from dashboard import server_gc
 
 
@@ -13,13 +15,28 @@ class Node:
         self.me = self
 
 
-def test_sessions_ending_together_are_collected_once_shortly_after():
+@pytest.fixture
+def full_collections(monkeypatch):
+    """Only the collections asked for run; returns the list of full collections' counts, as they run.
+    No background loads are pending (another test's server may have left some)."""
+    monkeypatch.setattr(server_gc, "_loading", 0)
+    monkeypatch.setattr(server_gc, "_ended_while_loading", False)
     full = []
 
     def count(phase, info):
         if phase == "stop" and info["generation"] == 2:
             full.append(info["collected"])
 
+    was_enabled = gc.isenabled()
+    gc.disable()
+    gc.callbacks.append(count)
+    yield full
+    gc.callbacks.remove(count)
+    if was_enabled:
+        gc.enable()
+
+
+def test_sessions_ending_together_are_collected_once_shortly_after(full_collections):
     async def sessions_end() -> weakref.ref:
         ref = weakref.ref(Node())
         for _ in range(3):                     # three sessions discarded in one check of the server
@@ -28,20 +45,30 @@ def test_sessions_ending_together_are_collected_once_shortly_after():
         await asyncio.sleep(server_gc.COLLECT_AFTER_END_S + 0.5)
         return ref
 
-    was_enabled = gc.isenabled()
-    gc.disable()                               # only the collections asked for run
-    gc.callbacks.append(count)
-    try:
-        ref = asyncio.run(sessions_end())
-    finally:
-        gc.callbacks.remove(count)
-        if was_enabled:
-            gc.enable()
+    ref = asyncio.run(sessions_end())
     assert ref() is None, "the cycle outlived the sessions' end"
-    assert len(full) == 1, f"{len(full)} full collections for one batch of ended sessions"
+    assert len(full_collections) == 1, f"{len(full_collections)} full collections for one batch of ended sessions"
 
 
-def test_outside_a_running_loop_the_collection_is_immediate():
+def test_outside_a_running_loop_the_collection_is_immediate(full_collections):
     ref = weakref.ref(Node())
     server_gc.collect_after_session_end(None)
     assert ref() is None
+
+
+def test_sessions_ending_during_the_background_loads_are_collected_when_the_loads_are_frozen(full_collections):
+    server_gc.loads_started()
+    ref = weakref.ref(Node())
+    server_gc.collect_after_session_end(None)
+    server_gc.collect_after_session_end(None)
+    assert ref() is not None and not full_collections, "collected while the loads were still running"
+    try:
+        server_gc.freeze_loads()
+        assert ref() is None, "a session that ended during the loads was frozen with them"
+        assert len(full_collections) == 1
+        kept = Node()
+        server_gc.loads_started()
+        server_gc.freeze_loads()               # no session ended meanwhile: nothing to collect first
+        assert len(full_collections) == 1 and gc.is_tracked(kept)
+    finally:
+        gc.unfreeze()
