@@ -563,7 +563,7 @@ def served_board(args, budget, board: str, log_dir: Path, keep: bool = False):
             def load():
                 beats = state["shared_like"].beats
                 # Each part starts once the sessions closed before it are discarded: their discard
-                # pauses the server (Panel's full collection), a session's end rather than a brush's cost.
+                # pauses the server (a full garbage collection), a session's end rather than a brush's cost.
                 time.sleep(server.discard_s())
                 single = load_test(server.url, beats, 1, args.load_brushes, args.seed + 1, 120)
                 time.sleep(server.discard_s())

@@ -574,7 +574,7 @@ def load_part(args, server, beats, report: dict, save) -> None:
     print(f"load test: 1 session, then {args.sessions} at once, a burst and {args.load_brushes} brushes each "
           f"({args.client}), each after the sessions closed before it are discarded…", flush=True)
     # Each part starts once the sessions closed before it are discarded (--quick does not wait): their
-    # discard pauses the server (Panel's full collection), a session's end rather than a brush's cost.
+    # discard pauses the server (a full garbage collection), a session's end rather than a brush's cost.
     wait_s = 0.0 if args.quick else server.discard_s()
     time.sleep(wait_s)
     single = asyncio.run(runner(args, server, beats, 1, args.seed + 1))

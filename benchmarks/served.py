@@ -31,8 +31,9 @@ def free_port() -> int:
 
 
 # How long a server keeps sessions nobody uses: Bokeh looks for them every 17 s and discards those
-# unused for 15 s (its defaults, ``--check-unused-sessions`` / ``--unused-session-lifetime``); Panel
-# runs a full garbage collection 5 s after the last discard, a pause of the whole server.
+# unused for 15 s (its defaults, ``--check-unused-sessions`` / ``--unused-session-lifetime``); the
+# server then runs a full garbage collection (0.25 s later, ``dashboard/server_gc.py``; Panel's own
+# one once no session has ended for 5 s), a pause of the whole server.
 BOKEH_CHECK_UNUSED_MS, BOKEH_UNUSED_LIFETIME_MS, PANEL_GC_DEBOUNCE_S = 17_000, 15_000, 5.0
 
 
