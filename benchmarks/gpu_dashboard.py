@@ -564,13 +564,14 @@ def served_board(args, budget, board: str, log_dir: Path, keep: bool = False):
                 beats = state["shared_like"].beats
                 # Each part starts once the sessions closed before it are discarded: their discard
                 # pauses the server (a full garbage collection), a session's end rather than a brush's cost.
-                time.sleep(server.discard_s())
+                wait_s = server.discard_s()
+                time.sleep(wait_s)
                 single = load_test(server.url, beats, 1, args.load_brushes, args.seed + 1, 120)
-                time.sleep(server.discard_s())
+                time.sleep(wait_s)
                 many = load_test(server.url, beats, args.sessions, args.load_brushes, args.seed + 2, 180)
                 ratio = many["brush_ms"]["p95"] / single["brush_ms"]["p95"] if single["brush_ms"]["n"] else None
                 section["load"] = {"single": single, "concurrent": many, "p95_ratio": ratio,
-                                   "waited_for_discards_s": 2 * server.discard_s()}
+                                   "waited_for_discards_s": 2 * wait_s}
                 expect(not many["failed"] and not many["errors"], f"failures: {(many['failed'] + many['errors'])[:3]}")
                 expect(not many["mismatches"], f"selections mixed up: {many['mismatches'][:3]}")
                 return (f"p95 {many['brush_ms']['p95']:.0f} ms vs {single['brush_ms']['p95']:.0f} ms alone "
