@@ -1,11 +1,15 @@
 """Beat families: groups of beats with the same morphology, as Holter review software shows them
 (templates with counts, confirmed or relabelled family by family).
 
-The embedded beats are projected on their first principal components (on the device the beats
-live on, with PyTorch), cut into many small clusters (scikit-learn's MiniBatchKMeans on those few
+The embedded beats are projected on their first principal components (exactly, from their
+covariance), cut into many small clusters (scikit-learn's MiniBatchKMeans on those few
 numbers), and small clusters whose median beats correlate closely are merged (agglomerative
 clustering on the templates' correlation distance): a family is a set of beats whose templates
 look alike, however many clusters its spread needed. Families are numbered by size, 0 the largest.
+
+Everything runs on the host: the clustering is scikit-learn's anyway, and the rest is a few
+matrix products. That lets a GPU run find the families in a thread beside training
+(:func:`pipeline.run`), which leaves the interpreter and the cores mostly idle.
 
 See Also
 --------
@@ -17,7 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 COMPONENTS = 6             # principal components the clustering sees
 MICRO_CLUSTERS = 24        # small clusters before merging
@@ -37,15 +40,16 @@ class Families:
     upper: np.ndarray
 
 
-def find_families(rows: torch.Tensor, seed: int = 0, micro_clusters: int = MICRO_CLUSTERS,
+def find_families(rows: np.ndarray, seed: int = 0, micro_clusters: int = MICRO_CLUSTERS,
                   min_correlation: float = MIN_CORRELATION) -> Families:
-    """Group ``rows`` (n, width; CPU or CUDA tensor) into morphology families."""
+    """Group ``rows`` (n, width; a host array) into morphology families."""
     from sklearn.cluster import AgglomerativeClustering, MiniBatchKMeans
 
+    rows = np.asarray(rows, dtype=np.float32)
     if rows.ndim != 2 or rows.shape[0] < 2:
         raise ValueError(f"beats must be 2-D with at least 2 rows; got shape {tuple(rows.shape)}")
     n = rows.shape[0]
-    features = _principal_components(rows, seed)                   # (n, COMPONENTS) on the host
+    features = _principal_components(rows)                          # (n, COMPONENTS)
     k = min(micro_clusters, n)
     micro = MiniBatchKMeans(n_clusters=k, random_state=seed, n_init=3, batch_size=4096).fit_predict(features)
     _, micro = np.unique(micro, return_inverse=True)                 # drop clusters left empty
@@ -66,20 +70,20 @@ def find_families(rows: torch.Tensor, seed: int = 0, micro_clusters: int = MICRO
                     upper=np.stack([s[2] for s in stats]))
 
 
-def _principal_components(rows: torch.Tensor, seed: int) -> np.ndarray:
-    """The rows' coordinates on their first COMPONENTS principal axes (randomised, seeded)."""
-    torch.manual_seed(seed)
-    centred = rows - rows.mean(dim=0)
+def _principal_components(rows: np.ndarray) -> np.ndarray:
+    """The rows' coordinates on their first COMPONENTS principal axes: the top eigenvectors of
+    their covariance (width × width, so exact and cheap for beats of a few hundred samples)."""
+    centred = rows - rows.mean(axis=0)
+    covariance = (centred.T @ centred).astype(np.float64)
+    _, axes = np.linalg.eigh(covariance)                             # eigenvalues ascending
     q = min(COMPONENTS, rows.shape[0], rows.shape[1])
-    _, _, axes = torch.pca_lowrank(centred, q=q, center=False, niter=2)
-    return (centred @ axes[:, :q]).cpu().numpy()   # sync point: n × q numbers to the host
+    return centred @ axes[:, ::-1][:, :q].astype(np.float32)
 
 
-def _template(rows: torch.Tensor, members: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _template(rows: np.ndarray, members: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Median and quartiles of (at most TEMPLATE_BEATS of) the member rows."""
     index = np.flatnonzero(members)
     if len(index) > TEMPLATE_BEATS:
         index = np.sort(np.random.default_rng(seed).choice(index, TEMPLATE_BEATS, replace=False))
-    chosen = rows[torch.as_tensor(index, device=rows.device)].float()
-    q = torch.quantile(chosen, torch.tensor([0.5, 0.25, 0.75], device=rows.device), dim=0).cpu().numpy()
-    return q[0], q[1], q[2]
+    median, lower, upper = np.quantile(rows[index], [0.5, 0.25, 0.75], axis=0).astype(np.float32)
+    return median, lower, upper

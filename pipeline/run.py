@@ -7,22 +7,24 @@ trains the VAE, scores every beat and writes a run directory, reporting each sta
 from __future__ import annotations
 
 import contextlib
-import importlib
 import math
 import platform
-import threading
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 import pipeline
 from pipeline import backend, collector, results, threads
 from pipeline.config import SignalConfig, VAEConfig, config_hash
+
+if TYPE_CHECKING:
+    from pipeline.families import Families
 
 # Synthetic default recording: 20M samples (~22 h at 250 Hz) on the GPU; 2M (~2.2 h) on the CPU,
 # where the same run would take many minutes.
@@ -151,8 +153,8 @@ def _compute(input_path: Path, request: RunRequest, device: str, stages: "_Stage
 
         from pipeline import rhythm, score, train
 
-        if device == "gpu":
-            _import_in_background("sklearn.cluster")     # the families stage's; see the function
+        embeddings = backend.to_host(beats.rows)
+        families = _families_beside_training(embeddings, request.vae.seed, device)
         rows = backend.to_torch(beats.rows)
         is_train = train.split_train(n_beats, request.vae.train_fraction, request.vae.seed)
         model, history = train.fit_vae(rows, is_train, request.vae, progress=report)
@@ -165,26 +167,29 @@ def _compute(input_path: Path, request: RunRequest, device: str, stages: "_Stage
         beat_rhythm = rhythm.describe_rhythm(positions, beats.candidate, fs)
         scores, p_shape, p_rhythm = score.combine_scores(shape_scores, beat_rhythm.score)
     with stages("families"):
-        from pipeline.families import find_families
-
-        beat_families = find_families(rows, seed=request.vae.seed)
-    return dict(recording=recording, positions=positions, beats=beats, histogram=histogram, model=model,
-                history=history, is_train=is_train.numpy(), scores=scores, z=z, shape_scores=shape_scores,
-                rhythm=beat_rhythm, p_shape=p_shape, p_rhythm=p_rhythm, families=beat_families,
-                grid_z=grid_z, decoded=decoded, width=width,
+        beat_families = families()
+    return dict(recording=recording, positions=positions, beats=beats, embeddings=embeddings, histogram=histogram,
+                model=model, history=history, is_train=is_train.numpy(), scores=scores, z=z,
+                shape_scores=shape_scores, rhythm=beat_rhythm, p_shape=p_shape, p_rhythm=p_rhythm,
+                families=beat_families, grid_z=grid_z, decoded=decoded, width=width,
                 torch_version=torch.__version__)
 
 
-def _import_in_background(module: str) -> None:
-    """Import ``module`` in a thread of its own. GPU training leaves the interpreter mostly idle
-    (replayed CUDA graphs, waits on the device), so scikit-learn's import (~1.2 s, most of the
-    families stage of a fresh server) runs beside it instead of after it. The stage's own import
-    then finds the module loaded, or waits for the thread's import to finish; a failure here is
-    left for that import to report."""
-    def work() -> None:
-        with contextlib.suppress(Exception):
-            importlib.import_module(module)
-    threading.Thread(target=work, name=f"import-{module}", daemon=True).start()
+def _families_beside_training(embeddings: np.ndarray, seed: int, device: str) -> Callable[[], Families]:
+    """A function that returns the beat families. On the GPU they are found in a thread of their
+    own from now on, beside training, which leaves the interpreter and the host's cores mostly idle
+    (replayed CUDA graphs, waits on the device): scikit-learn's import and the clustering had cost
+    0.36-0.5 s of a cold start on the H200 after scoring, and cost nothing now; the function waits
+    for that thread and raises its error. On the CPU, where training uses every core, they are
+    found when asked."""
+    from pipeline.families import find_families
+
+    if device != "gpu":
+        return lambda: find_families(embeddings, seed=seed)
+    pool = ThreadPoolExecutor(1, thread_name_prefix="families")
+    future = pool.submit(find_families, embeddings, seed=seed)
+    pool.shutdown(wait=False)
+    return future.result
 
 
 def _write(input_path, input_hash, key, request, device, c, stages, handoffs, memory) -> results.RunResult:
@@ -224,7 +229,7 @@ def _write(input_path, input_hash, key, request, device, c, stages, handoffs, me
         "beat_scale": beats.scale,
     }
     checkpoint = {"config": asdict(c["model"].cfg), "width": c["width"], "model": c["model"].state_dict()}
-    embeddings, signal = host(beats.rows), host(recording.signal)
+    embeddings, signal = c["embeddings"], host(recording.signal)
     report["stages_s"] = dict(stages.times)
     report["stages_s"]["results"] = round(stages.elapsed("results"), 6)  # host copies; file writes follow
     report["memory"] = memory

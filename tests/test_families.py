@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 from sklearn.metrics import adjusted_rand_score
 
 from pipeline.families import find_families
@@ -23,7 +22,7 @@ def test_known_morphologies_come_back_as_families_ordered_by_size():
     rng = np.random.default_rng(0)
     truth = np.repeat([0, 1, 2], [900, 80, 20])
     rows = _shapes()[truth] * rng.uniform(0.9, 1.1, (len(truth), 1)) + 0.03 * rng.standard_normal((len(truth), 128))
-    found = find_families(torch.from_numpy(rows.astype(np.float32)))
+    found = find_families(rows.astype(np.float32))
     assert adjusted_rand_score(truth, found.family) > 0.95
     assert list(found.count) == sorted(found.count, reverse=True) and found.count.sum() == len(truth)
     assert found.family.dtype == np.int16 and found.median.shape == (len(found.count), 128)
@@ -45,4 +44,4 @@ def test_premature_ventricular_beats_form_their_own_family(cpu_run):
 
 def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="at least 2 rows"):
-        find_families(torch.zeros((1, 64)))
+        find_families(np.zeros((1, 64), dtype=np.float32))

@@ -99,7 +99,7 @@ def parts():
                 beats=_table(), fiducials=np.arange(7) * 300, signal=rng.standard_normal(3000).astype(np.float32),
                 embeddings=embeddings, decoded_z=np.zeros((9, 2)), decoded=np.zeros((9, 64)),
                 checkpoint={"config": asdict(model.cfg), "width": 64, "model": model.state_dict()},
-                families=find_families(torch.from_numpy(embeddings)))
+                families=find_families(embeddings))
 
 
 def test_write_and_load_round_trip(tmp_path, parts):

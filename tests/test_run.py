@@ -81,6 +81,22 @@ def test_arrays_agree_with_the_table(cpu_run):
     np.testing.assert_array_equal(beats["length"], lengths)
 
 
+def test_families_are_those_of_the_stored_beats(cpu_run):
+    """The table's families are find_families of the stored embeddings, and so are those found in the
+    thread a GPU run starts beside training (the thread needs no GPU); its errors reach the caller."""
+    from pipeline.families import find_families
+    from pipeline.run import _families_beside_training
+
+    run = cpu_run.run
+    direct = find_families(run.embeddings, seed=cpu_run.request.vae.seed)
+    np.testing.assert_array_equal(run.beats["family"], direct.family)
+    beside = _families_beside_training(np.asarray(run.embeddings), cpu_run.request.vae.seed, "gpu")()
+    np.testing.assert_array_equal(beside.family, direct.family)
+    np.testing.assert_array_equal(beside.median, direct.median)
+    with pytest.raises(ValueError, match="at least 2 rows"):
+        _families_beside_training(np.zeros((1, 8), np.float32), 0, "gpu")()
+
+
 def test_report_fields(cpu_run):
     run, request = cpu_run.run, cpu_run.request
     report, beats = run.report, run.beats
