@@ -41,8 +41,9 @@ case "$cmd" in
   serve)
     port=${PORT:-5006}; address=${ADDRESS:-127.0.0.1}
     echo "dashboard: http://$address:$port/app" >&2
-    # --warm runs the app once at start: the pipeline starts now, not at the first visit.
-    exec "$PY" -m panel serve dashboard/app.py --address "$address" --port "$port" \
+    # `panel serve`, with the collector paused while it imports (dashboard/serve.py). --warm runs
+    # the app once at start: the pipeline starts now, not at the first visit.
+    exec "$PY" -m dashboard.serve dashboard/app.py --address "$address" --port "$port" \
       --allow-websocket-origin "$address:$port" --num-procs 1 --warm --args "$@" ;;
   pipeline) exec "$PY" -m pipeline "${@:-run}" ;;
   test) browser; exec "$PY" -m pytest "$@" ;;

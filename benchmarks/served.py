@@ -63,8 +63,9 @@ def chromium_version() -> str | None:
 
 def server_command(port: int, app_args: list[str], python: str = sys.executable,
                    serve_args: list[str] = ()) -> list[str]:
-    """``serve_args`` are extra ``panel serve`` options (e.g. ``--unused-session-lifetime``)."""
-    return [python, "-m", "panel", "serve", "dashboard/app.py", "--address", "127.0.0.1", "--port", str(port),
+    """What ``./run.sh`` starts (``python -m dashboard.serve``: ``panel serve`` with the collector paused
+    while it imports); ``serve_args`` are extra ``panel serve`` options (e.g. ``--unused-session-lifetime``)."""
+    return [python, "-m", "dashboard.serve", "dashboard/app.py", "--address", "127.0.0.1", "--port", str(port),
             "--allow-websocket-origin", f"127.0.0.1:{port}", "--num-procs", "1", "--warm", *serve_args,
             "--args", *app_args]
 

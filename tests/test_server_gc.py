@@ -72,3 +72,18 @@ def test_sessions_ending_during_the_background_loads_are_collected_when_the_load
         assert len(full_collections) == 1 and gc.is_tracked(kept)
     finally:
         gc.unfreeze()
+
+
+def test_the_server_entry_leaves_the_collector_running_and_the_imports_frozen():
+    """`python -m dashboard.serve` runs Panel's command line (here its help) after the imports, with
+    the collector enabled again and the imports' objects frozen."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import gc, sys\nfrom dashboard import serve\ntry:\n    serve.main(['--help'])\n"
+            "except SystemExit as done:\n    print('exit', done.code, gc.isenabled(), gc.get_freeze_count() > 100_000)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parent.parent)
+    assert "usage: panel serve" in out.stdout, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "exit 0 True True"
