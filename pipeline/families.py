@@ -9,7 +9,7 @@ look alike, however many clusters its spread needed. Families are numbered by si
 
 Everything runs on the host: the clustering is scikit-learn's anyway, and the rest is a few
 matrix products. That lets a GPU run find the families in a thread beside training
-(:func:`pipeline.run`), which leaves the interpreter and the cores mostly idle.
+(:func:`pipeline.run.run_pipeline`), which leaves the interpreter and the cores mostly idle.
 
 See Also
 --------

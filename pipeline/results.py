@@ -288,8 +288,8 @@ def write_run(root: Path, key: str, *, report: dict, beats: pd.DataFrame, fiduci
 def _write_and_hash(folder: Path, writers: dict) -> dict[str, str]:
     """Write each file of ``writers`` (name → function of the path) and hash it, the files in
     threads of their own: Arrow's and NumPy's writes and hashlib's updates release the GIL.
-    Written and hashed one after another, a 20M-sample run's files (the signal 80 MB, the beats
-    69 MB) cost a cold start 0.39-0.55 s on the H200; in threads 0.20-0.27 s."""
+    Written and hashed one after another, a 20M-sample run's files (the signal 80 MB, the embedded
+    beats 69 MB) cost a cold start 0.39-0.55 s on the H200; in threads 0.20-0.27 s."""
     def write_and_hash(name: str) -> str:
         writers[name](folder / name)
         return file_sha256(folder / name)

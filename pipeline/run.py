@@ -176,12 +176,11 @@ def _compute(input_path: Path, request: RunRequest, device: str, stages: "_Stage
 
 
 def _families_beside_training(embeddings: np.ndarray, seed: int, device: str) -> Callable[[], Families]:
-    """A function that returns the beat families. On the GPU they are found in a thread of their
-    own from now on, beside training, which leaves the interpreter and the host's cores mostly idle
-    (replayed CUDA graphs, waits on the device): scikit-learn's import and the clustering had cost
-    0.36-0.5 s of a cold start on the H200 after scoring, and cost nothing now; the function waits
-    for that thread and raises its error. On the CPU, where training uses every core, they are
-    found when asked."""
+    """A function that returns the beat families. On the GPU a thread starts finding them now, beside
+    training, which leaves the interpreter and the host's cores mostly idle (replayed CUDA graphs,
+    waits on the device): found after scoring, scikit-learn's import and the clustering cost a cold
+    start 0.36-0.5 s on the H200. The function waits for that thread and raises its error. On the
+    CPU, where training uses every core, they are found when the function is called."""
     from pipeline.families import find_families
 
     if device != "gpu":
