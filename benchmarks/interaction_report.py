@@ -136,14 +136,19 @@ def markdown(report: dict) -> str:
                   measured_line(load, cores), "",
                   "| sessions | opened | brushes | median | p95 | max | failed | console errors | selections independent |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-        for r in (one, many):
+        for r in (one, load.get("in_turn"), many):
+            if not r:
+                continue
             s = r["brush_ms"]
             lines.append(f"| {r['sessions']} | {r['opened']} | {s['n']} | {_ms(s['median'])} | {_ms(s['p95'])} | "
                          f"{_ms(s['max'])} | {len(r['failed_interactions'])} | {len(r['console_errors'])} | "
                          f"{r['independent_sessions']}/{r['opened']} |")
-        ratio = load.get("p95_ratio")
+        ratio, in_turn = load.get("p95_ratio"), load.get("p95_ratio_in_turn")
         lines += ["", f"p95 with {many['sessions']} sessions / p95 with one: "
                       f"{ratio:.2f}×" if ratio else "p95 ratio: not measured", ""]
+        if in_turn:   # the second row: the same sessions and brushes, one session brushing at a time
+            lines += [f"p95 with {many['sessions']} sessions / p95 of the same brushes one session at a time "
+                      f"(the second row): {in_turn:.2f}×", ""]
         if many.get("burst_ms", {}).get("n"):   # reports from before the burst was counted apart lack it
             b = many["burst_ms"]
             lines += [f"Before those, every session brushed at the same instant once (the burst, not in the "
@@ -184,9 +189,12 @@ def table(report: dict) -> str:
         rows.append((f"server {label}", s["n"], _ms(s["median"]), _ms(s["p95"]), _ms(s["max"])))
     load = report.get("load")
     if load:
-        for r in (load["single"], load["concurrent"]):
+        for r, how in ((load["single"], ""), (load.get("in_turn"), " in turn"), (load["concurrent"], "")):
+            if not r:
+                continue
             s = r["brush_ms"]
-            rows.append((f"load {r['sessions']} session(s) brush", s["n"], _ms(s["median"]), _ms(s["p95"]), _ms(s["max"])))
+            rows.append((f"load {r['sessions']} session(s){how} brush", s["n"], _ms(s["median"]), _ms(s["p95"]),
+                         _ms(s["max"])))
     width = max(len(str(r[0])) for r in rows) + 2
     out = [f"{r[0]:<{width}}{r[1]:>5}{r[2]:>10}{r[3]:>10}{r[4]:>10}" for r in rows]
     out.append("")
