@@ -291,8 +291,8 @@ def load_test(url: str, beats, n_sessions: int, brushes: int, seed: int, timeout
     with context.Manager() as manager, \
             concurrent.futures.ProcessPoolExecutor(len(groups), mp_context=context) as pool:
         opened = manager.Barrier(len(groups))     # every session open before any brushes
-        turns = [manager.Lock()] if in_turn else [None]   # held by the session brushing now
-        jobs = [(url, beats, group, brushes, seed, timeout_s, opened, turns[0]) for group in groups]
+        turn = manager.Lock() if in_turn else None     # held by the session brushing now
+        jobs = [(url, beats, group, brushes, seed, timeout_s, opened, turn) for group in groups]
         parts = list(pool.map(_load_client, jobs))
     merged = {key: [x for part in parts for x in part[key]] for key in ("failed", "errors", "mismatches")}
     brushes_timed = [(client, *b) for client, part in enumerate(parts) for b in part["brushes"]]
@@ -368,7 +368,7 @@ async def _load_sessions(url: str, beats, ks: list, brushes: int, seed: int, tim
                 turn.release()
 
     try:
-        work = (in_turn if turn is not None else brushing)
+        work = in_turn if turn is not None else brushing
         await asyncio.wait_for(asyncio.gather(*(work(k, s) for k, s in live)), timeout_s)
     except asyncio.TimeoutError:
         failures.append(f"stopped at the {timeout_s:.0f} s bound")
@@ -589,11 +589,8 @@ def served_board(args, budget, board: str, log_dir: Path, keep: bool = False):
                                     in_turn=True)
                 time.sleep(wait_s)
                 many = load_test(server.url, beats, args.sessions, args.load_brushes, args.seed + 2, 180)
-
-                def ratio_to(reference):
-                    return many["brush_ms"]["p95"] / reference["brush_ms"]["p95"] if reference["brush_ms"]["n"] else None
-
-                ratio, ratio_in_turn = ratio_to(single), ratio_to(in_turn)
+                ratio = stats.p95_ratio(many["brush_ms"], single["brush_ms"])
+                ratio_in_turn = stats.p95_ratio(many["brush_ms"], in_turn["brush_ms"])
                 section["load"] = {"single": single, "in_turn": in_turn, "concurrent": many, "p95_ratio": ratio,
                                    "p95_ratio_in_turn": ratio_in_turn, "waited_for_discards_s": 3 * wait_s}
                 expect(not many["failed"] and not many["errors"], f"failures: {(many['failed'] + many['errors'])[:3]}")

@@ -593,13 +593,10 @@ def load_part(args, server, beats, report: dict, save) -> None:
         in_turn = asyncio.run(load_client(args, server, beats, args.sessions, args.seed + 2, in_turn=True))
         time.sleep(wait_s)
     many = asyncio.run(runner(args, server, beats, args.sessions, args.seed + 2))
-
-    def ratio_to(reference):
-        both = reference and reference["brush_ms"]["n"] and many["brush_ms"]["n"]
-        return many["brush_ms"]["p95"] / reference["brush_ms"]["p95"] if both else None
-
-    report["load"] = {"single": single, "in_turn": in_turn, "concurrent": many, "p95_ratio": ratio_to(single),
-                      "p95_ratio_in_turn": ratio_to(in_turn), "waited_for_discards_s": wait_s}
+    report["load"] = {"single": single, "in_turn": in_turn, "concurrent": many,
+                      "p95_ratio": stats.p95_ratio(many["brush_ms"], single["brush_ms"]),
+                      "p95_ratio_in_turn": stats.p95_ratio(many["brush_ms"], in_turn and in_turn["brush_ms"]),
+                      "waited_for_discards_s": wait_s}
     save()
 
 

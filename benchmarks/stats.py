@@ -19,3 +19,10 @@ def summary(values, digits: int = 1) -> dict:
     return {"n": len(values), "median": round(float(np.median(values)), digits),
             "p95": round(percentile(values, 95), digits), "max": round(max(values), digits),
             "min": round(min(values), digits), "values": [round(v, digits) for v in values]}
+
+
+def p95_ratio(loaded: dict, reference: dict | None) -> float | None:
+    """``loaded``'s p95 over ``reference``'s (two :func:`summary` results); None where either is empty."""
+    if not reference or not reference["n"] or not loaded["n"]:
+        return None
+    return loaded["p95"] / reference["p95"]
