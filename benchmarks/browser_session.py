@@ -247,29 +247,29 @@ class BrowserPage:
         await self.page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
         return await self._wait_version_painted(before, ("mouseup", "pointerup"), "select family", timeout_s)
 
-    async def _wait_landing(self, kind: str, start_ms: float, window: tuple[float, float], timeout_s: float,
-                            tolerance: float) -> Gesture:
-        """The first picture of the recording after ``start_ms`` that shows ``window``, painted."""
-        try:
-            await self.page.wait_for_function("""([t0, lo, hi, tol]) => window.__ecgProbe.landings.some(
-                    l => l.at >= t0 && l.painted !== null && (l.kind === 'raster'
+    async def _wait_landing(self, kind: str, since_ms: float, end_ms: float, window: tuple[float, float],
+                            timeout_s: float, tolerance: float) -> Gesture:
+        """The first picture of the recording since ``since_ms`` (the gesture's first input) that shows
+        ``window``, painted; timed from ``end_ms`` (its last input). A drag's last step can be answered
+        before the mouse is released: that picture counts, and the user waited 0 ms for it."""
+        match = """(l, lo, hi, tol) => l.painted !== null && (l.kind === 'raster'
                          ? Math.abs(l.x0 - lo) <= tol && Math.abs(l.x1 - hi) <= tol
-                         : l.kind === 'samples' && l.x0 <= lo + tol && l.x1 >= hi - tol))""",
-                                              arg=[start_ms, window[0], window[1], tolerance],
+                         : l.kind === 'samples' && l.x0 <= lo + tol && l.x1 >= hi - tol)"""
+        try:
+            await self.page.wait_for_function(f"""([t0, lo, hi, tol]) => window.__ecgProbe.landings.some(
+                    l => l.at >= t0 && ({match})(l, lo, hi, tol))""",
+                                              arg=[since_ms, window[0], window[1], tolerance],
                                               timeout=timeout_s * 1000, polling="raf")
         except Exception as err:   # noqa: BLE001
             raise GestureError(f"{kind}: the recording did not show [{window[0]:.3f}, {window[1]:.3f}] "
                                f"within {timeout_s:.0f} s") from err
-        landing, pictures = await self.page.evaluate("""([t0, lo, hi, tol]) => {
-            const all = window.__ecgProbe.landings.filter(l => l.at >= t0);
-            const hit = all.find(l => l.painted !== null && (l.kind === 'raster'
-                         ? Math.abs(l.x0 - lo) <= tol && Math.abs(l.x1 - hi) <= tol
-                         : l.kind === 'samples' && l.x0 <= lo + tol && l.x1 >= hi - tol));
-            return [hit, all.length];
-        }""", [start_ms, window[0], window[1], tolerance])
-        return Gesture(kind, landing["painted"] - start_ms,
+        landing, pictures = await self.page.evaluate(f"""([t0, t1, lo, hi, tol]) => [
+            window.__ecgProbe.landings.find(l => l.at >= t0 && ({match})(l, lo, hi, tol)),
+            window.__ecgProbe.landings.filter(l => l.at >= t1).length]""",
+                                                     [since_ms, end_ms, window[0], window[1], tolerance])
+        return Gesture(kind, max(landing["painted"] - end_ms, 0.0),
                        {"picture": landing["kind"], "span_s": window[1] - window[0],
-                        "pictures_after_gesture": pictures, "arrived_ms": landing["at"] - start_ms})
+                        "pictures_after_gesture": pictures, "arrived_ms": landing["at"] - end_ms})
 
     async def wheel(self, at: float, notches: int, timeout_s: float = 60.0) -> Gesture | None:
         """Wheel-zoom the recording around fraction ``at`` of its width (notches > 0 zoom in, < 0
@@ -278,11 +278,12 @@ class BrowserPage:
         box = await self.canvas_box("signal")
         frame = (await self.frame_geometry("signal"))["frame"]
         before = await self.x_range()
+        since = await self.probe("performance.now()")
         await self.page.mouse.move(box["x"] + frame["x"] + frame["width"] * at, box["y"] + frame["y"] + frame["height"] * 0.5)
         for _ in range(abs(notches)):
             await self.page.mouse.wheel(0, -100 if notches > 0 else 100)
             await asyncio.sleep(0.03)
-        return await self._after_window_gesture("zoom (wheel)", "wheel", before, timeout_s)
+        return await self._after_window_gesture("zoom (wheel)", "wheel", before, since, timeout_s)
 
     async def pan(self, by: float, timeout_s: float = 60.0) -> Gesture | None:
         """Drag the recording by fraction ``by`` of its width; time mouse-up → new window painted."""
@@ -293,13 +294,16 @@ class BrowserPage:
         x0 = box["x"] + frame["x"] + frame["width"] * (0.5 - by / 2)
         x1 = box["x"] + frame["x"] + frame["width"] * (0.5 + by / 2)
         steps = 18                                   # ~0.3 s of a hand's drag at 60 moves per second
+        since = await self.probe("performance.now()")
         await self._drag([(x0 + (x1 - x0) * k / steps, y) for k in range(steps + 1)])
-        return await self._after_window_gesture("pan (drag)", "mouseup", before, timeout_s)
+        return await self._after_window_gesture("pan (drag)", "mouseup", before, since, timeout_s)
 
-    async def _after_window_gesture(self, kind: str, input_type: str, before, timeout_s: float) -> Gesture | None:
+    async def _after_window_gesture(self, kind: str, input_type: str, before, since: float,
+                                    timeout_s: float) -> Gesture | None:
         window = await self.x_range()
-        if window == before:
+        tolerance = 1e-6 * (window[1] - window[0]) + 1e-9
+        if all(abs(a - b) <= tolerance for a, b in zip(window, before)):   # at a bound: rounding moved it
             return None
         end = (await self.probe("p.input"))[input_type]
-        return await self._wait_landing(kind, end, window, timeout_s, tolerance=1e-6 * (window[1] - window[0]) + 1e-9)
+        return await self._wait_landing(kind, since, end, window, timeout_s, tolerance)
 
