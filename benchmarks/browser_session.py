@@ -31,6 +31,26 @@ VIEWPORT = {"width": 1600, "height": 1250}
 BRUSH_TYPE = "dashboard.charts.Brush"
 
 
+# Each named linked chart's brush bounds in the page: its ``Brush`` model, an argument of the
+# chart's selection-geometry callback.
+_BRUSH_BOUNDS_JS = """(linked) => {
+    const views = Bokeh.documents[0].views_manager, out = {};
+    const isPlot = (m) => m.x_range !== undefined && Array.isArray(m.renderers);
+    for (const name of linked) {
+        const card = views.query_one(v => (v.model.css_classes || []).includes('ecg-view-' + name));
+        let plot = null;
+        const descend = (v) => { if (plot) return; if (isPlot(v.model)) { plot = v.model; return; }
+                                 for (const c of v.children()) descend(c); };
+        descend(card);
+        const callback = plot.js_event_callbacks['selectiongeometry'][0];
+        const args = callback.args;
+        const brush = args instanceof Map ? args.get('brush') : args.brush;
+        out[name] = brush.bounds == null ? null : Array.from(brush.bounds);
+    }
+    return out;
+}"""
+
+
 class GestureError(RuntimeError):
     """A gesture whose result never showed (counted as a failed interaction)."""
 
@@ -114,22 +134,17 @@ class BrowserPage:
     async def brush_bounds(self) -> dict:
         """Each linked chart's brush as the page holds it (its ``Brush`` model, which the chart's box
         selection writes and the server reads): ``{view: bounds or None}``."""
-        return await self.page.evaluate("""(linked) => {
-            const views = Bokeh.documents[0].views_manager, out = {};
-            const isPlot = (m) => m.x_range !== undefined && Array.isArray(m.renderers);
-            for (const name of linked) {
-                const card = views.query_one(v => (v.model.css_classes || []).includes('ecg-view-' + name));
-                let plot = null;
-                const descend = (v) => { if (plot) return; if (isPlot(v.model)) { plot = v.model; return; }
-                                         for (const c of v.children()) descend(c); };
-                descend(card);
-                const callback = plot.js_event_callbacks['selectiongeometry'][0];
-                const args = callback.args;
-                const brush = args instanceof Map ? args.get('brush') : args.brush;
-                out[name] = brush.bounds == null ? null : Array.from(brush.bounds);
-            }
-            return out;
-        }""", list(LINKED))
+        return await self.page.evaluate(_BRUSH_BOUNDS_JS, list(LINKED))
+
+    async def _brush_moved(self, view: str, brushed, timeout_s: float = 1.0) -> bool:
+        """Whether ``view``'s brush in the page left ``brushed`` within ``timeout_s``."""
+        try:
+            await self.page.wait_for_function(
+                f"([name, was]) => JSON.stringify(({_BRUSH_BOUNDS_JS})([name])[name]) !== JSON.stringify(was)",
+                arg=[view, brushed], timeout=timeout_s * 1000, polling="raf")
+            return True
+        except Exception:   # noqa: BLE001 - Playwright's TimeoutError
+            return False
 
     async def canvas_box(self, view: str) -> dict:
         canvas = self.page.locator(f".ecg-view-{view} .bk-Canvas").first
@@ -192,15 +207,25 @@ class BrowserPage:
         """Drag across fractions ``x`` (and ``y``, from the top: a box on the latent plane) of a
         linked chart's plot frame, as a user brushes what the chart shows; time mouse-up → every
         view repainted."""
-        box = await self.canvas_box(view)
-        frame = (await self.frame_geometry(view))["frame"]
-        x0, x1 = (box["x"] + frame["x"] + frame["width"] * f for f in x)
-        y0, y1 = (box["y"] + frame["y"] + frame["height"] * f for f in y)
-        steps = 8
-        points = [(x0 + (x1 - x0) * k / steps, y0 + (y1 - y0) * k / steps) for k in range(steps + 1)]
-        before = await self._versions()
-        await self._drag(points)
-        return await self._wait_version_painted(before, ("mouseup", "pointerup"), f"brush {view}", timeout_s)
+        brushed = (await self.brush_bounds())[view]
+        for drags, shift in enumerate((0.0, 0.004, -0.004), start=1):
+            # A drag that left the chart's brush as it was (one that gives the brush it has already,
+            # or one the page missed) repaints nothing: it is made again, a few pixels aside.
+            box = await self.canvas_box(view)
+            frame = (await self.frame_geometry(view))["frame"]
+            x0, x1 = (box["x"] + frame["x"] + frame["width"] * (f + shift) for f in x)
+            y0, y1 = (box["y"] + frame["y"] + frame["height"] * f for f in y)
+            steps = 8
+            points = [(x0 + (x1 - x0) * k / steps, y0 + (y1 - y0) * k / steps) for k in range(steps + 1)]
+            before = await self._versions()
+            await self._drag(points)
+            if await self._brush_moved(view, brushed):
+                break
+        else:
+            raise GestureError(f"brush {view}: three drags left the chart's brush at {brushed}")
+        gesture = await self._wait_version_painted(before, ("mouseup", "pointerup"), f"brush {view}", timeout_s)
+        gesture.detail["drags"] = drags
+        return gesture
 
     async def brush_values(self, view: str, x: tuple[float, float], y: tuple[float, float] | None = None,
                            timeout_s: float = 60.0) -> Gesture:
