@@ -344,6 +344,8 @@ async def _load_sessions(url: str, beats, ks: list, brushes: int, seed: int, tim
     # The brushes start together once every client's sessions are open: brushes sent while other
     # clients' sessions are still being built would wait for those builds and time session opens.
     await asyncio.get_running_loop().run_in_executor(None, opened_all.wait, timeout_s)
+    for _, session in live:
+        session.defer_patches()
 
     async def brushing(k, session):
         rng = np.random.default_rng([seed, k])
@@ -373,6 +375,8 @@ async def _load_sessions(url: str, beats, ks: list, brushes: int, seed: int, tim
     except asyncio.TimeoutError:
         failures.append(f"stopped at the {timeout_s:.0f} s bound")
     await asyncio.sleep(1.0)
+    for _, session in live:
+        session.apply_deferred()
     mismatches = []
     for k, session in live:
         shown, want = interaction.shown_count(session), interaction.expected_count(beats, mine[k])

@@ -525,6 +525,8 @@ async def load_client(args, server, beats, n_sessions: int, rng_seed: int, in_tu
                 failures.append(f"session {k}: {err}")
             await asyncio.sleep(float(rng.uniform(0.2, 0.8)))
 
+    for _, session in live:
+        session.defer_patches()
     started = time.perf_counter()
     try:
         await asyncio.wait_for(asyncio.gather(*(brushing(k, s) for k, s in live)), max(args.load_timeout - open_s, 30))
@@ -532,6 +534,8 @@ async def load_client(args, server, beats, n_sessions: int, rng_seed: int, in_tu
         failures.append(f"the load test passed its {args.load_timeout:.0f} s bound; stopped")
     brushing_s = time.perf_counter() - started
     await asyncio.sleep(1.0)
+    for _, session in live:
+        session.apply_deferred()
     independent, mismatches = 0, []
     counts = []
     for k, session in live:
