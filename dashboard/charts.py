@@ -116,6 +116,11 @@ def add(p, source: ColumnDataSource, glyph):
 IMAGE = dict(image="image", x="x", y="y", dw="dw", dh="dh")
 
 
+def _same_objects(a: tuple, b: tuple) -> bool:
+    """Whether two tuples hold the very same objects (arrays compare by identity, not value)."""
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+
+
 def _rgba(rgb_hex: str) -> np.uint32:
     """'#rrggbb' → the RGB part of a little-endian RGBA uint32 pixel (alpha 0)."""
     r, g, b = (int(rgb_hex[i:i + 2], 16) for i in (1, 3, 5))
@@ -147,6 +152,7 @@ class LinkedChart(pn.viewable.Viewer):
         self.box = hidden_box(len(spec.brush) == 2, fill_color=SELECTED_COLOR, fill_alpha=0.10,
                               line_color=SELECTED_COLOR, line_alpha=0.8, line_dash="dashed")
         self._base = None
+        self._drawn_inputs: tuple = ()
         self.figure = self._figure()
         self.figure.add_layout(self.box)
         self._listen()
@@ -183,12 +189,24 @@ class LinkedChart(pn.viewable.Viewer):
             self.box.update(bottom=y[0] if y else None, top=y[1] if y else None)
 
     def draw(self, sel: Selection) -> None:
-        if sel.base is not self._base:      # the window or split moved: the faint background too
+        if sel.base is not self._base:      # the window or split moved (or the bins): both layers
             self._base = sel.base
+            self._drawn_inputs = ()
             self.draw_background(sel)
-        self.draw_selected(sel, sel.others(self.spec.brush))
+        inputs = self._selected_inputs(sel)
+        # When only this chart's own brush moved, what it shows (the beats the *other* brushes
+        # select) is as drawn: its counts are not recomputed, sent or repainted again.
+        if not _same_objects(inputs, self._drawn_inputs):
+            self.draw_selected(sel, sel.others(self.spec.brush))
+            self._drawn_inputs = inputs
         self._show_box()
         self.rendered = sel.version
+
+    def _selected_inputs(self, sel: Selection) -> tuple:
+        """The masks this chart's selected counts come from: the base and the other charts' brushes
+        (a brush's mask is the same object while its bounds stay, ``DataStore._column_mask``)."""
+        others = sorted(c for c in sel.brush_masks if c not in self.spec.brush)
+        return (sel.base, *(sel.brush_masks[c] for c in others))
 
     def __panel__(self):
         return pn.pane.Bokeh(self.figure, sizing_mode="stretch_width")

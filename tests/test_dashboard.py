@@ -263,6 +263,42 @@ def test_each_chart_counts_what_the_other_brushes_select(shared, page):
     assert np.array_equal(image > 0, counts > 0), "drawn pixels are where the selected beats are"
 
 
+def test_moving_a_charts_own_brush_redraws_only_the_other_charts(shared, page):
+    store, board, views = page
+    beats = f64(shared.beats)
+    lengths, scores, latent = views["lengths"], views["scores"], views["latent"]
+    edges = {view: np.linspace(*shared.extent(view.spec.x), view.spec.bins + 1) for view in (lengths, scores)}
+
+    def selected(view, mask):
+        counts = _histogram(beats[view.spec.x].to_numpy(), edges[view], mask).astype(float)
+        if view.spec.logy:
+            counts[counts < 0.5] = np.nan
+        return counts
+
+    score = middle_range(beats["score"], 0.0, 0.7)
+    by_score = beats["score"].between(*score).to_numpy()
+    store.update(brush={"score": score})
+    for lo_q, hi_q in [(0.2, 0.8), (0.4, 0.6), (0.1, 0.5)]:       # the lengths brush moves, alone
+        drawn_lengths, drawn_scores = lengths.source.data["selected"], scores.source.data["selected"]
+        drawn_latent = latent.foreground.data["image"][0]
+        length = middle_range(beats["length_s"], lo_q, hi_q)
+        store.update(brush={"score": score, "length_s": length})
+        by_length = beats["length_s"].between(*length).to_numpy()
+        assert lengths.source.data["selected"] is drawn_lengths, "its own brush does not change what it shows"
+        np.testing.assert_array_equal(lengths.source.data["selected"], selected(lengths, by_score))
+        assert scores.source.data["selected"] is not drawn_scores
+        np.testing.assert_array_equal(scores.source.data["selected"], selected(scores, by_length))
+        assert latent.foreground.data["image"][0] is not drawn_latent
+        assert lengths.rendered == scores.rendered == store.selection.version
+        assert (lengths.box.left, lengths.box.right) == length
+
+    store.update(brush={"length_s": length})                         # the other brush goes: redrawn
+    np.testing.assert_array_equal(np.nan_to_num(lengths.source.data["selected"]),
+                                  _histogram(beats["length_s"].to_numpy(), edges[lengths], np.ones(len(beats), bool)))
+    store.update(brush={"length_s": length, "score": score})         # and comes back with the same bounds
+    np.testing.assert_array_equal(lengths.source.data["selected"], selected(lengths, by_score))
+
+
 def test_poincare_plot_is_rr_before_against_rr_after_and_brushable(run, shared, page):
     store, board, views = page
     fiducials = np.asarray(run.fiducials)
