@@ -195,7 +195,7 @@ class LinkedChart(pn.viewable.Viewer):
             self.draw_background(sel)
         inputs = self._selected_inputs(sel)
         # When only this chart's own brush moved, what it shows (the beats the *other* brushes
-        # select) is as drawn: its counts are not recomputed, sent or repainted again.
+        # select) is as drawn: its counts are not recomputed or sent again (its box still moves).
         if not _same_objects(inputs, self._drawn_inputs):
             self.draw_selected(sel, sel.others(self.spec.brush))
             self._drawn_inputs = inputs
