@@ -91,6 +91,7 @@ class ProtocolSession:
         self._brushes: dict = {}
         self._deferred: list | None = None      # the server's patches read and not applied yet
         self._version: str | None = None        # the version marker's text as the last of them set it
+        self._marker_id: str | None = None      # the version marker's model id, which those patches name
         self.doc.on_change(self._collect)
 
     # ------------------------------------------------------------------ open and close

@@ -31,24 +31,31 @@ VIEWPORT = {"width": 1600, "height": 1250}
 BRUSH_TYPE = "dashboard.charts.Brush"
 
 
+# The view of the plot inside the card ``ecg-view-<name>`` (the first plot below it).
+_PLOT_VIEW_JS = """(name) => {
+    const views = Bokeh.documents[0].views_manager;
+    const isPlot = (m) => m.x_range !== undefined && Array.isArray(m.renderers);
+    const card = views.query_one(v => (v.model.css_classes || []).includes('ecg-view-' + name));
+    let plot = null;
+    const descend = (v) => { if (plot) return; if (isPlot(v.model)) { plot = v; return; }
+                             for (const c of v.children()) descend(c); };
+    descend(card);
+    return plot;
+}"""
+
 # Each named linked chart's brush bounds in the page: its ``Brush`` model, an argument of the
 # chart's selection-geometry callback.
-_BRUSH_BOUNDS_JS = """(linked) => {
-    const views = Bokeh.documents[0].views_manager, out = {};
-    const isPlot = (m) => m.x_range !== undefined && Array.isArray(m.renderers);
-    for (const name of linked) {
-        const card = views.query_one(v => (v.model.css_classes || []).includes('ecg-view-' + name));
-        let plot = null;
-        const descend = (v) => { if (plot) return; if (isPlot(v.model)) { plot = v.model; return; }
-                                 for (const c of v.children()) descend(c); };
-        descend(card);
+_BRUSH_BOUNDS_JS = f"""(linked) => {{
+    const out = {{}};
+    for (const name of linked) {{
+        const plot = ({_PLOT_VIEW_JS})(name).model;
         const callback = plot.js_event_callbacks['selectiongeometry'][0];
         const args = callback.args;
         const brush = args instanceof Map ? args.get('brush') : args.brush;
         out[name] = brush.bounds == null ? null : Array.from(brush.bounds);
-    }
+    }}
     return out;
-}"""
+}}"""
 
 
 class GestureError(RuntimeError):
@@ -177,19 +184,12 @@ class BrowserPage:
     async def frame_geometry(self, view: str, xs=(), ys=()) -> dict:
         """Where data values fall on a chart's canvas (CSS px from its top-left), by the plot's own
         scales, and its plot frame: ``{"sx": [...], "sy": [...], "frame": {x, y, width, height}}``."""
-        return await self.page.evaluate("""([name, xs, ys]) => {
-            const views = Bokeh.documents[0].views_manager;
-            const isPlot = (m) => m.x_range !== undefined && Array.isArray(m.renderers);
-            const card = views.query_one(v => (v.model.css_classes || []).includes('ecg-view-' + name));
-            let plot = null;
-            const descend = (v) => { if (plot) return; if (isPlot(v.model)) { plot = v; return; }
-                                     for (const c of v.children()) descend(c); };
-            descend(card);
-            const frame = plot.frame;
+        return await self.page.evaluate(f"""([name, xs, ys]) => {{
+            const frame = ({_PLOT_VIEW_JS})(name).frame;
             const box = frame.bbox;
-            return {sx: xs.map(x => frame.x_scale.compute(x)), sy: ys.map(y => frame.y_scale.compute(y)),
-                    frame: {x: box.x, y: box.y, width: box.width, height: box.height}};
-        }""", [view, list(xs), list(ys)])
+            return {{sx: xs.map(x => frame.x_scale.compute(x)), sy: ys.map(y => frame.y_scale.compute(y)),
+                    frame: {{x: box.x, y: box.y, width: box.width, height: box.height}}}};
+        }}""", [view, list(xs), list(ys)])
 
     async def _drag(self, points: list[tuple[float, float]], pause_s: float = 0.016) -> None:
         """Press at the first point, move through the others (one move per ~frame, as a hand does),
