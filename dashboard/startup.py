@@ -1,5 +1,6 @@
-"""Once per server process: read the server's arguments, run the pipeline in a background thread,
-and publish its progress for every browser session to poll.
+"""Once per server process: read the server's arguments, have the pipeline run (in a child
+process, :mod:`dashboard.pipeline_process`) and follow it from a background thread, and publish
+its progress for every browser session to poll.
 
 The input path, device and sizes come only from the server's command line
 (``panel serve dashboard/app.py --args --input X --device cpu --samples N --epochs E``) or from
@@ -23,9 +24,10 @@ from pathlib import Path
 from typing import Callable
 
 from dashboard.announcement import Announcement
+from dashboard import pipeline_process
 from pipeline import collector
 from pipeline.config import SignalConfig, VAEConfig
-from pipeline.run import STAGES, RunRequest, run_pipeline
+from pipeline.run import STAGES, RunRequest
 
 BOARDS = ("auto", "bokeh", "cuxfilter")
 ENV = {"input": "ECG_INPUT", "device": "ECG_DEVICE", "samples": "ECG_SAMPLES", "epochs": "ECG_EPOCHS",
@@ -145,13 +147,15 @@ class Progress:
 
 
 class PipelineJob:
-    """Runs ``runner(request, progress)`` once in a daemon thread; ``prepare(run)`` then builds the
-    shared, read-only data for the views (still in that thread, so 'ready' means ready to draw).
+    """Follows the run once, from a daemon thread: the pipeline computed in a child process
+    (:mod:`dashboard.pipeline_process`), or ``runner(request, progress)`` in that thread if one is
+    given; ``prepare(run)`` then builds the shared, read-only data for the views (still in that
+    thread, so 'ready' means ready to draw).
 
     Sessions call :meth:`snapshot` (cheap, thread-safe) from a periodic callback.
     """
 
-    def __init__(self, settings: Settings, runner: Callable = run_pipeline,
+    def __init__(self, settings: Settings, runner: Callable | None = None,
                  prepare: Callable | None = None, log: Callable[[str], None] | None = None):
         self.settings = settings
         self._runner, self._prepare = runner, prepare
@@ -173,7 +177,7 @@ class PipelineJob:
         with self._lock:
             if self._thread is not None:
                 return self
-            self._started_at = time.perf_counter()
+            self._started_at = time.monotonic()
             self._progress = replace(self._progress, state="running", label="Starting")
             self._thread = threading.Thread(target=self._work, name="ecg-pipeline", daemon=True)
             self._thread.start()
@@ -200,7 +204,7 @@ class PipelineJob:
         with self._lock:
             progress = self._progress
             if progress.state == "running" and self._started_at is not None:
-                progress = replace(progress, elapsed_s=time.perf_counter() - self._started_at)
+                progress = replace(progress, elapsed_s=time.monotonic() - self._started_at)
             return progress
 
     # ------------------------------------------------------------------ worker
@@ -210,15 +214,15 @@ class PipelineJob:
                   f"device={request.device}, samples={request.samples}, epochs={request.vae.epochs})")
         try:
             with collector.paused():   # through the views' preparation too (see pipeline.collector)
-                run = self._runner(request, progress=self._on_progress)
+                run = self._compute(request)
                 self.run = run
                 self._on_progress("results", 1.0, "Preparing the views")
-                preparing = time.perf_counter()
+                preparing = time.monotonic()
                 self.result = self._prepare(run) if self._prepare else run
-                self._done["views"] = time.perf_counter() - preparing
+                self._done["views"] = time.monotonic() - preparing
         except Exception as err:  # the page shows it; the server stays up
             message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            if not isinstance(err, ValueError):
+            if not isinstance(err, (ValueError, pipeline_process.PipelineFailed)):  # (the child logged its own)
                 message = f"{type(err).__name__}: {message}"
                 self._log(traceback.format_exc())
             self._finish("error", error=message)
@@ -230,9 +234,17 @@ class PipelineJob:
                   f"({'cached run ' if getattr(run, 'cached', False) else ''}{getattr(run, 'path', '')}; "
                   f"seconds per stage: {stages})")
 
+    def _compute(self, request: RunRequest):
+        if self._runner is not None:
+            return self._runner(request, progress=self._on_progress)
+        child = pipeline_process.for_request(request)
+        with self._lock:   # a child started early began the run before this job did
+            self._started_at = min(self._started_at, child.started_at)
+        return child.result(self._on_progress)
+
     def _finish(self, state: str, error: str = "") -> None:
         with self._lock:
-            elapsed = time.perf_counter() - (self._started_at or time.perf_counter())
+            elapsed = time.monotonic() - (self._started_at or time.monotonic())
             self._progress = replace(self._progress, state=state, error=error, elapsed_s=elapsed,
                                      overall=1.0 if state == "ready" else self._progress.overall,
                                      label="Ready" if state == "ready" else "Failed",
@@ -240,9 +252,10 @@ class PipelineJob:
         self._finished.set()
         self._computing.set()
 
-    def _on_progress(self, stage: str, fraction: float, message: str = "") -> None:
-        """The pipeline's progress callback (runs in the job's thread)."""
-        now = time.perf_counter()
+    def _on_progress(self, stage: str, fraction: float, message: str = "", at: float | None = None) -> None:
+        """The pipeline's progress callback (runs in the job's thread); ``at``: when the child
+        process reported it (``time.monotonic``, which every process of the machine shares)."""
+        now = time.monotonic() if at is None else at
         if stage not in CACHED_STAGES:
             self._computing.set()
         with self._lock:

@@ -28,11 +28,14 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from pipeline import PipelineWarning
+
+if TYPE_CHECKING:
+    import pandas as pd   # imported where a table is made or read: finding a cached run needs none (0.5-0.7 s)
 
 NORMAL_SYMBOLS = frozenset("NLRej")
 REPORT = "report.json"
@@ -86,6 +89,8 @@ def beats_table(*, fiducial, length, start, fs, is_train, z, score, annotations=
     ``components`` (a dict of arrays named as in :data:`SCORE_COMPONENTS`) are added as float32
     columns after it. With reference annotations, each beat gets the symbol of the nearest
     reference beat within ``tolerance_s`` ('' when none) and ``abnormal``."""
+    import pandas as pd
+
     table = pd.DataFrame({
         "beat_id": np.arange(len(fiducial), dtype=np.int32),
         "start": start.astype(np.int64),
@@ -309,6 +314,8 @@ def _json_default(value):
 def load_run(path: Path) -> RunResult:
     """Read a finished run directory (host memory; the large arrays are memory-mapped).
     Check it with :func:`find_cached` first."""
+    import pandas as pd
+
     path = Path(path)
     decoded = np.load(path / "decoded.npz")
     with np.load(path / "families.npz") as saved:

@@ -79,10 +79,20 @@ def run_pipeline(request: RunRequest = RunRequest(), progress: Progress | None =
     start on two cores went to collections while PyTorch and scikit-learn imported).
     """
     with collector.paused():
-        return _run(request, progress)
+        found = _run(request, progress)
+    return results.load_run(found) if isinstance(found, Path) else found
 
 
-def _run(request: RunRequest, progress: Progress | None) -> results.RunResult:
+def run_to_directory(request: RunRequest = RunRequest(), progress: Progress | None = None) -> tuple[Path, bool]:
+    """:func:`run_pipeline` for a caller that reads the run itself, elsewhere: the run
+    directory, and whether it came from the cache (which is then not read here)."""
+    with collector.paused():
+        found = _run(request, progress)
+    return (found, True) if isinstance(found, Path) else (found.path, False)
+
+
+def _run(request: RunRequest, progress: Progress | None) -> results.RunResult | Path:
+    """The computed run, or the directory of the cached one."""
     device = backend.resolve_device(request.device)
     stages = _StageClock(device, progress)
     out = Path(request.out)
@@ -94,7 +104,7 @@ def _run(request: RunRequest, progress: Progress | None) -> results.RunResult:
     if request.use_cache and (cached := results.find_cached(out, key)):
         results.remember_input_sha256(input_path, out, signature, input_hash)
         stages.notify("results", 1.0, f"cached run {cached}")
-        return results.load_run(cached)
+        return cached
 
     with stages("setup"):       # imports Numba (and RMM on a GPU): 1-1.7 s of a cold start on the H200
         threads.limit_threads()

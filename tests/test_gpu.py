@@ -274,9 +274,9 @@ def test_fused_adam_makes_torch_optim_adams_updates(beats_and_cpu_model):
 def test_captured_training_finds_the_same_outliers(beats_and_cpu_model, synthetic_ecg):
     """fit_vae with and without the CUDA graph: same epochs, nearly the same losses and scores.
     (Step for step the two are equal: test_captured_step_equals_plain_steps. Over 8 epochs cuDNN's
-    nondeterministic sums move them apart by ~2 %: on one H200 the code before the project's Adam
-    measured a median score difference of 2.05 %, this code an AUROC difference of 0.021; the
-    bounds are 3 %, as for CPU against GPU training above.)"""
+    nondeterministic sums move any two trainings apart, plain ones too: on H200 machines the median
+    score difference measured 2.05 % and 3.24 %, an AUROC difference 0.021. So the captured run may
+    differ from a plain one by 3 %, or by twice as much as a second plain run does.)"""
     import warnings
 
     import torch
@@ -293,14 +293,18 @@ def test_captured_training_finds_the_same_outliers(beats_and_cpu_model, syntheti
     fits = {}
     with warnings.catch_warnings():
         warnings.simplefilter("error", PipelineWarning)  # a capture that falls back to plain steps fails here
-        for graph in (False, True):
+        for name, graph in (("plain", False), ("graph", True), ("plain again", False)):
             model, history = fit_vae(rows, is_train, replace(cfg, cuda_graph=graph))
-            fits[graph] = (history, score_beats(model, rows)[0].cpu().numpy())
-    (plain_history, plain), (graph_history, graph) = fits[False], fits[True]
+            fits[name] = (history, score_beats(model, rows)[0].cpu().numpy())
+    (plain_history, plain), (graph_history, graph) = fits["plain"], fits["graph"]
+
+    def median_difference(a, b):
+        return np.median(np.abs(a - b) / np.abs(b))
+
     assert len(graph_history) == len(plain_history) and np.isfinite(graph_history).all()
     np.testing.assert_allclose(graph_history, plain_history, rtol=0.02)
     assert spearmanr(graph, plain).statistic > 0.99
-    assert np.median(np.abs(graph - plain) / np.abs(plain)) < 0.03
+    assert median_difference(graph, plain) < max(0.03, 2 * median_difference(fits["plain again"][1], plain))
     distance = np.abs(beats.fiducial[:, None] - synthetic_ecg.r_peaks[None, :])
     symbols = np.where(distance.min(axis=1) <= 0.15 * synthetic_ecg.fs, synthetic_ecg.symbols[distance.argmin(axis=1)], "")
     labelled, abnormal = symbols != "", np.isin(symbols, ("V", "A", "Q"))
