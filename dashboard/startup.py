@@ -23,8 +23,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from dashboard.announcement import Announcement
 from dashboard import pipeline_process
+from dashboard.announcement import Announcement
 from pipeline import collector
 from pipeline.config import SignalConfig, VAEConfig
 from pipeline.run import STAGES, RunRequest
