@@ -80,7 +80,7 @@ def run_pipeline(request: RunRequest = RunRequest(), progress: Progress | None =
     """
     with collector.paused():
         found = _run(request, progress)
-    return results.load_run(found) if isinstance(found, Path) else found
+        return results.load_run(found) if isinstance(found, Path) else found
 
 
 def run_to_directory(request: RunRequest = RunRequest(), progress: Progress | None = None) -> tuple[Path, bool]:
