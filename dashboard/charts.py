@@ -190,8 +190,7 @@ class LinkedChart(pn.viewable.Viewer):
 
     def draw(self, sel: Selection) -> None:
         if sel.base is not self._base:      # the window or split moved (or the bins): both layers
-            self._base = sel.base
-            self._drawn_inputs = ()
+            self._base = sel.base           # (the selected layer too: the base is one of its inputs)
             self.draw_background(sel)
         inputs = self._selected_inputs(sel)
         # When only this chart's own brush moved, what it shows (the beats the *other* brushes

@@ -69,8 +69,8 @@ def test_bad_input_arrives_as_its_one_line_and_a_dead_child_as_an_error(tmp_path
     with pytest.raises(ValueError, match=r"^no such file: .*no\.csv$"):
         pipeline_process.PipelineProcess(request=request).result()
 
-    long = replace(settings_from(["--samples", "300000", "--epochs", "50", "--device", "cpu",
-                                  "--out", str(tmp_path), "--no-cache"], {}).request)
+    long = settings_from(["--samples", "300000", "--epochs", "50", "--device", "cpu",
+                          "--out", str(tmp_path), "--no-cache"], {}).request
     child = pipeline_process.PipelineProcess(request=long)
     child._process.send_signal(signal.SIGKILL)
     with pytest.raises(pipeline_process.PipelineFailed, match=r"ended \(exit code -9\) before its run was written"):
