@@ -10,7 +10,8 @@
 #   profile    where a server start's time goes: first on the machine, cold, cached
 #   startup    pipeline run from scratch and from cache (3 fresh processes each), VAE training
 #              speed, then the serve stage
-#   serve      server start cold and from cache to a usable dashboard (protocol session)
+#   serve      server start cold and from cache to a usable dashboard (protocol session; STARTS=N
+#              fresh servers each, default 3)
 #   quality    MIT-BIH records in .gpudata/mitdb through `pipeline evaluate` on the GPU
 #   dashboard  both boards' interactions, 20 sessions at once, soak of closed sessions
 #   columns    a brush's server-side cost with the beat columns on the host and on the GPU
@@ -43,8 +44,10 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $OUT/NAM
     shift 2
     local started=$SECONDS
     timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
-    echo "[$name] exit $? after $((SECONDS - started)) s"
+    local rc=$?
+    echo "[$name] exit $rc after $((SECONDS - started)) s"
     tail -n 25 "$OUT/$name.log"
+    return $rc
 }
 
 case "${1:-}" in
@@ -61,8 +64,14 @@ startup)
     step train-speed 120 python3 -m benchmarks.train_speed --repeats 3
     bash "$0" serve ;;
 serve)
-    step serve-cold 120 python3 -m benchmarks.serve_start --no-browser --cold --runs 3 --out "$OUT" -- --out "$RUNS"
-    step serve-cached 80 python3 -m benchmarks.serve_start --no-browser --runs 3 --out "$OUT" -- --out "$RUNS"
+    # STARTS fresh servers each (default 3). A machine's first process compiles CuPy's and Numba's
+    # kernels (~70 s): when none has run here yet, one pipeline run does that first, untimed.
+    [ -e /tmp/ecg-kernels-compiled ] || { step first-run 200 python3 -m pipeline run --no-cache --out "$RUNS" \
+        && touch /tmp/ecg-kernels-compiled; }
+    step serve-cold $((40 * ${STARTS:-3})) python3 -m benchmarks.serve_start --no-browser --cold --runs "${STARTS:-3}" \
+        --out "$OUT" -- --out "$RUNS"
+    step serve-cached $((25 * ${STARTS:-3})) python3 -m benchmarks.serve_start --no-browser --runs "${STARTS:-3}" \
+        --out "$OUT" -- --out "$RUNS"
     cp -r /tmp/serve-start-* "$OUT/" 2>/dev/null ;;
 quality)
     step evaluate-mitdb 300 python3 -m pipeline evaluate .gpudata/mitdb --device gpu --no-neurokit --out "$RUNS/mitdb" ;;
