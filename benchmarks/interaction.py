@@ -64,6 +64,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks import stats  # noqa: E402
 from benchmarks.inprocess import LINKED, run_beats  # noqa: E402
+from benchmarks.measure import python_loop_ms  # noqa: E402
 from benchmarks.served import CHROMIUM, Server, chromium_version  # noqa: E402
 
 # The soak test's server discards closed sessions after 1 s (Bokeh's default keeps them 15 s). Only
@@ -795,6 +796,7 @@ def main(argv: list[str] | None = None) -> dict:
             invocation["server_log_tail"] = servers[0].log()[-3000:]
         invocation["load_average"] = {"start": info.get("load_average_start"),
                                       "end": [round(x, 2) for x in os.getloadavg()], **watch.stop()}
+        invocation["python_loop_ms"] = {"start": info.get("python_loop_ms"), "end": python_loop_ms()}
         write(report, paths)
     from benchmarks import interaction_report
 

@@ -66,6 +66,10 @@ def invocations_lines(report: dict) -> list[str]:
         load = inv.get("load_average") or {}
         line = (f"- `{inv['command']}` at {inv['date'].replace('T', ' ')}: load average mean {load.get('mean')}, "
                 f"max {load.get('max')} (start {load.get('start')}, end {load.get('end')})")
+        loop = inv.get("python_loop_ms")
+        if loop:
+            line += (f"; the cores' speed (a fixed Python loop, `benchmarks.measure.python_loop_ms`, lower is "
+                     f"faster): {loop['start']} ms at the start, {loop['end']} ms at the end")
         if inv.get("problems"):
             line += "; **problems**: " + "; ".join(inv["problems"])
         lines.append(line)

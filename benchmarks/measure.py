@@ -191,6 +191,7 @@ def describe_machine(gpu: bool) -> dict:
         "python": platform.python_version(),
         "versions": _versions(gpu),
         "load_average_start": load_average(),
+        "python_loop_ms": python_loop_ms(),
     }
     import torch
 
@@ -238,6 +239,19 @@ def _meminfo_bytes(key: str) -> int | None:
             return int(re.search(rf"^{key}:\s+(\d+) kB", f.read(), re.MULTILINE).group(1)) * 1024
     except (OSError, AttributeError):
         return None
+
+
+def python_loop_ms() -> float:
+    """Milliseconds for a fixed pure-Python workload (the median of three sums of ten million
+    integers): how fast this machine's cores ran at that moment. The load average counts only this
+    machine's own processes; the project's shared 2-core machine ran the same loop in 150 ms one
+    hour and in 300 ms the next with nothing else running on it, and every benchmark with it."""
+    times = []
+    for _ in range(3):
+        started = time.perf_counter()
+        sum(range(10_000_000))
+        times.append(time.perf_counter() - started)
+    return round(statistics.median(times) * 1000, 1)
 
 
 def load_average() -> list[float] | None:

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 from pathlib import Path
 
-from benchmarks.measure import describe_machine, machine_name
+from benchmarks.measure import describe_machine, machine_name, python_loop_ms
 from benchmarks.served import CHROMIUM, CHROMIUM_ARGS, ROOT, Server
 from pipeline import backend
 
@@ -110,7 +110,7 @@ def _time_start(server: Server, ready, browser, timeout: float) -> dict:
 
 def summarize(runs: list[dict]) -> dict:
     return {key: {"median": round(statistics.median(r[key] for r in runs), 2), "min": min(r[key] for r in runs),
-                  "max": max(r[key] for r in runs)} for key in ("http_s", "ready_s", "usable_s")}
+                  "max": max(r[key] for r in runs)} for key in ("http_s", "ready_s", "usable_s", "python_loop_ms")}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -131,7 +131,8 @@ def main(argv: list[str] | None = None) -> dict:
             one_start(app_args, logs / "fill.log", browser, args.timeout)
         runs = []
         for k in range(args.runs):
-            runs.append(one_start(app_args, logs / f"run-{k}.log", browser, args.timeout))
+            loop_ms = python_loop_ms()   # the cores' speed just before this start
+            runs.append({**one_start(app_args, logs / f"run-{k}.log", browser, args.timeout), "python_loop_ms": loop_ms})
             print(f"run {k + 1}/{args.runs}: {runs[-1]}", file=sys.stderr, flush=True)
         return {"runs": runs, "summary": summarize(runs)}
 
@@ -174,6 +175,9 @@ def write(result: dict, out: Path, label: str) -> None:
     for key, name in (("http_s", "server listening (first HTTP answer)"), ("ready_s", "server ready (log)"),
                       ("usable_s", "usable dashboard")):
         lines.append(f"| {name} | {s[key]['median']:.2f} | {s[key]['min']:.2f} | {s[key]['max']:.2f} |")
+    loop = s["python_loop_ms"]
+    lines += ["", f"The cores' speed before each start (`benchmarks.measure.python_loop_ms`, lower is faster): "
+                  f"median {loop['median']:.0f} ms ({loop['min']:.0f}–{loop['max']:.0f})."]
     (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -133,6 +133,8 @@ def test_interaction_benchmark_quick_measures_every_kind(tmp_path):
     assert math.isfinite(soak["growth_after_first_10"])
     assert all(t["status"] == "not measured" or math.isfinite(t["measured"]) for t in data["targets"])
     assert data["machine"]["cpu_cores_usable"] >= 1 and data["invocations"][-1]["load_average"]["max"] is not None
+    loop = data["invocations"][-1]["python_loop_ms"]          # the cores' speed, at the start and the end
+    assert loop["start"] > 0 and loop["end"] > 0 and "fixed Python loop" in Path(report["paths"]["md"]).read_text()
     assert all(data[name]["measured"]["command"].startswith("python -m benchmarks.interaction --quick")
                for name in ("run", "browser", "server", "load", "soak"))
 
