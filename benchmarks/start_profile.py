@@ -7,6 +7,11 @@ times each phase under cProfile: importing Panel and the dashboard; the pipeline
 run unless the app arguments say ``--no-cache``); preparing the shared data of the board; building
 and serializing a first session's document. Prints each phase's seconds and the functions that
 took most of it (cumulative). Run it once first so the run is in the cache.
+
+The phases run one after the other in this process, so they show what each costs, not how long a
+served start takes: ``python -m dashboard.serve`` runs the pipeline in a child process while it
+imports Panel (``dashboard.pipeline_process``), so there a cold start's run and the server's
+imports overlap. ``benchmarks.serve_start`` times the served start itself.
 """
 from __future__ import annotations
 
