@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from pipeline import one_line
+
 _ROOT = str(Path(__file__).resolve().parent.parent)   # so that the child finds this package, installed or not
 _EARLY: "PipelineProcess | None" = None
 
@@ -153,15 +155,12 @@ def _child(write_end: int, app_args: list[str]) -> int:
     except BrokenPipeError:
         return 1              # the server is gone
     except Exception as err:  # noqa: BLE001 - reported to the server, which shows it on the page
-        message = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        kind = type(err).__name__
         if not isinstance(err, ValueError):
             import traceback
 
             traceback.print_exc()
-            message = f"{kind}: {message}" if message else kind
         try:
-            send(error=message, kind="ValueError" if isinstance(err, ValueError) else kind)
+            send(error=one_line(err), kind="ValueError" if isinstance(err, ValueError) else type(err).__name__)
         except BrokenPipeError:
             return 1
     return 0

@@ -25,7 +25,7 @@ from typing import Callable
 
 from dashboard import pipeline_process
 from dashboard.announcement import Announcement
-from pipeline import collector
+from pipeline import collector, one_line
 from pipeline.config import SignalConfig, VAEConfig
 from pipeline.run import STAGES, RunRequest
 
@@ -221,9 +221,8 @@ class PipelineJob:
                 self.result = self._prepare(run) if self._prepare else run
                 self._done["views"] = time.monotonic() - preparing
         except Exception as err:  # the page shows it; the server stays up
-            message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            message = one_line(err, bare=(ValueError, pipeline_process.PipelineFailed))
             if not isinstance(err, (ValueError, pipeline_process.PipelineFailed)):  # (the child logged its own)
-                message = f"{type(err).__name__}: {message}"
                 self._log(traceback.format_exc())
             self._finish("error", error=message)
             self._log(f"ECG dashboard: pipeline failed: {message}")

@@ -45,6 +45,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline import PipelineWarning
+from pipeline import one_line as _one_line
 
 ARCHIVE = "archive.parquet"
 CLUSTERS = ("auto", "local", "local-cuda")  # or a scheduler address such as tcp://host:8786
@@ -430,11 +431,9 @@ def failed_row(job: Job, err: BaseException) -> dict:
 
 
 def one_line(err: BaseException) -> str:
-    """The error as one line: the message of the pipeline's own errors, else type and message."""
-    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
-    if isinstance(err, (ValueError, OSError)) and text:
-        return text
-    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+    """A recording's or a table's error as one line of the archive (a missing file's OSError says
+    what it needs to without its type)."""
+    return _one_line(err, bare=(ValueError, OSError))
 
 
 def evaluation_figures(input_path: str, run) -> dict:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline import PipelineWarning, backend
+from pipeline import PipelineWarning, backend, one_line
 
 MIN_FS, MAX_FS = 50.0, 10_000.0
 # Header names of columns that index time rather than hold a lead.
@@ -349,7 +349,8 @@ def _line_of(path: Path, index: int, delimiter: str, has_header: bool, value: st
 
 
 def _first_line(err) -> str:
-    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    """A library's error as a line inside the pipeline's own message (which names the file)."""
+    return one_line(err, bare=(BaseException,))
 
 
 def _sidecar_annotations(path: Path):

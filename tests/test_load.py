@@ -495,3 +495,16 @@ def test_load_leads_reads_every_lead_of_each_format(mitdb, tmp_path):
     np.save(tmp_path / "two.npy", two)
     names, values = load_leads(tmp_path / "two.npy")
     assert names == ["column 0", "column 1"] and np.array_equal(values, two)
+
+
+def test_errors_become_one_line_for_a_person():
+    """pipeline.one_line, which the CLI's batch table, the server's child and its page share: the
+    pipeline's refusals (ValueError) as their message, anything else after its type, a message's
+    first line only, and the type alone for an empty message."""
+    from pipeline import one_line
+
+    assert one_line(ValueError("x.csv: column 3 does not exist\nmore detail")) == "x.csv: column 3 does not exist"
+    assert one_line(KeyError("lead")) == "KeyError: 'lead'"
+    assert one_line(RuntimeError()) == "RuntimeError" and one_line(ValueError("  ")) == "ValueError"
+    assert one_line(FileNotFoundError("no such file: a.csv")) == "FileNotFoundError: no such file: a.csv"
+    assert one_line(FileNotFoundError("no such file: a.csv"), bare=(ValueError, OSError)) == "no such file: a.csv"
