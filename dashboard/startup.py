@@ -221,8 +221,10 @@ class PipelineJob:
                 self.result = self._prepare(run) if self._prepare else run
                 self._done["views"] = time.monotonic() - preparing
         except Exception as err:  # the page shows it; the server stays up
-            message = one_line(err, bare=(ValueError, pipeline_process.PipelineFailed))
-            if not isinstance(err, (ValueError, pipeline_process.PipelineFailed)):  # (the child logged its own)
+            # Bad input says it all in one line; a failed child has logged its own traceback.
+            explained = (ValueError, pipeline_process.PipelineFailed)
+            message = one_line(err, bare=explained)
+            if not isinstance(err, explained):
                 self._log(traceback.format_exc())
             self._finish("error", error=message)
             self._log(f"ECG dashboard: pipeline failed: {message}")
