@@ -89,6 +89,7 @@ class ProtocolSession:
         self._changed = asyncio.Event()
         self._pending: list = []
         self._brushes: dict = {}
+        self._pictures: list = []      # (picture source, its Arrival) of each zoomable view
         self._deferred: list | None = None      # the server's patches read and not applied yet
         self._version: str | None = None        # the version marker's text as the last of them set it
         self._marker_id: str | None = None      # the version marker's model id, which those patches name
@@ -184,6 +185,7 @@ class ProtocolSession:
                 self._deferred.append(message)
             elif message.msgtype == "PATCH-DOC":
                 self._apply(message)
+                await self._acknowledge_pictures()
             elif message.msgtype == "ERROR":
                 self.errors.append(f"server: {message.content.get('text')}")
             self._changed.set()
@@ -194,6 +196,20 @@ class ProtocolSession:
             message.apply_to_document(self.doc, self)
         except Exception as err:   # noqa: BLE001
             self.errors.append(f"patch: {type(err).__name__}: {err}")
+
+    async def _acknowledge_pictures(self) -> None:
+        """What the page's script does when a new picture of a zoomable view arrives: report its
+        number (``dashboard.charts.RangeWatch`` draws the next window once the last one arrived)."""
+        if not self._pictures:      # (the dashboard replaces the page that says it is being built)
+            self._pictures = [(model, callback.args["arrival"]) for model in self.doc.models
+                              for callback in model.js_property_callbacks.get("change:data", ())
+                              if "arrival" in getattr(callback, "args", {})]
+        late = [(arrival, source.data["picture"][0]) for source, arrival in self._pictures
+                if "picture" in source.data and arrival.picture != source.data["picture"][0]]
+        if late:
+            async with self.change():
+                for arrival, picture in late:
+                    arrival.picture = picture
 
     def defer_patches(self) -> None:
         """Keep the server's patches from now on without applying them, until :meth:`apply_deferred`;

@@ -288,13 +288,15 @@ class BrowserPage:
         except Exception as err:   # noqa: BLE001
             raise GestureError(f"{kind}: the recording did not show [{window[0]:.3f}, {window[1]:.3f}] "
                                f"within {timeout_s:.0f} s") from err
-        landing, pictures = await self.page.evaluate(f"""([t0, t1, lo, hi, tol]) => [
-            window.__ecgProbe.landings.find(l => l.at >= t0 && ({match})(l, lo, hi, tol)),
-            window.__ecgProbe.landings.filter(l => l.at >= t1).length]""",
-                                                     [since_ms, end_ms, window[0], window[1], tolerance])
+        landing, pictures, updates = await self.page.evaluate(f"""([t0, t1, lo, hi, tol]) => {{
+            const landing = window.__ecgProbe.landings.find(l => l.at >= t0 && ({match})(l, lo, hi, tol));
+            return [landing, window.__ecgProbe.landings.filter(l => l.at >= t1).length,
+                    window.__ecgProbe.versions.filter(v => v.at >= t0 && v.at <= landing.at).length];
+        }}""", [since_ms, end_ms, window[0], window[1], tolerance])
         return Gesture(kind, max(landing["painted"] - end_ms, 0.0),
                        {"picture": landing["kind"], "span_s": window[1] - window[0],
-                        "pictures_after_gesture": pictures, "arrived_ms": landing["at"] - end_ms})
+                        "pictures_after_gesture": pictures, "arrived_ms": landing["at"] - end_ms,
+                        "beat_view_updates_meanwhile": updates})
 
     async def wheel(self, at: float, notches: int, timeout_s: float = 60.0) -> Gesture | None:
         """Wheel-zoom the recording around fraction ``at`` of its width (notches > 0 zoom in, < 0

@@ -26,7 +26,7 @@ import weakref
 
 import numpy as np
 import panel as pn
-from bokeh.core.properties import Float, List, Nullable
+from bokeh.core.properties import Float, Int, List, Nullable
 from bokeh.model import DataModel
 from bokeh.models import (BoxAnnotation, BoxSelectTool, BoxZoomTool, ColorBar, ColumnDataSource, CustomJS, Div,
                           FixedTicker, Grid, HoverTool, ImageRGBA, LinearColorMapper, MultiLine, PanTool, Quad, Range1d,
@@ -46,7 +46,7 @@ TACHOGRAM_GRID = (80, 480)  # RR tachogram image: rows (RR) × columns (time)
 MARKER_COLUMNS = 600        # markers of the recording view and tachogram: one per 1/600 of the window at most
 MAX_OUTLIER_MARKERS = 1000  # outlier markers drawn at most (highest scores first)
 FOCUS_SECONDS = 4.0
-WINDOW_INTERVAL_S = 0.1     # a zoom or pan in the browser redraws at most this often (always its last window)
+ARRIVAL_TIMEOUT_MS = 1000  # a zoom or pan's next picture waits at most this long for the browser to take the last
 WINDOW_SETTLE_MS = 250      # the beat views follow the recording's window once it stood still this long
 RASTER_HEIGHT = 240         # pixels of the recording's raster (the plot's inner height, roughly)
 DEFAULT_WIDTH = 1400        # raster width until the browser reports the plot's real width
@@ -279,7 +279,7 @@ class PlaneChart(LinkedChart):
         self.background = ColumnDataSource(dict(image=[empty], **geometry))
         self.foreground = ColumnDataSource(dict(image=[empty.copy()], **geometry))
         super().__init__(store, spec)
-        self.view_watch = RangeWatch([self.figure.x_range, self.figure.y_range])
+        self.view_watch = RangeWatch([self.figure.x_range, self.figure.y_range], self.foreground)
         self.view_watch.add(self._rebin)
         store.param.watch(self._recolour, ["colour_by", "labels_version"])
 
@@ -308,7 +308,7 @@ class PlaneChart(LinkedChart):
             self.bins = grid_index(shared.columns[self.spec.x], shared.columns[self.spec.y], *view, PLANE_GRID)
         geometry = _image_geometry(*view)
         self.background.data.update(geometry)
-        self.foreground.data.update(geometry)
+        self.foreground.data.update(geometry, picture=self.view_watch.next_picture())
         self._base = None
         self.draw(self.store.selection)
 
@@ -397,20 +397,45 @@ def _image_geometry(x_range, y_range) -> dict:
     return dict(x=[x_range[0]], y=[y_range[0]], dw=[x_range[1] - x_range[0]], dh=[y_range[1] - y_range[0]])
 
 
+class Arrival(DataModel):
+    """The number of the last picture of a view that the browser has applied: the browser sets it
+    (``_ARRIVAL_JS``) from the ``picture`` column that the server numbers its pictures by."""
+
+    picture = Int(0)
+
+
+_ARRIVAL_JS = "arrival.picture = source.data.picture[0];"
+
+
 class RangeWatch:
     """Runs callbacks once the ranges of a view moved: for a zoom or pan in the browser (which
     reports start and end as separate changes, ~60 times a second while a hand drags) in one patch,
-    on the next tick, and then at most every ``WINDOW_INTERVAL_S`` with the latest window; at once
-    for a zoom made on the server (:meth:`fire`, inside the caller's patch).
+    on the next tick; for a zoom made on the server (:meth:`fire`) at once, inside the caller's patch.
 
-    The interval keeps the browser from falling behind the hand: each new window is a new raster of
-    the recording and the tachogram to paint, and answering every step of a pan queued pictures for
-    a second after the mouse-up on a 2-core CPU."""
+    One picture at a time is on its way to the browser. A window that moves while the browser has
+    not yet applied the picture drawn for the last one waits until it has (``picture_source``'s
+    data, numbered by :meth:`next_picture`; at most ``ARRIVAL_TIMEOUT_MS``) and is then drawn as it
+    stands by then. A picture of the recording is ~1 MB for the browser to take in and paint: drawn
+    at the pace of the hand, they queued up and a pan's last one came up to a second after the
+    mouse-up on a 2-core CPU; drawn at a fixed interval, a quick browser waited for the clock.
 
-    def __init__(self, ranges: list):
+    What follows a window only once it stays (:meth:`when_settled`) waits until the ranges have not
+    moved for ``WINDOW_SETTLE_MS`` and no window waits to be drawn."""
+
+    def __init__(self, ranges: list, picture_source: ColumnDataSource):
         self.callbacks: list = []
         self._pending = False
-        self._last_fired = -np.inf
+        self._doc = None
+        self._sent = 0          # the number of the last picture drawn
+        self._on_the_way: list[int] = []   # those drawn for the browser's zooms and pans, not yet arrived
+        self._timeout = None
+        self._last_moved = -np.inf      # time.monotonic() of the last change of the ranges
+        self._settled = None            # (callback, its timer) waiting for the ranges to stay
+        picture_source.data["picture"] = [0]
+        self.arrival = Arrival()
+        picture_source.js_on_change("data", CustomJS(args=dict(arrival=self.arrival, source=picture_source),
+                                                     code=_ARRIVAL_JS))
+        self.arrival.on_change("picture", self._arrived)
         for r in ranges:
             r.on_change("start", self._moved)
             r.on_change("end", self._moved)
@@ -418,29 +443,78 @@ class RangeWatch:
     def add(self, callback) -> None:
         self.callbacks.append(callback)
 
+    def next_picture(self) -> list[int]:
+        """The ``picture`` column of the next picture of the view (every new picture carries one)."""
+        self._sent += 1
+        return [self._sent]
+
+    @property
+    def in_flight(self) -> bool:
+        return bool(self._on_the_way)
+
     def fire(self) -> None:
         self._pending = False
         for callback in self.callbacks:
             callback()
 
+    def when_settled(self, callback) -> None:
+        """``callback()``, in one patch, once the ranges have not moved for ``WINDOW_SETTLE_MS`` and
+        no window waits to be drawn (at once without a live session); it replaces the callback of
+        an earlier call that has not run yet. (Filtering every beat view to a new window sends them
+        all anew and repaints every chart: done during a pan, on a 2-core CPU, it held up the
+        pictures of the recording that the hand was waiting for.)"""
+        doc = pn.state.curdoc
+        if doc is None or doc.session_context is None:
+            callback()
+            return
+        if self._settled is not None:
+            doc.remove_timeout_callback(self._settled[1])
+        self._doc = doc
+        self._settled = (callback, doc.add_timeout_callback(self._check_settled, WINDOW_SETTLE_MS))
+
+    def _check_settled(self) -> None:
+        callback, _ = self._settled
+        still_ms = (time.monotonic() - self._last_moved) * 1000
+        if self._pending or still_ms < WINDOW_SETTLE_MS:
+            wait_ms = max(int(WINDOW_SETTLE_MS - still_ms), 0) + 20
+            self._settled = (callback, self._doc.add_timeout_callback(self._check_settled, wait_ms))
+            return
+        self._settled = None
+        with one_patch():
+            callback()
+
     def _moved(self, attr, old, new) -> None:
+        self._last_moved = time.monotonic()
         if self._pending:
             return
         doc = pn.state.curdoc
         if doc is None or doc.session_context is None:   # no event loop (tests): at once
             self.fire()
             return
-        self._pending = True
-        wait_s = self._last_fired + WINDOW_INTERVAL_S - time.monotonic()
-        if wait_s > 0:
-            doc.add_timeout_callback(self._tick, int(wait_s * 1000) + 1)
+        self._pending, self._doc = True, doc
+        if self.in_flight:     # (a lost answer costs a wait, not the view)
+            self._timeout = doc.add_timeout_callback(self._gave_up, ARRIVAL_TIMEOUT_MS)
         else:
             doc.add_next_tick_callback(self._tick)
 
+    def _arrived(self, attr, old, new) -> None:
+        self._on_the_way = [n for n in self._on_the_way if n > new]    # (pictures arrive in order)
+        if self._pending and not self.in_flight and self._timeout is not None:
+            self._doc.remove_timeout_callback(self._timeout)
+            self._timeout = None
+            self._doc.add_next_tick_callback(self._tick)
+
+    def _gave_up(self) -> None:
+        self._on_the_way.clear()
+        self._tick()
+
     def _tick(self) -> None:
+        self._timeout = None
+        drawn = self._sent
         with one_patch():
             self.fire()
-        self._last_fired = time.monotonic()      # the interval counts from the end of the work
+        if self._sent > drawn:
+            self._on_the_way.append(self._sent)
 
 
 def _percentile_rank(scores):
@@ -483,7 +557,6 @@ class SignalChart(pn.viewable.Viewer):
         self._focus_range = None
         self._shown = None
         self._standin = False       # the levels drawn as a line while Datashader compiles
-        self._settle_token = None
         shared = store.shared
         self._extent = (0.0, raster.duration_s)
         peaks = shared.beats["peak"].to_numpy()
@@ -533,7 +606,7 @@ class SignalChart(pn.viewable.Viewer):
                                                 fill_color=OUTLIER_COLOR, line_color="white"))
         hover.renderers = [flagged]
         p.add_layout(self.focus_box)
-        self.window_watch = RangeWatch([p.x_range])     # the tachogram joins in: it shares the x range
+        self.window_watch = RangeWatch([p.x_range], self.image)     # the tachogram joins in: it shares the x range
         self.window_watch.add(self._redraw)
         return p
 
@@ -558,12 +631,13 @@ class SignalChart(pn.viewable.Viewer):
         if lines[0] is not None:
             self.samples.data = {"t": [t for t, _ in lines],
                                  "y": [y + offset for (_, y), offset in zip(lines, self.offsets)]}
-            self.image.data["image"] = [np.zeros((1, 1), np.uint32)]
+            self.image.data.update(image=[np.zeros((1, 1), np.uint32)], picture=self.window_watch.next_picture())
         else:
             bands = [r.render(x0, x1, width, self.band_pixels, _centred(r.y_range, self.band)) for _, r in self.leads]
             if len(self.samples.data["t"]):
                 self.samples.data = {"t": [], "y": []}
-            self.image.data.update(image=[np.vstack(bands[::-1])], x=[x0], dw=[x1 - x0])   # row 0 at the bottom
+            self.image.data.update(image=[np.vstack(bands[::-1])], x=[x0], dw=[x1 - x0],   # row 0 at the bottom
+                                   picture=self.window_watch.next_picture())
         self._shown = (x0, x1)
         self.renders += 1
 
@@ -586,30 +660,13 @@ class SignalChart(pn.viewable.Viewer):
 
     def _redraw(self) -> None:
         """The window moved (zoom, pan, or :meth:`zoom`): a new raster and its markers at once, the
-        beat views once the window has settled (:meth:`_when_settled`)."""
+        beat views once the window has settled (:meth:`RangeWatch.when_settled`)."""
         x0, x1 = float(self.figure.x_range.start), float(self.figure.x_range.end)
         if self._shown == (x0, x1):
             return
         self.render(x0, x1)
         self.draw_markers(self.store.selection)
-        self._when_settled(lambda: self._window_changed(x0, x1))
-
-    def _when_settled(self, callback) -> None:
-        """``callback()`` once the window has not moved for ``WINDOW_SETTLE_MS`` (at once without a
-        live session). Filtering every beat view to a new window sends them all anew, ~10× the
-        raster's bytes and a paint of every chart: done for each step of a pan, the browser fell
-        seconds behind the hand on a 2-core CPU; the picture of the recording itself follows at once."""
-        doc = pn.state.curdoc
-        if doc is None or doc.session_context is None:
-            callback()
-            return
-        self._settle_token = token = object()
-
-        def settled() -> None:
-            if self._settle_token is token:
-                with one_patch():
-                    callback()
-        doc.add_timeout_callback(settled, WINDOW_SETTLE_MS)
+        self.window_watch.when_settled(lambda: self._window_changed(x0, x1))
 
     def _window_changed(self, lo: float, hi: float) -> None:
         """The visible window filters the beat views, unless this is our own zoom to a focused beat.

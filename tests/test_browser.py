@@ -251,6 +251,56 @@ def test_two_sessions_keep_their_own_selections(server, browser):
 
 
 # --------------------------------------------------------------------------- review tools
+
+# Each new picture of the recording, when it arrived; and a browser slowed down to take 150 ms
+# over each one (a busy machine), so that pictures sent at the hand's pace would queue.
+SLOW_PICTURES_JS = """() => {
+    const raster = Bokeh.documents[0].get_model_by_name('ecg-raster');
+    window.__pictures = [];
+    raster.properties.data.change.connect(() => {
+        window.__pictures.push({at: performance.now(), x0: raster.data.x[0], x1: raster.data.x[0] + raster.data.dw[0]});
+        const until = performance.now() + 150;
+        while (performance.now() < until) {}
+    });
+}"""
+
+
+def test_a_pan_in_a_slow_browser_ends_with_its_last_picture_not_a_queue(server, browser):
+    """The server draws a new window of the recording only once the browser has taken the last
+    picture: after a one-second drag in a browser that takes 150 ms over each picture, at most the
+    picture on its way and the final window's arrive after the mouse-up, and the last is the final
+    window. (Drawn at the pace of the hand, the pictures queued for a second after the mouse-up.)"""
+    page = Page(browser, server.url)
+    try:
+        page.wait_dashboard()
+        page.page.wait_for_timeout(3000)           # Datashader compiled: the window is drawn as a raster
+        page.page.evaluate(SLOW_PICTURES_JS)
+        box = page.canvas_box("signal")
+        y = box["y"] + box["height"] * 0.5
+        page.page.mouse.move(box["x"] + box["width"] * 0.5, y)
+        page.page.mouse.wheel(0, -400)             # zoom in, so there is room to pan
+        page.wait_until(lambda: page.page.evaluate("() => window.__pictures.length") > 0, "the zoomed picture")
+        page.page.wait_for_timeout(1500)
+        page.page.mouse.move(box["x"] + box["width"] * 0.8, y)
+        page.page.mouse.down()
+        for k in range(1, 61):                     # one second at 60 moves a second
+            page.page.mouse.move(box["x"] + box["width"] * (0.8 - 0.5 * k / 60), y)
+            page.page.wait_for_timeout(16)
+        released = page.page.evaluate("() => performance.now()")
+        page.page.mouse.up()
+        lo, hi = page.x_range()
+        tol = 1e-6 * (hi - lo)
+        page.wait_until(lambda: page.page.evaluate(
+            "([lo, hi, tol]) => window.__pictures.some(p => Math.abs(p.x0 - lo) <= tol && Math.abs(p.x1 - hi) <= tol)",
+            [lo, hi, tol]), "the final window's picture")
+        page.page.wait_for_timeout(2000)
+        pictures = page.page.evaluate("(t) => window.__pictures.filter(p => p.at >= t)", released)
+        assert 1 <= len(pictures) <= 2, pictures
+        assert abs(pictures[-1]["x0"] - lo) <= tol and abs(pictures[-1]["x1"] - hi) <= tol, (pictures, lo, hi)
+        assert not page.errors, "\n".join(page.errors)
+    finally:
+        page.close()
+
 def test_poincare_brush_and_family_selection_filter_the_views(server, browser):
     page = Page(browser, server.url)
     try:
