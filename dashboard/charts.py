@@ -492,7 +492,7 @@ class RangeWatch:
             self.fire()
             return
         self._pending, self._doc = True, doc
-        if self.in_flight:     # (a lost answer costs a wait, not the view)
+        if self.in_flight:     # (should its report be lost, the window is drawn after the timeout)
             self._timeout = doc.add_timeout_callback(self._gave_up, ARRIVAL_TIMEOUT_MS)
         else:
             doc.add_next_tick_callback(self._tick)
