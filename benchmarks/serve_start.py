@@ -8,7 +8,8 @@ for the page would make the server build a dashboard for a visitor who never com
 "ready" log line (the run loaded or computed, the views prepared); and the first visitor's usable
 dashboard — in Chromium (started before the server, so its own start is not counted) until every
 view is drawn, or without a browser (``--no-browser``, the GPU machine) until a ``bokeh.client``
-session holds the whole dashboard. ``--cold`` makes the server recompute the run (``--no-cache``);
+session holds the whole dashboard (and how much of that the client spent decoding it in Python,
+BokehJS's work in a browser). ``--cold`` makes the server recompute the run (``--no-cache``);
 otherwise the run comes from the cache (one untimed start fills it first). Prints a table and
 writes JSON and Markdown under ``benchmarks/results/`` (``--out``).
 """
@@ -59,10 +60,12 @@ def usable_in_browser(browser, server: Server, timeout: float) -> float:
         page.close()
 
 
-def usable_by_protocol(server: Server, timeout: float) -> float:
+def usable_by_protocol(server: Server, timeout: float) -> tuple[float, float]:
     """Seconds from the command until one protocol session, opened as soon as the page answers and
-    kept open (as a browser tab is), holds the dashboard's recording and histogram views. (Opening
-    a new session on every poll instead would load the server with progress pages.)"""
+    kept open (as a browser tab is), holds the dashboard's recording and histogram views; and the
+    seconds of that which the session spent decoding the server's messages into its document (what
+    BokehJS does in a browser). (Opening a new session on every poll instead would load the server
+    with progress pages.)"""
     import asyncio
 
     from benchmarks.bokeh_session import ProtocolSession
@@ -73,16 +76,17 @@ def usable_by_protocol(server: Server, timeout: float) -> float:
     def left() -> float:
         return max(server.started + timeout - time.perf_counter(), 1.0)
 
-    async def watch() -> None:
+    async def watch() -> float:
         session = ProtocolSession(server.url)
         await session.open(left())
         try:
             await session.wait_for(lambda: shown(session.doc), time.perf_counter(), left(), quiet=0.0)
+            return session.decode_s
         finally:
             await session.close()
 
-    asyncio.run(watch())
-    return time.perf_counter() - server.started
+    decode_s = asyncio.run(watch())
+    return time.perf_counter() - server.started, decode_s
 
 
 def one_start(app_args: list[str], log: Path, browser, timeout: float) -> dict:
@@ -102,15 +106,20 @@ def _time_start(server: Server, ready, browser, timeout: float) -> dict:
     # server build a dashboard nobody opens, ahead of the one being timed.
     server.wait_listening(timeout)
     http_s = time.perf_counter() - server.started
-    usable_s = usable_in_browser(browser, server, timeout) if browser else usable_by_protocol(server, timeout)
+    if browser:
+        usable_s, decoding = usable_in_browser(browser, server, timeout), {}
+    else:
+        usable_s, decode_s = usable_by_protocol(server, timeout)
+        decoding = {"client_decode_s": round(decode_s, 3)}
     ready_s = ready.result()
     return {"http_s": round(http_s, 3), "ready_s": round(ready_s, 3), "usable_s": round(usable_s, 3),
-            "cached": "cached run" in server.log()}
+            **decoding, "cached": "cached run" in server.log()}
 
 
 def summarize(runs: list[dict]) -> dict:
+    keys = [key for key in ("http_s", "ready_s", "usable_s", "client_decode_s", "python_loop_ms") if key in runs[0]]
     return {key: {"median": round(statistics.median(r[key] for r in runs), 2), "min": min(r[key] for r in runs),
-                  "max": max(r[key] for r in runs)} for key in ("http_s", "ready_s", "usable_s", "python_loop_ms")}
+                  "max": max(r[key] for r in runs)} for key in keys}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -175,6 +184,11 @@ def write(result: dict, out: Path, label: str) -> None:
     for key, name in (("http_s", "server listening (first HTTP answer)"), ("ready_s", "server ready (log)"),
                       ("usable_s", "usable dashboard")):
         lines.append(f"| {name} | {s[key]['median']:.2f} | {s[key]['min']:.2f} | {s[key]['max']:.2f} |")
+    if "client_decode_s" in s:
+        decode = s["client_decode_s"]
+        lines += ["", f"Of the time to a usable dashboard, the protocol client spent {decode['median']:.2f} s "
+                      f"({decode['min']:.2f}–{decode['max']:.2f}) decoding the server's messages into its own "
+                      "document in Python, the work BokehJS does in a browser."]
     loop = s["python_loop_ms"]
     lines += ["", f"The cores' speed before each start (`benchmarks.measure.python_loop_ms`, lower is faster): "
                   f"median {loop['median']:.0f} ms ({loop['min']:.0f}–{loop['max']:.0f})."]
