@@ -87,7 +87,7 @@ class PipelineProcess:
                 if progress is not None:
                     progress(event["stage"], event["fraction"], event["message"], at=event["at"])
             elif "run" in event:
-                self._process.stdin.close()
+                self._let_go()
                 return replace(load_run(Path(event["run"])), cached=event["cached"])
             elif "error" in event:
                 self._process.stdin.close()
@@ -96,6 +96,12 @@ class PipelineProcess:
         code = self._process.wait()
         raise PipelineFailed(f"the pipeline's process ended (exit code {code}) before its run was written; "
                              "see the server's log")
+
+    def _let_go(self) -> None:
+        """Let the child exit (it waits for its stdin to close) and reap it in the background: a
+        child nobody waits for stays in the process table, as a zombie, as long as the server."""
+        self._process.stdin.close()
+        threading.Thread(target=self._process.wait, name="pipeline-child-reaper", daemon=True).start()
 
     def stop(self) -> None:
         """End the child if it still runs (the server is exiting, or no longer needs it)."""

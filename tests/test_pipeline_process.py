@@ -39,13 +39,21 @@ def _gone_within(pid: int, seconds: float) -> bool:
     return not _alive(pid)
 
 
+def _reaped_within(pid: int, seconds: float) -> bool:
+    """Whether our child ``pid`` ended and was reaped (no zombie left) within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not Path(f"/proc/{pid}").exists()
+
+
 def test_a_run_is_computed_in_a_child_and_read_from_its_directory(tmp_path):
     request = replace(settings_from([*ARGS, "--out", str(tmp_path)], {}).request, use_cache=False)
     child = pipeline_process.PipelineProcess(request=request)
     events = []
     run = child.result(lambda stage, fraction, message, at: events.append((stage, fraction, at)))
 
-    assert child.pid != os.getpid() and _gone_within(child.pid, 10)
+    assert child.pid != os.getpid() and _reaped_within(child.pid, 10)
     stages = list(dict.fromkeys(stage for stage, _, _ in events))
     assert stages[stages.index("load"):] == ["load", "wavelet", "peaks", "lengths", "embed", "train", "score",
                                              "families", "results"]
