@@ -13,7 +13,8 @@
 #   serve      server start cold and from cache to a usable dashboard (protocol session; STARTS=N
 #              fresh servers each, default 3)
 #   quality    MIT-BIH records in .gpudata/mitdb through `pipeline evaluate` on the GPU
-#   dashboard  both boards' interactions, 20 sessions at once, soak of closed sessions
+#   dashboard  both boards' interactions, 20 sessions at once, soak of closed sessions (BOARDS=bokeh
+#              or BOARDS=cuxfilter: one board, for hosts too slow to fit both into one command)
 #   columns    a brush's server-side cost with the beat columns on the host and on the GPU
 #   scale      server-side brushes on a 200M-sample recording
 #   batch      (2 GPUs) the batch tests, and the archive benchmark on 1 and 2 GPUs
@@ -77,7 +78,7 @@ quality)
     step evaluate-mitdb 300 python3 -m pipeline evaluate .gpudata/mitdb --device gpu --no-neurokit --out "$RUNS/mitdb" ;;
 dashboard)
     step dashboard 580 python3 -m benchmarks.gpu_dashboard --runs "$RUNS" --out "$OUT" --sessions 20 --soak 200 \
-        --budget-s 540 ;;
+        --boards "${BOARDS:-bokeh,cuxfilter}" --budget-s 540 ;;
 columns)
     step columns 300 python3 -m benchmarks.columns_device --rounds 4 --brushes 10 -- --out "$RUNS" ;;
 scale)
