@@ -32,19 +32,21 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _gone_within(pid: int, seconds: float) -> bool:
+def _within(seconds: float, done) -> bool:
+    """Whether ``done()`` holds within ``seconds`` (polled)."""
     deadline = time.monotonic() + seconds
-    while _alive(pid) and time.monotonic() < deadline:
+    while not done() and time.monotonic() < deadline:
         time.sleep(0.05)
-    return not _alive(pid)
+    return done()
+
+
+def _gone_within(pid: int, seconds: float) -> bool:
+    return _within(seconds, lambda: not _alive(pid))
 
 
 def _reaped_within(pid: int, seconds: float) -> bool:
     """Whether our child ``pid`` ended and was reaped (no zombie left) within ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return not Path(f"/proc/{pid}").exists()
+    return _within(seconds, lambda: not Path(f"/proc/{pid}").exists())
 
 
 def test_a_run_is_computed_in_a_child_and_read_from_its_directory(tmp_path):
