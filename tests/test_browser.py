@@ -250,8 +250,6 @@ def test_two_sessions_keep_their_own_selections(server, browser):
         bob.close()
 
 
-# --------------------------------------------------------------------------- review tools
-
 # Each new picture of the recording, when it arrived; and a browser slowed down to take 150 ms
 # over each one (a busy machine), so that pictures sent at the hand's pace would queue.
 SLOW_PICTURES_JS = """() => {
@@ -301,6 +299,8 @@ def test_a_pan_in_a_slow_browser_ends_with_its_last_picture_not_a_queue(server, 
     finally:
         page.close()
 
+
+# --------------------------------------------------------------------------- review tools
 def test_poincare_brush_and_family_selection_filter_the_views(server, browser):
     page = Page(browser, server.url)
     try:
