@@ -427,7 +427,7 @@ class RangeWatch:
         self._pending = False
         self._doc = None
         self._sent = 0          # the number of the last picture drawn
-        self._on_the_way: list[int] = []   # those drawn for the browser's zooms and pans, not yet arrived
+        self._awaited = 0       # the last picture drawn for the browser's zooms and pans (0: none awaited)
         self._timeout = None
         self._last_moved = -np.inf      # time.monotonic() of the last change of the ranges
         self._settled = None            # (callback, its timer) waiting for the ranges to stay
@@ -450,7 +450,7 @@ class RangeWatch:
 
     @property
     def in_flight(self) -> bool:
-        return bool(self._on_the_way)
+        return self._awaited > self.arrival.picture     # (pictures arrive in order)
 
     def fire(self) -> None:
         self._pending = False
@@ -498,14 +498,13 @@ class RangeWatch:
             doc.add_next_tick_callback(self._tick)
 
     def _arrived(self, attr, old, new) -> None:
-        self._on_the_way = [n for n in self._on_the_way if n > new]    # (pictures arrive in order)
         if self._pending and not self.in_flight and self._timeout is not None:
             self._doc.remove_timeout_callback(self._timeout)
             self._timeout = None
             self._doc.add_next_tick_callback(self._tick)
 
     def _gave_up(self) -> None:
-        self._on_the_way.clear()
+        self._awaited = 0
         self._tick()
 
     def _tick(self) -> None:
@@ -514,7 +513,7 @@ class RangeWatch:
         with one_patch():
             self.fire()
         if self._sent > drawn:
-            self._on_the_way.append(self._sent)
+            self._awaited = self._sent
 
 
 def _percentile_rank(scores):
