@@ -159,6 +159,20 @@ class Page:
             self.page.wait_for_timeout(250)
         raise AssertionError(f"timed out waiting for {what}")
 
+    def click_until(self, locator, predicate, what: str) -> None:
+        """Click ``locator`` until ``predicate`` holds, as a person clicks again when a click
+        did not take: on a busy machine a view above can still grow after an update (the
+        sidebar's summary, say) and move the button between Playwright's check and its click."""
+        deadline = time.time() + UPDATE_S
+        while time.time() < deadline:
+            locator.click()
+            try:
+                self.wait_until(predicate, what, timeout=5)
+                return
+            except AssertionError:
+                self.shot(f"click-not-taken-{int(time.time())}.png")
+        raise AssertionError(f"timed out waiting for {what}")
+
     def shot(self, name: str) -> None:
         self.page.screenshot(path=str(ARTIFACTS / name), full_page=True)
 
@@ -300,6 +314,138 @@ def test_a_pan_in_a_slow_browser_ends_with_its_last_picture_not_a_queue(server, 
         page.close()
 
 
+MODEL_INDEX_JS = """() => {
+    const doc = Bokeh.documents[0];
+    const ids = () => [...doc._all_models.keys()].sort().join(',');
+    const kept = ids();
+    doc._recompute_all_models();          // BokehJS's own full walk, which the speedups skip
+    return {skipped: window.ecgBokehSpeedups.skipped_walks, exact: ids() === kept, models: doc._all_models.size};
+}"""
+
+CSS_VARIABLES_JS = """() => {
+    const {original} = window.ecgBokehSpeedups;
+    const {VisualProperties} = Bokeh.require('core/visuals/visual');
+    let looked = 0;
+    const defined = [];
+    for (const view of Bokeh.documents[0].views_manager.all_views()) {
+        for (const visual of view.visuals || []) {
+            if (!(visual instanceof VisualProperties)) continue;
+            for (const attr of visual.attrs) {
+                const name = attr.replaceAll('_', '-'), value = original.get_css_value.call(visual, name);
+                looked += 1;
+                if (value !== '') defined.push(`${visual.css_prefix}${name}: ${value}`);
+            }
+        }
+    }
+    return {looked, defined};
+}"""
+
+
+def test_the_bokeh_speedups_keep_the_page_as_bokeh_would_draw_it(server, browser):
+    """assets/bokeh_speedups.js skips BokehJS's walk of every model after a patch that brings no
+    new model, and its lookup of CSS variables for every visual property. Both must be exact: after
+    brushes (data-only patches) and a tab opened (a patch of new models), BokehJS's own walk finds
+    the same models as the page's index; and the page defines no ``--bk-*`` variable that the
+    original lookup would have found."""
+    page = Page(browser, server.url)
+    try:
+        page.wait_dashboard()
+        total = page.count()
+        page.brush("scores", 0.18, 0.4)
+        page.wait_until(lambda: page.count() < total, "the brush")
+        page.page.locator(".bk-tab", has_text="Families").first.click()
+        page.page.locator(".ecg-view-families .slick-row").first.wait_for(timeout=UPDATE_S * 1000)
+        version = page.version()
+        page.double_click("scores")
+        page.wait_until(lambda: page.version() != version, "the brush to clear")
+
+        index = page.page.evaluate(MODEL_INDEX_JS)
+        assert index["skipped"] >= 2 and index["exact"] and index["models"] > 300, index
+        css = page.page.evaluate(CSS_VARIABLES_JS)
+        assert css["looked"] > 500 and not css["defined"], css
+        assert not page.errors, "\n".join(page.errors)
+    finally:
+        page.close()
+
+
+PAINTS_JS = """() => {
+    const {PlotView} = Bokeh.require('models/plots/plot');
+    const paint = PlotView.prototype._actual_paint;
+    window.__paints = [];
+    PlotView.prototype._actual_paint = function () {
+        const lower = [...this._invalidated_painters].filter((p) => p.model.level != 'overlay');
+        window.__paints.push({plot: this.model.name, primary: this._invalidate_all || lower.length > 0,
+                              lower: lower.map((p) => `${p.model.type} (${p.model.level})`)});
+        return paint.call(this);
+    };
+}"""
+
+# A plane's view moved right, so that the image's fullest column of pixels lies 25 px left of the
+# frame, over the axis; then, once repainted (the server's re-binned picture comes later), the
+# overlay canvas' pixels left of the frame, and how many of the image's pixels lie there.
+PANNED_PLANE_JS = """async (name) => {
+    const model = Bokeh.documents[0].get_model_by_name(name), view = Bokeh.index.find_one(model);
+    const source = model.renderers.find((r) => r.level == 'overlay').data_source.data;
+    const image = source.image[0], [rows, columns] = image.shape;
+    const filled = Array.from({length: columns}, (_, j) => {
+        let n = 0;
+        for (let i = 0; i < rows; i++) n += (image[i * columns + j] >>> 24) > 0;
+        return n;
+    });
+    const fullest = filled.indexOf(Math.max(...filled));
+    const column_x = (j) => source.x[0] + (j + 0.5) * source.dw[0] / columns;
+    const frame = view.frame.bbox, {start, end} = model.x_range, per_px = (end - start) / frame.width;
+    const repainted = new Promise((resolve) => {
+        const done = () => { view.repainted.disconnect(done); resolve(); };
+        view.repainted.connect(done);
+    });
+    const moved = column_x(fullest) + 25 * per_px;
+    model.x_range.setv({start: moved, end: moved + (end - start)});
+    await repainted;
+    const outside = filled.filter((n, j) => { const px = frame.left + (column_x(j) - moved) / per_px;
+                                              return px >= 0 && px < frame.left - 1; }).reduce((a, b) => a + b, 0);
+    const layer = view.canvas_view.overlays, r = layer.pixel_ratio;
+    const pixels = layer.ctx.getImageData(0, Math.round(frame.top * r), Math.round((frame.left - 1) * r),
+                                          Math.round(frame.height * r)).data;
+    let shown = 0;
+    for (let i = 3; i < pixels.length; i += 4) shown += pixels[i] > 0;
+    return {image_pixels_left_of_frame: outside, drawn_left_of_frame: shown};
+}"""
+
+
+def test_a_brush_repaints_only_the_overlays_of_the_charts_that_follow_it(server, browser):
+    """What a brush changes is drawn on each plot's overlay canvas (dashboard/charts.py), so the
+    charts that follow a brush repaint that canvas and not their axes, grid and the layers behind.
+    Its glyphs stay clipped to the frame: a plane's picture moved partly left of the frame is drawn
+    inside the axes only (BokehJS leaves the overlay level unclipped; assets/bokeh_speedups.js)."""
+    page = Page(browser, server.url)
+    try:
+        page.wait_dashboard()
+        page.page.evaluate(PAINTS_JS)
+
+        def quiet() -> bool:
+            """Nothing repainted for a second: the recording's raster at the plot's real width is
+            in (it comes late on a busy machine, or on a first run that compiles the kernels)."""
+            page.page.evaluate("() => { window.__paints = []; }")
+            page.page.wait_for_timeout(1000)
+            return not page.page.evaluate("() => window.__paints.length")
+        page.wait_until(quiet, "the page to stop repainting")
+        version = page.version()
+        page.brush("lengths", 0.2, 0.5)
+        page.wait_until(lambda: page.version() != version, "the brush")
+        page.page.wait_for_timeout(1000)
+        paints = page.page.evaluate("() => window.__paints")
+        followers = {"ecg-scores", "ecg-latent", "ecg-poincare", "ecg-signal", "ecg-rhythm"}
+        assert followers <= {p["plot"] for p in paints}, paints
+        assert not [p for p in paints if p["primary"]], [p for p in paints if p["primary"]]
+
+        panned = page.page.evaluate(PANNED_PLANE_JS, "ecg-latent")
+        assert panned["image_pixels_left_of_frame"] > 0 and panned["drawn_left_of_frame"] == 0, panned
+        assert not page.errors, "\n".join(page.errors)
+    finally:
+        page.close()
+
+
 # --------------------------------------------------------------------------- review tools
 def test_poincare_brush_and_family_selection_filter_the_views(server, browser):
     page = Page(browser, server.url)
@@ -367,60 +513,6 @@ def test_a_later_visitor_gets_the_page_first_and_the_dashboard_once_it_is_shown(
     assert opened["models"] < 40 < 300 < models and has_signal, (opened, models)
 
 
-MODEL_INDEX_JS = """() => {
-    const doc = Bokeh.documents[0];
-    const ids = () => [...doc._all_models.keys()].sort().join(',');
-    const kept = ids();
-    doc._recompute_all_models();          // BokehJS's own full walk, which the speedups skip
-    return {skipped: window.ecgBokehSpeedups.skipped_walks, exact: ids() === kept, models: doc._all_models.size};
-}"""
-
-CSS_VARIABLES_JS = """() => {
-    const {original} = window.ecgBokehSpeedups;
-    const {VisualProperties} = Bokeh.require('core/visuals/visual');
-    let looked = 0;
-    const defined = [];
-    for (const view of Bokeh.documents[0].views_manager.all_views()) {
-        for (const visual of view.visuals || []) {
-            if (!(visual instanceof VisualProperties)) continue;
-            for (const attr of visual.attrs) {
-                const name = attr.replaceAll('_', '-'), value = original.get_css_value.call(visual, name);
-                looked += 1;
-                if (value !== '') defined.push(`${visual.css_prefix}${name}: ${value}`);
-            }
-        }
-    }
-    return {looked, defined};
-}"""
-
-
-def test_the_bokeh_speedups_keep_the_page_as_bokeh_would_draw_it(server, browser):
-    """assets/bokeh_speedups.js skips BokehJS's walk of every model after a patch that brings no
-    new model, and its lookup of CSS variables for every visual property. Both must be exact: after
-    brushes (data-only patches) and a tab opened (a patch of new models), BokehJS's own walk finds
-    the same models as the page's index; and the page defines no ``--bk-*`` variable that the
-    original lookup would have found."""
-    page = Page(browser, server.url)
-    try:
-        page.wait_dashboard()
-        total = page.count()
-        page.brush("scores", 0.18, 0.4)
-        page.wait_until(lambda: page.count() < total, "the brush")
-        page.page.locator(".bk-tab", has_text="Families").first.click()
-        page.page.locator(".ecg-view-families .slick-row").first.wait_for(timeout=UPDATE_S * 1000)
-        version = page.version()
-        page.double_click("scores")
-        page.wait_until(lambda: page.version() != version, "the brush to clear")
-
-        index = page.page.evaluate(MODEL_INDEX_JS)
-        assert index["skipped"] >= 2 and index["exact"] and index["models"] > 300, index
-        css = page.page.evaluate(CSS_VARIABLES_JS)
-        assert css["looked"] > 500 and not css["defined"], css
-        assert not page.errors, "\n".join(page.errors)
-    finally:
-        page.close()
-
-
 def test_labels_show_in_the_table_survive_a_restart_and_export_to_wfdb(browser, tmp_path):
     import wfdb
 
@@ -429,7 +521,9 @@ def test_labels_show_in_the_table_survive_a_restart_and_export_to_wfdb(browser, 
     try:
         page = _lengths_brushed(browser, srv)
         page.wait_until(lambda: page.rows() and "V" not in page.rows()[0].split(), "a selection")
-        page.page.locator(".bk-btn-group .bk-btn", has_text=re.compile("^Selection$")).first.click()
+        scope = page.page.locator(".bk-btn-group .bk-btn", has_text=re.compile("^Selection$")).first
+        page.click_until(scope, lambda: "bk-active" in (scope.get_attribute("class") or ""),
+                         "the selection scope chosen")
         page.page.get_by_role("button", name="V", exact=True).click()
         page.wait_until(lambda: all(r.split()[-1] == "V" for r in page.rows()), "the table to show the labels")
         labelled = [r.split()[0] for r in page.rows()]
