@@ -23,6 +23,7 @@ dashboard.charts.SignalChart : shows the raster and asks for new ones on zoom an
 """
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 from typing import Callable
@@ -52,18 +53,57 @@ class Level:
 
 
 def min_max_trace(signal, block: int, fs: float):
-    """(t, y) of each block's minimum and maximum, in the order they occur (device arrays).
+    """(t, y) of each block's minimum and maximum, in the order they occur (device arrays; the
+    first of equal extremes, as ``argmin``/``argmax``; the signal is finite, the loader sees to it).
 
     A trailing partial block is dropped from the trace; the caller keeps the raw level for it.
     """
-    xp = backend.xp_of(signal)
+    if backend.is_cupy_array(signal):
+        return _min_max_trace_gpu(signal, block, fs)
     n = (signal.shape[0] // block) * block
     blocks = signal[:n].reshape(-1, block)
     lo, hi = blocks.argmin(axis=1), blocks.argmax(axis=1)
-    first, second = xp.minimum(lo, hi), xp.maximum(lo, hi)
-    starts = xp.arange(blocks.shape[0]) * block
-    index = xp.stack([starts + first, starts + second], axis=1).ravel()
+    first, second = np.minimum(lo, hi), np.maximum(lo, hi)
+    starts = np.arange(blocks.shape[0]) * block
+    index = np.stack([starts + first, starts + second], axis=1).ravel()
     return index / fs, signal[index]
+
+
+_MIN_MAX_CODE = """
+const long long start = (i / 2) * block;
+long long lo = start, hi = start;
+for (long long k = start + 1; k < start + block; ++k) {
+    if (signal[k] < signal[lo]) lo = k;
+    if (signal[k] > signal[hi]) hi = k;
+}
+const long long first = lo < hi ? lo : hi, second = lo < hi ? hi : lo;
+const long long at = i % 2 == 0 ? first : second;
+t = at / fs;
+y = signal[at];
+"""
+
+
+def _min_max_trace_gpu(signal, block: int, fs: float):
+    """:func:`min_max_trace` in one CuPy kernel: a thread per point of the trace scans its block.
+
+    Built from CuPy's ``argmin(axis=1)``, ``argmax`` and friends, the levels took 13 kernels, six
+    of them CUB reductions (one per level's shape, ~2 s each): a machine's first server compiled
+    them for 13-15 s on the H200, and its first zoom out waited 8-10 s for them. This is one kernel;
+    like those, CuPy keeps it compiled on disk."""
+    import cupy
+
+    points = 2 * (signal.shape[0] // block)
+    t, y = cupy.empty(points, dtype=cupy.float64), cupy.empty(points, dtype=signal.dtype)
+    _min_max_kernel()(signal, block, fs, t, y)
+    return t, y
+
+
+@functools.cache
+def _min_max_kernel():
+    import cupy
+
+    return cupy.ElementwiseKernel("raw T signal, int64 block, float64 fs", "float64 t, T y", _MIN_MAX_CODE,
+                                  "ecg_min_max_trace")
 
 
 class SignalRaster:

@@ -684,3 +684,21 @@ def test_cuxfilter_board_filters_by_columns_no_chart_draws(gpu_shared):
             store.select_range("family", float(family), float(family))
         want = int((families == family).sum())
         assert store.selection.count == cux.filtered_count() == want
+
+
+def test_the_recordings_levels_on_the_gpu_are_the_hosts():
+    """The one-kernel min/max trace of the recording's levels (dashboard.signal_raster) gives the
+    points of NumPy's argmin/argmax trace, the first of equal extremes included, at every level's
+    block size and with a partial last block."""
+    import cupy
+
+    from dashboard.signal_raster import min_max_trace
+
+    rng = np.random.default_rng(11)
+    for signal in (rng.standard_normal(100_003).astype(np.float32),
+                   rng.integers(-3, 4, 100_003).astype(np.float32)):      # many equal extremes
+        for block in (4, 16, 64, 4096):
+            t_host, y_host = min_max_trace(signal, block, 250.0)
+            t_gpu, y_gpu = min_max_trace(cupy.asarray(signal), block, 250.0)
+            np.testing.assert_array_equal(backend.to_host(t_gpu), t_host)
+            np.testing.assert_array_equal(backend.to_host(y_gpu), y_host)
