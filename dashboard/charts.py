@@ -29,13 +29,13 @@ import panel as pn
 from bokeh.core.properties import Float, Int, List, Nullable
 from bokeh.model import DataModel
 from bokeh.models import (BoxAnnotation, BoxSelectTool, BoxZoomTool, ColorBar, ColumnDataSource, CustomJS, Div,
-                          FixedTicker, Grid, HoverTool, ImageRGBA, LinearColorMapper, MultiLine, PanTool, Quad, Range1d,
-                          ResetTool, SaveTool, Scatter, Span, WheelZoomTool)
+                          FixedTicker, Grid, HoverTool, Image, ImageRGBA, LinearColorMapper, MultiLine, PanTool, Quad,
+                          Range1d, ResetTool, SaveTool, Scatter, Span, WheelZoomTool)
 from bokeh.plotting import figure as bokeh_figure
 
 from dashboard.bins import BinIndex, grid_index, histogram_index
 from dashboard.data_store import DataStore, Selection, in_session, one_patch
-from dashboard.signal_raster import SignalRaster
+from dashboard.signal_raster import SignalRaster, opacity_palette
 from dashboard.spec import (CLASS_COLORS, FAMILY_COLORS, OUTLIER_COLOR, SCORE_CMAP, SELECTED_COLOR, SIGNAL_COLOR,
                             UNSELECTED_COLOR, ViewSpec, hms_tick_formatter)
 from pipeline import backend
@@ -576,7 +576,7 @@ class SignalChart(pn.viewable.Viewer):
         self.offsets = [top - (k + 0.5) * self.band - sum(r.y_range) / 2 for k, (_, r) in enumerate(self.leads)]
         self.y_range = (top - len(self.leads) * self.band, top)
         self.band_pixels = RASTER_HEIGHT if len(self.leads) == 1 else max(80, 2 * RASTER_HEIGHT // len(self.leads))
-        self.image = ColumnDataSource(dict(image=[np.zeros((1, 1), np.uint32)], x=[0.0], y=[self.y_range[0]],
+        self.image = ColumnDataSource(dict(image=[np.zeros((1, 1), np.uint8)], x=[0.0], y=[self.y_range[0]],
                                            dw=[1.0], dh=[self.y_range[1] - self.y_range[0]]), name="ecg-raster")
         self.samples = ColumnDataSource(dict(t=[], y=[]))
         self.selected = ColumnDataSource(dict(t=np.zeros(0), y=np.zeros(0, np.float32)))
@@ -608,7 +608,8 @@ class SignalChart(pn.viewable.Viewer):
             p.yaxis.ticker = FixedTicker(ticks=middles)
             p.yaxis.major_label_overrides = {m: name for m, (name, _) in zip(middles, self.leads)}
             p.yaxis.axis_label = "leads"
-        add(p, self.image, ImageRGBA(**IMAGE))
+        opacity = LinearColorMapper(palette=opacity_palette(), low=0, high=256)     # the raster's bytes: opacity
+        add(p, self.image, Image(**IMAGE, color_mapper=opacity))
         add(p, self.samples, MultiLine(xs="t", ys="y", line_color=SIGNAL_COLOR, line_width=1.2))
         add(p, self.selected, Scatter(x="t", y="y", size=5, fill_color=SELECTED_COLOR, fill_alpha=0.55, line_color=None),
             level=CHANGES_WITH_BRUSH)
@@ -641,7 +642,7 @@ class SignalChart(pn.viewable.Viewer):
         if lines[0] is not None:
             self.samples.data = {"t": [t for t, _ in lines],
                                  "y": [y + offset for (_, y), offset in zip(lines, self.offsets)]}
-            self.image.data.update(image=[np.zeros((1, 1), np.uint32)], picture=self.window_watch.next_picture())
+            self.image.data.update(image=[np.zeros((1, 1), np.uint8)], picture=self.window_watch.next_picture())
         else:
             bands = [r.render(x0, x1, width, self.band_pixels, _centred(r.y_range, self.band)) for _, r in self.leads]
             if len(self.samples.data["t"]):

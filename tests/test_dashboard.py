@@ -444,7 +444,7 @@ def test_raster_levels_draw_the_same_pixels_as_the_raw_samples():
     image = raster.render(x0, x1, width, height)[::-1]                    # row 0 at the top, like Datashader
     reference = ds.Canvas(plot_width=width, plot_height=height, x_range=(x0, x1), y_range=raster.y_range).line(
         pd.DataFrame({"t": raw_t, "y": signal}), "t", "y", agg=ds.count()).data > 0
-    drawn = (image >> 24) > 0                                              # opaque pixels
+    drawn = image > 0                                                      # opaque pixels
     same = [abs(np.flatnonzero(drawn[:, c]).min() - np.flatnonzero(reference[:, c]).min()) <= 1
             and abs(np.flatnonzero(drawn[:, c]).max() - np.flatnonzero(reference[:, c]).max()) <= 1
             for c in range(width)]
