@@ -35,7 +35,8 @@ from bokeh.plotting import figure as bokeh_figure
 
 from dashboard.bins import BinIndex, grid_index, histogram_index
 from dashboard.data_store import DataStore, Selection, in_session, one_patch
-from dashboard.signal_raster import SignalRaster, opacity_palette
+from dashboard.shading import opacity, opacity_mapper
+from dashboard.signal_raster import SignalRaster
 from dashboard.spec import (CLASS_COLORS, FAMILY_COLORS, OUTLIER_COLOR, SCORE_CMAP, SELECTED_COLOR, SIGNAL_COLOR,
                             UNSELECTED_COLOR, ViewSpec, hms_tick_formatter)
 from pipeline import backend
@@ -284,10 +285,9 @@ class PlaneChart(LinkedChart):
         self.bins: BinIndex = shared.derived(f"bins/{spec.name}", lambda: grid_index(
             shared.columns[spec.x], shared.columns[spec.y], *self.home, PLANE_GRID))
         self.percentile = shared.derived("score-percentile", lambda: _percentile_rank(shared.columns["score"]))
-        empty = np.zeros(PLANE_GRID, dtype=np.uint32)
         geometry = _image_geometry(*self.home)
-        self.background = ColumnDataSource(dict(image=[empty], **geometry))
-        self.foreground = ColumnDataSource(dict(image=[empty.copy()], **geometry))
+        self.background = ColumnDataSource(dict(image=[np.zeros(PLANE_GRID, dtype=np.uint8)], **geometry))
+        self.foreground = ColumnDataSource(dict(image=[np.zeros(PLANE_GRID, dtype=np.uint32)], **geometry))
         super().__init__(store, spec)
         self.view_watch = RangeWatch([self.figure.x_range, self.figure.y_range], self.foreground)
         self.view_watch.add(self._rebin)
@@ -299,7 +299,7 @@ class PlaneChart(LinkedChart):
         p = figure(spec, [select, WheelZoomTool(), PanTool(), ResetTool(), SaveTool()],
                    x_range=Range1d(*self.home[0]), y_range=Range1d(*self.home[1]))
         p.toolbar.active_drag = select
-        add(p, self.background, ImageRGBA(**IMAGE))
+        add(p, self.background, Image(**IMAGE, color_mapper=opacity_mapper(UNSELECTED_COLOR)))
         add(p, self.foreground, ImageRGBA(**IMAGE), level=CHANGES_WITH_BRUSH)
         mapper = LinearColorMapper(palette=SCORE_CMAP, low=50, high=100)
         p.add_layout(ColorBar(color_mapper=mapper, width=8, title="score pct", title_text_font_size="10px",
@@ -335,8 +335,7 @@ class PlaneChart(LinkedChart):
 
     def draw_background(self, sel: Selection) -> None:
         counts = self.bins.counts(sel.base)
-        self.background.data["image"] = [_density_image(counts, np.full(counts.shape, _rgba(UNSELECTED_COLOR)),
-                                                        alpha=(60, 200))]
+        self.background.data["image"] = [opacity(counts, 60, 200)]
 
     def draw_selected(self, sel: Selection, mask) -> None:
         counts = self.bins.counts(mask)
@@ -536,15 +535,11 @@ def _percentile_rank(scores):
 
 
 def _density_image(counts: np.ndarray, rgb: np.ndarray, alpha: tuple[int, int]) -> np.ndarray:
-    """RGBA pixels (uint32): ``rgb`` where there are beats, opacity from ``alpha[0]`` to ``alpha[1]``
-    with the log of the count; transparent elsewhere."""
-    image = np.zeros(counts.shape, dtype=np.uint32)
-    filled = counts > 0
-    if filled.any():
-        level = np.log1p(counts[filled])
-        a = alpha[0] + (alpha[1] - alpha[0]) * level / level.max()
-        image[filled] = (a.astype(np.uint32) << 24) | rgb[filled]
-    return image
+    """RGBA pixels (uint32): ``rgb`` where there are beats, at the :func:`opacity` of their count
+    from ``alpha[0]`` to ``alpha[1]``; transparent elsewhere. (For images of many colours: one
+    colour's density goes to the page as opacity bytes.)"""
+    a = opacity(counts, *alpha).astype(np.uint32)
+    return np.where(a > 0, (a << 24) | rgb, np.uint32(0))
 
 
 # --------------------------------------------------------------------------- the recording
@@ -608,8 +603,7 @@ class SignalChart(pn.viewable.Viewer):
             p.yaxis.ticker = FixedTicker(ticks=middles)
             p.yaxis.major_label_overrides = {m: name for m, (name, _) in zip(middles, self.leads)}
             p.yaxis.axis_label = "leads"
-        opacity = LinearColorMapper(palette=opacity_palette(), low=0, high=256)     # the raster's bytes: opacity
-        add(p, self.image, Image(**IMAGE, color_mapper=opacity))
+        add(p, self.image, Image(**IMAGE, color_mapper=opacity_mapper(SIGNAL_COLOR)))
         add(p, self.samples, MultiLine(xs="t", ys="y", line_color=SIGNAL_COLOR, line_width=1.2))
         add(p, self.selected, Scatter(x="t", y="y", size=5, fill_color=SELECTED_COLOR, fill_alpha=0.55, line_color=None),
             level=CHANGES_WITH_BRUSH)
@@ -767,7 +761,7 @@ class TachogramChart(pn.viewable.Viewer):
         self.rendered = 0
         shared = store.shared
         self.y_range = shared.derived("home/rhythm", lambda: _robust_extent(shared.columns[spec.y], margin=0.1))
-        self.image = ColumnDataSource(dict(image=[np.zeros((1, 1), np.uint32)], x=[0.0], y=[self.y_range[0]],
+        self.image = ColumnDataSource(dict(image=[np.zeros((1, 1), np.uint8)], x=[0.0], y=[self.y_range[0]],
                                            dw=[1.0], dh=[self.y_range[1] - self.y_range[0]]))
         self.selected = ColumnDataSource(dict(t=np.zeros(0), y=np.zeros(0, np.float32)))
         self.outliers = ColumnDataSource(dict(t=np.zeros(0), y=np.zeros(0, np.float32),
@@ -778,7 +772,7 @@ class TachogramChart(pn.viewable.Viewer):
                    y_range=Range1d(*self.y_range))
         p.toolbar.active_scroll, p.toolbar.active_drag = wheel, pan
         p.xaxis.formatter = hms_tick_formatter()
-        add(p, self.image, ImageRGBA(**IMAGE))
+        add(p, self.image, Image(**IMAGE, color_mapper=opacity_mapper(SIGNAL_COLOR)))
         add(p, self.selected, Scatter(x="t", y="y", size=5, fill_color=SELECTED_COLOR, fill_alpha=0.6, line_color=None),
             level=CHANGES_WITH_BRUSH)
         hover.renderers = [add(p, self.outliers, Scatter(x="t", y="y", marker="inverted_triangle", size=9,
@@ -800,8 +794,7 @@ class TachogramChart(pn.viewable.Viewer):
         bins = grid_index(shared.columns[self.spec.x], shared.columns[self.spec.y], window, self.y_range,
                           TACHOGRAM_GRID)
         counts = bins.counts()
-        self.image.data = dict(image=[_density_image(counts, np.full(counts.shape, _rgba(SIGNAL_COLOR)),
-                                                     alpha=(70, 230))], **_image_geometry(window, self.y_range))
+        self.image.data = dict(image=[opacity(counts, 70, 230)], **_image_geometry(window, self.y_range))
         self.draw_markers(self.store.selection)
 
     def draw_markers(self, sel: Selection) -> None:

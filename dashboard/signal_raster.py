@@ -31,9 +31,9 @@ from typing import Callable
 import numpy as np
 
 from dashboard.announcement import Announcement
+from dashboard.shading import opacity
 from pipeline import backend, collector
 
-LINE_RGB = (0x1D, 0x35, 0x57)   # the dashboard's signal colour
 POINTS_PER_PIXEL = 4       # the coarsest level used still has this many points per pixel column
 BLOCK_GROWTH = 4           # each level's blocks are this many times the previous level's
 MIN_LEVEL_POINTS = 8_000   # no level coarser than this: 4 points per pixel of a 2000-pixel-wide screen
@@ -209,7 +209,7 @@ class SignalRaster:
 
     def render(self, x0: float, x1: float, width: int, height: int,
                y_range: tuple[float, float] | None = None) -> np.ndarray:
-        """Opacity image (:func:`shade`: uint8, ``height`` × ``width``, row 0 at the bottom) of the line
+        """Opacity bytes (:func:`shade`: uint8, ``height`` × ``width``, row 0 at the bottom) of the line
         in the window."""
         import datashader as ds
 
@@ -233,26 +233,7 @@ def _frame(columns: dict):
 
 
 def shade(counts: np.ndarray) -> np.ndarray:
-    """Line counts per pixel (Datashader's aggregate: row 0 at the top) → opacity (uint8, row 0 at
-    the bottom, as Bokeh's ``image`` draws): 0 where nothing is drawn, else rising with the log of
-    the count from 70 to 255, so that a dense trace reads darker than a single stroke. The page
-    colours it with :func:`opacity_palette`.
-
-    One byte a pixel rather than four (RGBA): a picture of the recording is a quarter of the bytes
-    to send and for the browser to take in. Datashader's own ``shade`` costs 20–75 ms per screen
-    through xarray; this costs a few.
-    """
-    counts = np.nan_to_num(counts[::-1], nan=0.0)
-    opacity = np.zeros(counts.shape, dtype=np.uint8)
-    drawn = counts > 0
-    if drawn.any():
-        level = np.log1p(counts[drawn])
-        opacity[drawn] = (70 + 185 * level / level.max()).astype(np.uint8)
-    return opacity
-
-
-def opacity_palette(rgb: tuple[int, int, int] = LINE_RGB) -> list[str]:
-    """256 colours: ``rgb`` at opacity 0..255 (a linear colour mapper from 0 to 256 maps each byte
-    of :func:`shade` to its own)."""
-    r, g, b = rgb
-    return [f"#{r:02x}{g:02x}{b:02x}{a:02x}" for a in range(256)]
+    """Line counts per pixel (Datashader's aggregate: row 0 at the top) → opacity bytes
+    (:func:`dashboard.shading.opacity`, row 0 at the bottom, as Bokeh's ``image`` draws).
+    Datashader's own ``shade`` costs 20–75 ms per screen through xarray; this costs a few."""
+    return opacity(np.nan_to_num(counts[::-1], nan=0.0))
