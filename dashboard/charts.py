@@ -424,7 +424,7 @@ class RangeWatch:
     One picture at a time is on its way to the browser. A window that moves while the browser has
     not yet applied the picture drawn for the last one waits until it has (``picture_source``'s
     data, numbered by :meth:`next_picture`; at most ``ARRIVAL_TIMEOUT_MS``) and is then drawn as it
-    stands by then. A picture of the recording is ~1 MB for the browser to take in and paint: drawn
+    stands by then. A picture of the recording is ~330 KB for the browser to take in and paint: drawn
     at the pace of the hand, they queued up and a pan's last one came up to a second after the
     mouse-up on a 2-core CPU; drawn at a fixed interval, a quick browser waited for the clock.
 
