@@ -1,16 +1,17 @@
 """The run directory: beats table, model, decoded samples, report; atomic writes and a verified cache.
 
-A run lives in ``<out>/<key>/`` where ``key`` hashes the input's bytes and every parameter.
-It is written in a hidden temporary folder and renamed into place when complete, so a failed or
-interrupted run never leaves a half-written or overwritten run behind. ``report.json`` lists the
-SHA-256 of every other file, and its size and modification time (ns) as written; a run whose files
-do not match is treated as damaged and rebuilt.
+A run lives in ``<out>/<key>/`` where ``key`` hashes the input's bytes (the recording, and the
+sidecar of reference labels beside it when there is one) and every parameter. It is written in a
+hidden temporary folder and renamed into place when complete, so a failed or interrupted run never
+leaves a half-written or overwritten run behind; what a killed process left there is removed at a
+later start (:func:`clean_leftovers`). ``report.json`` lists the XXH3-128 digest of every other
+file; a cached run is served only when every file's content still matches its digest, and is
+otherwise treated as damaged and rebuilt.
 
-Checking a cached run reads no data: a file whose size and modification time are those recorded
-is taken as written (any write, truncation or replacement changes them); only a file whose
-stat differs is hashed again, and accepted if its SHA-256 still matches. Input hashes are kept
-the same way in ``<out>/.input-hashes.json``, keyed by the input's path and its files' size,
-modification and change times and inode, so that a restart with the same input reads it once.
+Input hashes are kept in ``<out>/.input-hashes.json``, keyed by the input's path and its files'
+size, modification and change times and inode, so that a restart with the same input reads it
+once. Only regular files are hashed: a folder, a FIFO or a device given as input is refused with
+a ValueError that names it (reading a FIFO would wait for a writer forever).
 
 See Also
 --------
@@ -22,8 +23,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
+import stat
 import threading
+import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -33,6 +37,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pipeline import PipelineWarning
+from pipeline.synth import annotations_path  # the sidecar's name, as load.py finds it
 
 if TYPE_CHECKING:
     import pandas as pd   # imported where a table is made or read: finding a cached run needs none (0.5-0.7 s)
@@ -85,7 +90,9 @@ SCORE_COMPONENTS = {
 
 def beats_table(*, fiducial, length, start, fs, is_train, z, score, annotations=None, components=None,
                 tolerance_s: float = 0.15) -> pd.DataFrame:
-    """One row per kept beat (host arrays in). ``score`` is the outlier score the views rank by;
+    """One row per beat (host arrays in); ``length`` is the samples to the next beat (-1 for the last
+    one, whose ``length_s`` is NaN), so ``length_s`` is the RR interval after the beat and
+    ``rr_before_s`` the one before it. ``score`` is the outlier score the views rank by;
     ``components`` (a dict of arrays named as in :data:`SCORE_COMPONENTS`) are added as float32
     columns after it. With reference annotations, each beat gets the symbol of the nearest
     reference beat within ``tolerance_s`` ('' when none) and ``abnormal``."""
@@ -97,7 +104,8 @@ def beats_table(*, fiducial, length, start, fs, is_train, z, score, annotations=
         "fiducial": fiducial.astype(np.int64),
         "time_s": fiducial / fs,
         "length": length.astype(np.int32),
-        "length_s": (length / fs).astype(np.float32),
+        "length_s": np.where(length >= 0, length / fs, np.nan).astype(np.float32),
+        "rr_before_s": np.concatenate([[np.nan], np.diff(fiducial) / fs]).astype(np.float32)[:len(fiducial)],
         "split": pd.Categorical(np.where(is_train, "train", "test"), categories=["train", "test"]),
         "z1": z[:, 0].astype(np.float32),
         "z2": z[:, 1].astype(np.float32),
@@ -131,43 +139,136 @@ def match_labels(fiducial: np.ndarray, ref_samples: np.ndarray, ref_symbols: np.
 
 
 # --------------------------------------------------------------------------- hashing
-HASH_CACHE = ".input-hashes.json"  # in the runs folder: input path → (stat signature, SHA-256)
+HASH_CACHE = ".input-hashes.json"  # in the runs folder: input path → (stat signature, digests)
 HASH_CACHE_ENTRIES = 256
+FILE_HASH = "xxh3_128"             # of the run's files, named in the report
+RECORDING_FORMATS = ".csv, .txt, .npy, .parquet or a WFDB .hea record"
+
+
+def _shown(path) -> str:
+    """A path for a one-line message: as it is, or quoted when it holds a line break or other
+    control character (a file name is data, and must not end the message early)."""
+    text = str(path)
+    return text if text.isprintable() else repr(text)
+
+
+def _check_regular(path, mode: int) -> None:
+    """Refuse anything but a regular file, naming it: reading a FIFO waits for a writer (forever),
+    a device never ends, a folder has no bytes of its own."""
+    if stat.S_ISREG(mode):
+        return
+    if stat.S_ISDIR(mode):
+        raise ValueError(f"{_shown(path)} is a folder; give a recording file ({RECORDING_FORMATS})")
+    kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
+            else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "no regular file")
+    raise ValueError(f"{_shown(path)} is {kind}, not a regular file; give a recording file ({RECORDING_FORMATS})")
+
+
+def _open_regular(path: Path):
+    """``path`` opened for reading in binary, or a ValueError when it is not a regular file. The
+    type is checked on the opened descriptor, so a file swapped for a FIFO after an earlier check
+    is still refused; O_NONBLOCK lets that open return instead of waiting for a writer (it changes
+    nothing for a regular file)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        _check_regular(path, os.fstat(fd).st_mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
 
 
 def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with _open_regular(path) as f:
         while block := f.read(chunk):
             digest.update(block)
     return digest.hexdigest()
+
+
+def file_xxh3(path: Path) -> str:
+    """XXH3-128 of a file's bytes: a check against damage (not against forgery) that costs a run's
+    files far less than SHA-256. The file is memory-mapped rather than read, which saves copying
+    it (the hash is then bound by memory bandwidth); xxhash releases the GIL meanwhile. A file cut
+    short while mapped raises SIGBUS, as it already would for the arrays load_run memory-maps."""
+    import mmap
+
+    import xxhash
+
+    with _open_regular(path) as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return xxhash.xxh3_128_hexdigest(b"")
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            return xxhash.xxh3_128_hexdigest(mapped)
+
+
+HASHES = {"sha256": file_sha256, FILE_HASH: file_xxh3}  # runs written before FILE_HASH carry SHA-256
 
 
 def _is_wfdb(path: Path) -> bool:
     return path.suffix.lower() in (".hea", ".dat") or (not path.suffix and path.with_suffix(".hea").exists())
 
 
-def input_files(path: Path) -> list[Path]:
-    """The files whose bytes define an input: the file itself, or a WFDB record's header, signal
-    and annotation files."""
+def recording_files(path: Path) -> list[Path]:
+    """The files that hold a recording: the file itself, or a WFDB record's header, signal and
+    annotation files. Raises ValueError for one that is not a regular file (a folder, a FIFO, a
+    device): nothing would come of reading it, or reading would never end."""
     path = Path(path)
     if _is_wfdb(path):
         record = path.with_suffix("")
-        return sorted(p for p in record.parent.glob(record.name + ".*") if p.suffix in (".hea", ".dat", ".atr"))
-    return [path]
+        files = sorted(p for p in record.parent.glob(record.name + ".*") if p.suffix in (".hea", ".dat", ".atr"))
+    else:
+        files = [path]
+    for part in files:
+        try:
+            _check_regular(part, part.stat().st_mode)  # stat, unlike open, never waits on a FIFO
+        except FileNotFoundError:
+            raise ValueError(f"no such file: {_shown(part)}") from None
+    return files
+
+
+def annotations_sidecar(path: Path) -> Path | None:
+    """The reference labels beside a single-file recording, ``<stem>.annotations.csv``, when it is
+    a regular file: the one :func:`pipeline.load.load_ecg` reads (named by the same rule,
+    :func:`pipeline.synth.annotations_path`; anything else there is ignored by both). A WFDB
+    record's labels are its ``.atr`` file, one of :func:`recording_files`."""
+    path = Path(path)
+    if _is_wfdb(path):
+        return None
+    side = annotations_path(path)
+    return side if side.is_file() else None
+
+
+def input_files(path: Path) -> list[Path]:
+    """The files whose bytes define an input: :func:`recording_files` and, when there is one, the
+    :func:`annotations_sidecar`."""
+    side = annotations_sidecar(path)
+    return recording_files(path) + ([side] if side else [])
 
 
 def input_sha256(path: Path) -> str:
-    """Hash of the input's bytes; for a WFDB record, of its header, signal and annotation files."""
+    """Hash of the recording's bytes; for a WFDB record, of its header, signal and annotation files.
+    A sidecar of labels is not part of it (see :func:`input_digest`)."""
+    files = recording_files(path)
     if _is_wfdb(Path(path)):
-        return hashlib.sha256("".join(file_sha256(p) for p in input_files(path)).encode()).hexdigest()
-    return file_sha256(path)
+        return hashlib.sha256("".join(file_sha256(p) for p in files).encode()).hexdigest()
+    return file_sha256(files[0])
+
+
+def input_digest(path: Path) -> dict:
+    """What the run's key is made of: ``sha256``, the recording's (:func:`input_sha256`, which also
+    names the recording's review labels), and ``annotations``, the SHA-256 of its sidecar of
+    reference labels (None without one), so that adding, changing or removing that file gives
+    another run."""
+    side = annotations_sidecar(path)
+    return {"sha256": input_sha256(path), "annotations": file_sha256(side) if side else None}
 
 
 def input_signature(path: Path) -> list:
-    """What changes whenever an input's bytes may have: each file's name, size, modification and
-    change times (ns), inode and device. The change time cannot be set back by hand, so a file
-    rewritten and given its old modification time still gets a new signature."""
+    """What changes whenever an input's bytes may have: each of :func:`input_files`' name, size,
+    modification and change times (ns), inode and device. The change time cannot be set back by
+    hand, so a file rewritten and given its old modification time still gets a new signature; a
+    sidecar added or removed changes the list."""
     out = []
     for part in input_files(path):
         st = part.stat()
@@ -175,18 +276,18 @@ def input_signature(path: Path) -> list:
     return out
 
 
-def remembered_input_sha256(path: Path, folder: Path) -> tuple[str, list]:
-    """``(input_sha256(path), signature)``, reusing the digest remembered in ``folder`` when the
-    input's signature is unchanged (then nothing is read). Remember a new one with
-    :func:`remember_input_sha256` once the run has succeeded."""
+def remembered_input_digest(path: Path, folder: Path) -> tuple[dict, list]:
+    """``(input_digest(path), signature)``, reusing the digests remembered in ``folder`` when the
+    input's signature is unchanged (then nothing is read). Remember new ones with
+    :func:`remember_input_digest` once the run has succeeded."""
     signature = input_signature(path)  # before reading: a change while hashing is seen next time
     entry = _read_hash_cache(folder).get(str(Path(path).resolve()))
-    if entry and entry.get("signature") == signature:
-        return entry["sha256"], signature
-    return input_sha256(path), signature
+    if isinstance(entry, dict) and entry.get("signature") == signature and isinstance(entry.get("digest"), dict):
+        return entry["digest"], signature
+    return input_digest(path), signature
 
 
-def remember_input_sha256(path: Path, folder: Path, signature: list, digest: str) -> None:
+def remember_input_digest(path: Path, folder: Path, signature: list, digest: dict) -> None:
     """Remember ``digest`` for ``path`` with its ``signature`` in ``folder`` (best effort: a
     read-only or missing folder only means hashing again next time)."""
     folder = Path(folder)
@@ -194,10 +295,10 @@ def remember_input_sha256(path: Path, folder: Path, signature: list, digest: str
         return
     entries = _read_hash_cache(folder)
     key = str(Path(path).resolve())
-    if entries.get(key) == {"signature": signature, "sha256": digest}:
+    if entries.get(key) == {"signature": signature, "digest": digest}:
         return
     entries.pop(key, None)
-    entries[key] = {"signature": signature, "sha256": digest}
+    entries[key] = {"signature": signature, "digest": digest}
     entries = dict(list(entries.items())[-HASH_CACHE_ENTRIES:])  # the most recently remembered
     tmp = folder / f"{HASH_CACHE}.tmp-{os.getpid()}-{threading.get_ident()}"
     try:
@@ -224,37 +325,47 @@ def find_cached(root: Path, key: str) -> Path | None:
     problem = _verify(path)
     if problem is None:
         return path
-    warnings.warn(f"cached run {path} is damaged ({problem}); recomputing it", PipelineWarning, stacklevel=2)
+    warnings.warn(f"cached run {_shown(path)} is damaged ({problem}); recomputing it", PipelineWarning, stacklevel=2)
     return None
 
 
 def _verify(path: Path) -> str | None:
-    """None when the run is intact, else what is wrong. A file whose size and modification time
-    are those recorded at writing is not read; any other is hashed and compared."""
+    """None when the run is intact, else what is wrong. Every file's content is hashed and compared
+    with the digest written beside it: a file damaged in place keeps its size, and its modification
+    time can be set back, so nothing short of its bytes shows that it is the file written."""
     try:
         report = json.loads((path / REPORT).read_text())
     except (OSError, ValueError) as err:
         return f"report.json unreadable: {type(err).__name__}"
-    recorded = report.get("file_stats", {})
-    for name, digest in report.get("files", {}).items():
-        try:
-            st = (path / name).stat()
-        except OSError:
-            return f"{name} missing"
-        if recorded.get(name) == [st.st_size, st.st_mtime_ns]:
-            continue
-        if file_sha256(path / name) != digest:
-            return f"{name} does not match its checksum"
-    if set(report.get("files", {})) != set(FILES):
+    digests = report.get("files")
+    if not isinstance(digests, dict) or set(digests) != set(FILES):
         return "report lists the wrong files"
-    return None
+    hash_file = HASHES.get(report.get("file_hash", "sha256"))
+    if hash_file is None:
+        return f"report names an unknown hash {str(report.get('file_hash'))[:40]!r}"
+
+    def check(name: str) -> str | None:
+        try:
+            return None if hash_file(path / name) == digests[name] else f"{name} does not match its checksum"
+        except FileNotFoundError:
+            return f"{name} missing"
+        except (OSError, ValueError) as err:
+            return f"{name} unreadable: {type(err).__name__}"
+
+    # One thread a file: the hash releases the GIL, and the signal and the embedded beats are
+    # most of the bytes.
+    with ThreadPoolExecutor(min(4, len(FILES)), thread_name_prefix="verify-run") as pool:
+        problems = [p for p in pool.map(check, FILES) if p]
+    return problems[0] if problems else None
 
 
 def write_run(root: Path, key: str, *, report: dict, beats: pd.DataFrame, fiducials: np.ndarray, signal: np.ndarray,
               embeddings: np.ndarray, decoded_z: np.ndarray, decoded: np.ndarray, checkpoint: dict,
               families) -> Path:
     """Write a run atomically: everything into ``.<key>.tmp-<pid>``, checksums into the report,
-    then one rename. A damaged run already at the destination is replaced; nothing else is touched."""
+    then one rename. A damaged run already at the destination is replaced; nothing else is touched.
+    Files and folder get the modes the process's umask gives new files (0o666 and 0o777 less it),
+    like every other file the pipeline writes."""
     import torch
 
     root = Path(root)
@@ -273,9 +384,7 @@ def write_run(root: Path, key: str, *, report: dict, beats: pd.DataFrame, fiduci
                                                   lower=families.lower, upper=families.upper),
             "model.pt": lambda path: torch.save(checkpoint, path),
         })
-        report = dict(report, files=digests,
-                      file_stats={name: [(tmp / name).stat().st_size, (tmp / name).stat().st_mtime_ns]
-                                  for name in FILES})
+        report = dict(report, files=digests, file_hash=FILE_HASH)
         (tmp / REPORT).write_text(json.dumps(report, indent=1, default=_json_default))
         if final.exists():  # damaged (find_cached said so): move it aside, then swap in the new one
             trash = root / f".{key}.trash-{os.getpid()}"
@@ -292,15 +401,106 @@ def write_run(root: Path, key: str, *, report: dict, beats: pd.DataFrame, fiduci
 
 def _write_and_hash(folder: Path, writers: dict) -> dict[str, str]:
     """Write each file of ``writers`` (name → function of the path) and hash it, the files in
-    threads of their own: Arrow's and NumPy's writes and hashlib's updates release the GIL.
-    Written and hashed one after another, a 20M-sample run's files (the signal 80 MB, the embedded
-    beats 69 MB) cost a cold start 0.39-0.55 s on the H200; in threads 0.20-0.27 s."""
+    threads of their own: Arrow's and NumPy's writes and xxhash release the GIL."""
     def write_and_hash(name: str) -> str:
         writers[name](folder / name)
-        return file_sha256(folder / name)
+        return file_xxh3(folder / name)
 
     with ThreadPoolExecutor(min(4, len(writers)), thread_name_prefix="write-run") as pool:
         return dict(zip(writers, pool.map(write_and_hash, writers)))
+
+
+# --------------------------------------------------------------------------- leftovers
+# Temporary names in a runs folder: ``.<name>.tmp-<pid>`` or ``.<name>.trash-<pid>`` (a run being
+# written or replaced; ``-<thread>`` may follow), and ``.<name>.<random>.tmp`` (files written
+# beside their final name, such as a synthetic input or a labels file).
+_OWNED_TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?:tmp|trash)-(?P<pid>\d+)(?:-\d+)?")
+_ANONYMOUS_TEMPORARY = re.compile(r"\..+\.tmp")
+_RUN_KEY = re.compile(r"[0-9a-f]{16}")
+# A leftover untouched for this long is no write in progress: writing a run's files, or a
+# synthetic input, keeps changing their modification times. It guards the writers whose process
+# cannot be asked, on another machine or in another container sharing the folder.
+LEFTOVER_IDLE_S = 300.0
+
+
+def clean_leftovers(root: Path, *, idle_s: float = LEFTOVER_IDLE_S) -> list[Path]:
+    """Remove what killed processes left in the runs folder ``root`` (and in its folders that are
+    not runs, such as ``inputs``): temporary folders and files whose writer is gone. One named with
+    a process id goes when no process of that id lives here; one without, when its owner cannot be
+    known. Either way, only once nothing in it has changed for ``idle_s`` seconds. Only hidden
+    names of those shapes are touched, never a run. Returns what was removed."""
+    root = Path(root)
+    removed = []
+    for folder in [root, *_side_folders(root)]:
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            if not name.startswith("."):
+                continue
+            owned = _OWNED_TEMPORARY.fullmatch(name)
+            if not owned and not _ANONYMOUS_TEMPORARY.fullmatch(name):
+                continue
+            path = folder / name
+            if owned and _alive(int(owned["pid"])):
+                continue
+            if _idle_for(path) < idle_s:
+                continue
+            if _remove(path):
+                removed.append(path)
+    return removed
+
+
+def _side_folders(root: Path) -> list[Path]:
+    """Folders of ``root`` that are not runs (nor hidden): a run's own files are never temporary."""
+    try:
+        with os.scandir(root) as entries:
+            return [Path(e.path) for e in entries if not e.name.startswith(".") and not _RUN_KEY.fullmatch(e.name)
+                    and e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this machine (taken as alive when that cannot be told)."""
+    if pid <= 0:
+        return False  # no process has such an id (and os.kill(0, …) would signal this process group)
+    if pid == os.getpid() or os.name != "posix":  # on Windows os.kill(pid, 0) would end the process
+        return True
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):
+        return False
+    except OSError:
+        return True  # PermissionError: it lives, under another user
+    return True
+
+
+def _idle_for(path: Path) -> float:
+    """Seconds since ``path`` or, for a folder, anything directly in it last changed."""
+    try:
+        newest = os.lstat(path).st_mtime
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            with os.scandir(path) as entries:
+                for entry in entries:
+                    newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
+    except OSError:
+        return 0.0  # gone or unreadable: leave it
+    return time.time() - newest
+
+
+def _remove(path: Path) -> bool:
+    try:
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)  # a file or a link (never followed)
+    except FileNotFoundError:
+        return False  # another process cleaned it first
+    except OSError:
+        return False
+    return True
 
 
 def _json_default(value):

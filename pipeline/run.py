@@ -73,8 +73,9 @@ class RunRequest:
 def run_pipeline(request: RunRequest = RunRequest(), progress: Progress | None = None) -> results.RunResult:
     """Run (or fetch from the cache) the whole pipeline for ``request``.
 
-    A cached run costs a stat of the input and of the run's files, and reading the run: no GPU
-    library, no PyTorch and no hashing of unchanged files (see :mod:`pipeline.results`). Python's
+    A cached run costs a stat of the input, a fast hash of the run's files (so that no damaged file
+    is served) and reading the run: no GPU library, no PyTorch, and no hashing of an unchanged
+    input (see :mod:`pipeline.results`). Python's
     cyclic garbage collector is paused meanwhile (:mod:`pipeline.collector`: ~0.6 s of a cold
     start on two cores went to collections while PyTorch and scikit-learn imported).
     """
@@ -96,13 +97,14 @@ def _run(request: RunRequest, progress: Progress | None) -> results.RunResult | 
     device = backend.resolve_device(request.device)
     stages = _StageClock(device, progress)
     out = Path(request.out)
+    results.clean_leftovers(out)  # temporary folders and files that killed runs left behind
     input_path = Path(request.input) if request.input else _synthetic_default(request, device, stages)
 
     with stages("hash", host=True):
-        input_hash, signature = _hash_input(input_path, out)
-    key = config_hash(input_hash, device, request.fs, request.column, request.signal, request.vae)
+        digest, signature = _hash_input(input_path, out)
+    key = run_key(digest, device, request)
     if request.use_cache and (cached := results.find_cached(out, key)):
-        results.remember_input_sha256(input_path, out, signature, input_hash)
+        results.remember_input_digest(input_path, out, signature, digest)
         stages.notify("results", 1.0, f"cached run {cached}")
         return cached
 
@@ -117,10 +119,20 @@ def _run(request: RunRequest, progress: Progress | None) -> results.RunResult | 
     with backend.PeakMemory(device) as memory, backend.recording_handoffs() as ledger:
         computed = _compute(input_path, request, device, stages)
         with stages("results"):
-            run = _write(input_path, input_hash, key, request, device, computed, stages,
+            run = _write(input_path, digest, key, request, device, computed, stages,
                          ledger.as_dicts(), memory.read())
-    results.remember_input_sha256(input_path, out, signature, input_hash)
+    results.remember_input_digest(input_path, out, signature, digest)
     return run
+
+
+def run_key(digest: dict, device: str, request: RunRequest) -> str:
+    """The cache key of a run: the input's digests (:func:`pipeline.results.input_digest`), the
+    device and every parameter. A sidecar of reference labels enters only when there is one, so an
+    input without one keeps the key it always had."""
+    parts = [digest["sha256"], device, request.fs, request.column, request.signal, request.vae]
+    if digest.get("annotations"):
+        parts.append({"annotations": digest["annotations"]})
+    return config_hash(*parts)
 
 
 # --------------------------------------------------------------------------- steps
@@ -136,25 +148,18 @@ def _compute(input_path: Path, request: RunRequest, device: str, stages: "_Stage
     with stages("wavelet"):
         response = wavelet.ricker_response(signal, fs, cfg.ricker_width_s)
     with stages("peaks"):
-        positions = peaks.fiducials(response, fs, refractory_s=cfg.refractory_s, threshold=cfg.threshold,
-                                    level_block_s=cfg.level_block_s, level_blocks=cfg.level_blocks)
-        positions = peaks.refine_to_extremum(signal, positions, fs, search_s=cfg.refine_s, despike_s=cfg.despike_s)
-        positions = peaks.drop_non_qrs(signal, positions, fs, window_s=cfg.twave_window_s,
-                                       width_ratio=cfg.twave_width_ratio, slope_ratio=cfg.twave_slope_ratio,
-                                       window_rr_fraction=cfg.twave_rr_fraction,
-                                       max_width_s=cfg.max_qrs_width_s, despike_s=cfg.despike_s)
+        positions = peaks.find_beats(response, signal, fs, cfg)
     del response
     with stages("lengths"):
         lengths = peaks.beat_lengths(positions)
         histogram = peaks.length_histogram(lengths, fs)
     with stages("embed"):
         width = cfg.window(fs)
-        beats = embed.embed_beats(signal, positions, fs, width=width, pre_fiducial=cfg.pre_fiducial,
-                                  min_beat_s=cfg.min_beat_s, max_beat_s=cfg.max_beat_s)
+        beats = embed.embed_beats(signal, positions, fs, width=width, pre_fiducial=cfg.pre_fiducial)
     n_beats = int(beats.rows.shape[0])
     if n_beats < 4:
-        raise ValueError(f"{input_path.name}: found {int(positions.shape[0])} beat candidate(s) and kept {n_beats}; "
-                         "too few heartbeats to analyse (is this an ECG? is --fs right?)")
+        raise ValueError(f"{input_path.name}: found {n_beats} heartbeat(s); too few to analyse "
+                         "(is this an ECG? is --fs right?)")
 
     with stages("train") as report:
         # PyTorch's import (1-1.4 s of a cold start on the H200) counts as training, where the
@@ -174,7 +179,7 @@ def _compute(input_path: Path, request: RunRequest, device: str, stages: "_Stage
         decoded = score.decode(model, grid_z)
         xp = backend.xp_of(beats.rows)
         shape_scores, z = backend.from_torch(scores, xp), backend.from_torch(z, xp)
-        beat_rhythm = rhythm.describe_rhythm(positions, beats.candidate, fs)
+        beat_rhythm = rhythm.describe_rhythm(positions, fs)
         scores, p_shape, p_rhythm = score.combine_scores(shape_scores, beat_rhythm.score)
     with stages("families"):
         beat_families = families()
@@ -201,7 +206,7 @@ def _families_beside_training(embeddings: np.ndarray, seed: int, device: str) ->
     return future.result
 
 
-def _write(input_path, input_hash, key, request, device, c, stages, handoffs, memory) -> results.RunResult:
+def _write(input_path, digest, key, request, device, c, stages, handoffs, memory) -> results.RunResult:
     """Host copies happen here and only here: table, arrays, model, report."""
     recording, beats = c["recording"], c["beats"]
     host = backend.to_host
@@ -221,7 +226,8 @@ def _write(input_path, input_hash, key, request, device, c, stages, handoffs, me
         "version": pipeline.__version__,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "key": key,
-        "input": {"path": str(input_path), "sha256": input_hash, "channel": recording.channel,
+        "input": {"path": str(input_path), "sha256": digest["sha256"],
+                  "annotations_sha256": digest.get("annotations"), "channel": recording.channel,
                   "lead_reason": recording.lead_reason, "leads": list(recording.leads),
                   "fs": recording.fs, "n_samples": recording.n_samples,
                   "duration_s": recording.n_samples / recording.fs,
@@ -230,7 +236,7 @@ def _write(input_path, input_hash, key, request, device, c, stages, handoffs, me
         "device": _describe_device(device, c["torch_version"]),
         "config": {"signal": asdict(request.signal), "vae": asdict(request.vae),
                    "fs_override": request.fs, "column": request.column},
-        "counts": {"fiducials": n_candidates, "beats": len(table), "pruned": max(n_candidates - 1 - len(table), 0),
+        "counts": {"fiducials": n_candidates, "beats": len(table),
                    "train": int(c["is_train"].sum()), "test": int((~c["is_train"]).sum())},
         "length_histogram": {"counts": host(c["histogram"][0]).tolist(),
                              "edges_s": host(c["histogram"][1]).round(4).tolist()},
@@ -306,13 +312,9 @@ def _warm_up_steps(signal, fs: float, cfg: SignalConfig):
     """The segmentation chain of :func:`_compute` on ``signal``; returns the embedded rows."""
     from pipeline import embed, peaks, wavelet
 
-    response = wavelet.ricker_response(signal, fs, cfg.ricker_width_s)
-    positions = peaks.fiducials(response, fs, refractory_s=cfg.refractory_s, threshold=cfg.threshold,
-                                level_block_s=cfg.level_block_s, level_blocks=cfg.level_blocks)
-    positions = peaks.refine_to_extremum(signal, positions, fs, search_s=cfg.refine_s)
+    positions = peaks.find_beats(wavelet.ricker_response(signal, fs, cfg.ricker_width_s), signal, fs, cfg)
     peaks.length_histogram(peaks.beat_lengths(positions), fs)
-    return embed.embed_beats(signal, positions, fs, width=cfg.window(fs), pre_fiducial=cfg.pre_fiducial,
-                             min_beat_s=cfg.min_beat_s, max_beat_s=cfg.max_beat_s).rows
+    return embed.embed_beats(signal, positions, fs, width=cfg.window(fs), pre_fiducial=cfg.pre_fiducial).rows
 
 
 def _warm_up_training(rows, cfg: VAEConfig) -> None:
@@ -345,12 +347,13 @@ def _synthetic_default(request: RunRequest, device: str, stages: "_StageClock") 
     return path
 
 
-def _hash_input(path: Path, out: Path) -> tuple[str, list]:
-    """The input's SHA-256 (remembered in the runs folder while the input's files are unchanged)
-    and its stat signature."""
+def _hash_input(path: Path, out: Path) -> tuple[dict, list]:
+    """The input's digests (remembered in the runs folder while the input's files are unchanged)
+    and its stat signature. A folder, FIFO or device is refused with a ValueError naming it
+    (:func:`pipeline.results.recording_files`), before anything waits on it."""
     if not path.exists() and not path.with_suffix(".hea").exists():
         raise ValueError(f"no such file: {path}")
-    return results.remembered_input_sha256(path, out)
+    return results.remembered_input_digest(path, out)
 
 
 def _describe_device(device: str, torch_version: str) -> dict:
