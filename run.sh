@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Set up once, then run.   ./run.sh [serve|pipeline|test|bench] [ARGS...]
-#   serve     (default) the dashboard on http://127.0.0.1:$PORT (5006); ARGS go to the app
+#   serve     (default) the dashboard on http://127.0.0.1:$PORT (5006); ARGS go to the app. ADDRESS=0.0.0.0
+#             serves other machines too, with a warning (the dashboard has no authentication of its own);
+#             ORIGIN=HOST:PORT then names the server as their browsers do
 #   pipeline  python -m pipeline ARGS (default: run on the synthetic recording)
 #   test      the test suite (pytest ARGS); installs Chromium for the browser tests if missing
 #   bench     python -m benchmarks.run ARGS
@@ -41,10 +43,11 @@ case "$cmd" in
   serve)
     port=${PORT:-5006}; address=${ADDRESS:-127.0.0.1}
     echo "dashboard: http://$address:$port/app" >&2
-    # `panel serve`, with the collector paused while it imports (dashboard/serve.py). --warm runs
-    # the app once at start: the pipeline starts now, not at the first visit.
+    # `panel serve`, with the collector paused while it imports (dashboard/serve.py, which lets pages
+    # at 127.0.0.1 and localhost connect when no ORIGIN is given). --warm runs the app once at start:
+    # the pipeline starts now, not at the first visit.
     exec "$PY" -m dashboard.serve dashboard/app.py --address "$address" --port "$port" \
-      --allow-websocket-origin "$address:$port" --num-procs 1 --warm --args "$@" ;;
+      ${ORIGIN:+--allow-websocket-origin "$ORIGIN"} --num-procs 1 --warm --args "$@" ;;
   pipeline) exec "$PY" -m pipeline "${@:-run}" ;;
   test) browser; exec "$PY" -m pytest "$@" ;;
   bench) exec "$PY" -m benchmarks.run "$@" ;;

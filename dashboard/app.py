@@ -36,12 +36,12 @@ from panel.io.state import set_curdoc
 
 from dashboard import server_gc, startup
 from dashboard.archive import SPEC as ARCHIVE_SPEC
-from dashboard.archive import ArchiveView
+from dashboard.archive import ArchiveView, run_inside
 from dashboard.data_store import BACKGROUND_DELAY_S, DataStore, SharedRun, in_session
 from dashboard.page import card, layout
 from dashboard.review import ReviewPanel
 from dashboard.spec import ASSETS, STYLESHEET, duration, hms
-from dashboard.views import SelectionSummary, html, status_line
+from dashboard.views import SelectionSummary, escape, html, status_line
 
 TITLE = "ECG explorer · abnormal heartbeats"
 POLL_MS = 400
@@ -161,9 +161,9 @@ class ProgressView:
             stylesheets=[STYLESHEET], sizing_mode="stretch_width", margin=(20, 10), max_width=900)
 
     def show(self, progress: startup.Progress) -> None:
-        message = f" — {progress.message}" if progress.message else ""
-        done = "".join(f"<div>✓ {label} <b>{seconds:.1f} s</b></div>" for label, seconds in progress.done)
-        self.stage.object = f"<div class='ecg-progress-stage'>{progress.label}{message}</div>"
+        message = f" — {escape(progress.message)}" if progress.message else ""
+        done = "".join(f"<div>✓ {escape(label)} <b>{seconds:.1f} s</b></div>" for label, seconds in progress.done)
+        self.stage.object = f"<div class='ecg-progress-stage'>{escape(progress.label)}{message}</div>"
         self.bar.value = max(progress.percent, 1)
         self.numbers.object = (f"<div class='ecg-muted'><b>{progress.percent}%</b> · elapsed "
                                f"{hms(progress.elapsed_s, 0)}</div>")
@@ -173,7 +173,9 @@ class ProgressView:
 def error_view(message: str) -> list:
     return [
         html("<div class='ecg-error-title'>The pipeline could not run</div>", margin=(10, 10)),
-        pn.pane.Alert(message, alert_type="danger", sizing_mode="stretch_width", margin=(10, 10)),
+        # (An Alert renders Markdown: inside a <div>, an HTML block, its text is left as it is.)
+        pn.pane.Alert(f"<div>{escape(message)}</div>", alert_type="danger", sizing_mode="stretch_width",
+                      margin=(10, 10)),
         html("<div class='ecg-muted'>The input, device and sizes come from the server's arguments "
              "(<code>--args --input … --device …</code>) or <code>ECG_*</code> environment variables; "
              "fix them and restart the server.</div>", margin=(0, 10)),
@@ -284,7 +286,7 @@ class App(pn.viewable.Viewer):
     def open(self, run_dir: str, name: str) -> None:
         """Show the dashboard of one recording of the archive (instead of the one shown): say so at
         once, then load and build it on the next tick."""
-        self.statusbar.object = f"Opening <b>{name}</b>…"
+        self.statusbar.object = f"Opening <b>{escape(name)}</b>…"
         doc = pn.state.curdoc
         if doc is not None and doc.session_context is not None:
             doc.add_next_tick_callback(lambda: self._open(run_dir, name))
@@ -295,7 +297,7 @@ class App(pn.viewable.Viewer):
         try:
             shared = self._open_run(run_dir)
         except Exception as err:     # a damaged or missing run: say so, keep the page
-            self.statusbar.object = f"<span style='color:#9b1c1c'>{name}: {err}</span>"
+            self.statusbar.object = f"<span style='color:#9b1c1c'>{escape(name)}: {escape(err)}</span>"
             return
         if self.store is not None:
             self.store.close()
@@ -321,7 +323,7 @@ class App(pn.viewable.Viewer):
                  "brush. Zoom the recording to restrict everything to that stretch of time. Click an outlier "
                  "to zoom to it and compare it with what the VAE reconstructs.</div>", margin=(14, 10, 0, 10)),
             html(f"<div class='ecg-muted'>Board: {self.board.name} · input "
-                 f"{Path(shared.report['input']['path']).name} · "
+                 f"{escape(Path(shared.report['input']['path']).name)} · "
                  f"{duration(shared.duration_s)}</div>", margin=(14, 10)),
         ]
         self.main.objects = [*self.above, self.statusbar, body]
@@ -342,8 +344,25 @@ class App(pn.viewable.Viewer):
         return pn.Column(self.sidebar, self.main, sizing_mode="stretch_width")
 
 
+def own_resources() -> None:
+    """Have this session's page load its scripts and styles from this server, whatever its request
+    says. Panel 1.7 takes the page's resource host from a request's ``bokeh-absolute-url`` (meant
+    for pages that embed an app through ``autoload.js``): a link to
+    ``/app?bokeh-absolute-url=http://elsewhere`` made the page load BokehJS and Panel from
+    there, running that host's JavaScript with this page's rights. Panel reads the argument as
+    the session starts, before this script runs, and writes the page after it; this puts back
+    the relative path Panel gives a page that names no host."""
+    doc = pn.state.curdoc
+    context = doc.session_context if doc is not None else None
+    if context is None or context.server_context is None:     # no page to write (--warm, tests)
+        return
+    url = context.server_context.application_context.url or "/"
+    pn.state.rel_path = "/".join([".."] * url.strip("/").count("/"))
+
+
 def serve_page(argv: list[str] | None = None) -> App:
     """Build this session's page from the server's arguments (never from the request)."""
+    own_resources()
     if pn.state.curdoc is not None:     # a served session (not a page built in a test)
         pn.state.on_session_destroyed(server_gc.collect_after_session_end)
     try:
@@ -352,7 +371,8 @@ def serve_page(argv: list[str] | None = None) -> App:
             from pipeline.batch import read_archive
 
             return App(archive=read_archive(settings.archive),
-                       open_run=lambda run_dir: startup.archived_run(run_dir, prepare(settings)))
+                       open_run=lambda run_dir: startup.archived_run(run_inside(settings.archive, run_dir),
+                                                                     prepare(settings)))
     except ValueError as err:
         return App(error=str(err))
     return App(job=startup.process_job(settings, prepare=prepare(settings)))

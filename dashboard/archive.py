@@ -2,6 +2,10 @@
 search and sort (most outliers first) and an overview of heart rate against outliers; a click on
 either opens that recording's dashboard, without restarting the server.
 
+The page gets names and figures, never paths: a click comes back as a row number, which the view
+looks up in the rows it sent (kept here), so a page that rewrites its data cannot name a folder;
+:func:`run_inside` then refuses any run directory outside the served archive.
+
 See Also
 --------
 pipeline.batch.read_archive : the archive table.
@@ -9,6 +13,7 @@ dashboard.app.App : swaps the dashboard below for the recording opened here.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -25,6 +30,15 @@ SPEC = ViewSpec("archive", "Recordings of the archive", "archive", height=260, x
                 ylabel="outliers + 1")
 
 
+def run_inside(archive: str | Path, run_dir: str | Path) -> str:
+    """``run_dir`` resolved (links followed), if it lies inside the folder ``archive``; raises
+    ValueError otherwise: the server opens no other folder, whatever the archive table says."""
+    root, path = Path(archive).resolve(), Path(run_dir).resolve()
+    if path == root or not path.is_relative_to(root):
+        raise ValueError(f"run directory {str(run_dir)!r} is not inside the archive {str(root)!r}; not opened")
+    return str(path)
+
+
 def archive_frame(table: pd.DataFrame) -> pd.DataFrame:
     """The rows the page shows: every recording, most outliers first, failed ones last."""
     frame = table.copy()
@@ -34,7 +48,10 @@ def archive_frame(table: pd.DataFrame) -> pd.DataFrame:
 
 
 class ArchiveView(pn.viewable.Viewer):
-    """Search, sort and open the recordings of an archive; ``open_run(run_dir, name)`` opens one."""
+    """Search, sort and open the recordings of an archive; ``open_run(run_dir, name)`` opens one.
+
+    ``shown`` holds, for each data source on the page, the rows of :attr:`frame` it lists, in its
+    order: a selected index means that row, whatever the page did to the source's data."""
 
     COLUMNS = {"name": ("recording", None), "status": ("status", None), "beats": ("beats", "0,0"),
                "outliers": ("outliers", "0,0"), "heart_rate_bpm": ("HR (bpm)", "0"),
@@ -43,7 +60,9 @@ class ArchiveView(pn.viewable.Viewer):
     def __init__(self, table: pd.DataFrame, open_run: Callable[[str, str], None]):
         super().__init__()
         self.frame, self.open_run = archive_frame(table), open_run
+        self.shown: dict[str, np.ndarray] = {}
         self.source = ColumnDataSource(self._data(self.frame))
+        self.shown[self.source.id] = self.frame.index.to_numpy()
         self.table = DataTable(source=self.source, height=SPEC.height - 30, sizing_mode="stretch_width",
                                index_position=None, reorderable=False, name="ecg-archive-table",
                                columns=[TableColumn(field=f, title=t, **({"formatter": NumberFormatter(format=fmt)}
@@ -52,6 +71,7 @@ class ArchiveView(pn.viewable.Viewer):
         self.search = pn.widgets.TextInput(placeholder="search recordings by name", sizing_mode="stretch_width")
         self.search.param.watch(lambda event: self._filter(event.new), "value_input")
         self.points = ColumnDataSource(self._points(self.frame))
+        self.shown[self.points.id] = self.frame.index[self.frame["openable"]].to_numpy()
         self.overview = self._overview()
         self.caption = html("", css_classes=["ecg-caption"], margin=(0, 10))
         self._caption(len(self.frame))
@@ -64,13 +84,13 @@ class ArchiveView(pn.viewable.Viewer):
                 "beats": frame["beats"].fillna(0).to_numpy(np.int64), "outliers": frame["outliers"].fillna(0).to_numpy(np.int64),
                 "heart_rate_bpm": frame["heart_rate_bpm"].to_numpy(np.float32),
                 "duration_h": frame["duration_h"].to_numpy(np.float32),
-                "error": frame["error"].fillna("").astype(str).to_numpy(), "run_dir": frame["run_dir"].fillna("").astype(str).to_numpy()}
+                "error": frame["error"].fillna("").astype(str).to_numpy()}
 
     @staticmethod
     def _points(frame: pd.DataFrame) -> dict:
         ok = frame[frame["openable"]]
         return {"x": ok["heart_rate_bpm"].to_numpy(np.float32), "y": (ok["outliers"] + 1).to_numpy(np.float32),
-                "name": ok["name"].astype(str).to_numpy(), "run_dir": ok["run_dir"].astype(str).to_numpy()}
+                "name": ok["name"].astype(str).to_numpy()}
 
     def _overview(self):
         hover = HoverTool(tooltips=[("recording", "@name"), ("outliers", "@y{0,0} − 1"), ("HR", "@x{0} bpm")])
@@ -85,6 +105,7 @@ class ArchiveView(pn.viewable.Viewer):
         shown = self.frame[self.frame["name"].astype(str).str.contains(text or "", case=False, regex=False)]
         self.source.selected.indices = []
         self.source.data = self._data(shown)
+        self.shown[self.source.id] = shown.index.to_numpy()
         self._caption(len(shown))
 
     def _caption(self, shown: int) -> None:
@@ -96,10 +117,13 @@ class ArchiveView(pn.viewable.Viewer):
     def _clicked(self, source: ColumnDataSource, indices: list) -> None:
         if not indices:
             return
-        run_dir, name = source.data["run_dir"][indices[0]], source.data["name"][indices[0]]
         source.selected.indices = []
-        if run_dir:
-            self.open_run(str(run_dir), str(name))
+        rows, index = self.shown.get(source.id, ()), indices[0]
+        if not isinstance(index, (int, np.integer)) or not 0 <= index < len(rows):
+            return                       # not a row this view sent
+        row = self.frame.loc[rows[index]]
+        if row["openable"]:
+            self.open_run(str(row["run_dir"]), str(row["name"]))
 
     def __panel__(self):
         return pn.Row(pn.Column(self.caption, self.search, pn.pane.Bokeh(self.table, sizing_mode="stretch_width"),

@@ -22,7 +22,7 @@ from dashboard.charts import add, drop_grid, figure, hidden_box
 from dashboard.data_store import DataStore, one_patch
 from dashboard.labels import REVIEW_LABELS
 from dashboard.spec import FAMILY_COLORS, OUTLIER_COLOR, SIGNAL_COLOR, ViewSpec, hms
-from dashboard.views import View, beat_axis, html
+from dashboard.views import View, beat_axis, escape, html
 
 STRIP_SECONDS = 5.0          # the strip shows the focused beat ± this
 PAPER_MM_PER_S = 25.0        # paper speed
@@ -299,10 +299,10 @@ class ReviewPanel(pn.viewable.Viewer):
             with one_patch():
                 self.undo_stack.append(self.labels.set(samples, label))
         except ValueError as err:
-            self.status.object = f"<span style='color:#9b1c1c'>{err}</span>"
+            self.status.object = f"<span style='color:#9b1c1c'>{escape(err)}</span>"
             return
         self.undo_button.disabled = False
-        what = "removed from" if label is None else f"<b>{label}</b> given to"
+        what = "removed from" if label is None else f"<b>{escape(label)}</b> given to"
         self.status.object = f"{what} {len(samples):,} beat{'s' if len(samples) != 1 else ''} · saved. " + self._count()
 
     def undo(self) -> None:
@@ -318,7 +318,7 @@ class ReviewPanel(pn.viewable.Viewer):
             try:
                 return io.BytesIO(make())
             except ValueError as err:
-                self.status.object = f"<span style='color:#9b1c1c'>{err}</span>"
+                self.status.object = f"<span style='color:#9b1c1c'>{escape(err)}</span>"
                 return None
         return callback
 

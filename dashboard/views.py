@@ -11,6 +11,8 @@ dashboard.page : lays them out.
 """
 from __future__ import annotations
 
+import html as html_text
+
 import numpy as np
 import panel as pn
 from bokeh.models import (ColumnDataSource, DataTable, HTMLTemplateFormatter, Legend, LegendItem, Line, MultiLine,
@@ -37,9 +39,18 @@ def beat_axis(store: DataStore) -> np.ndarray:
 
 
 def html(text: str = "", **params) -> pn.pane.HTML:
-    """An HTML pane that knows the dashboard's component styles."""
+    """An HTML pane that knows the dashboard's component styles. ``text`` is markup: whatever in it
+    did not come from the code goes through :func:`escape`."""
     params.setdefault("sizing_mode", "stretch_width")
     return pn.pane.HTML(text, stylesheets=[STYLESHEET], **params)
+
+
+def escape(value) -> str:
+    """``value`` as HTML that shows it literally. Every text from outside the code that a pane,
+    caption or message shows goes through here: labels (a reviewer's free text is stored and shown
+    to every session), file, record and lead names, header fields, reference labels, error texts,
+    what a page sent. Markup around it is the code's own."""
+    return html_text.escape(str(value), quote=True)
 
 
 class View(pn.viewable.Viewer):
@@ -154,14 +165,14 @@ class BeatDetail(View):
         if focused is None:
             return "Click a row of the outlier table to see that beat here and zoom the recording to it."
         beat = focused[0]
-        label = f" · reference <b>{beat['label'] or '–'}</b>" if "label" in beat else ""
+        label = f" · reference <b>{escape(beat['label'] or '–')}</b>" if "label" in beat else ""
         from pipeline.score import explain   # here, not at the top: it brings PyTorch, which the first page does without
 
         review = self.store.shared.review_of_beats()[int(beat["beat_id"])]
-        why = f"<br>Why: {explain(beat)}" if all(c in beat for c in ("p_shape", "rr_pre", "rr_post")) else ""
+        why = f"<br>Why: {escape(explain(beat))}" if all(c in beat for c in ("p_shape", "rr_pre", "rr_post")) else ""
         return (f"Beat <b>{int(beat['beat_id'])}</b> at <b>{hms(beat['time_s'])}</b> · length "
-                f"{beat['length_s'] * 1000:.0f} ms · score <b>{beat['score']:.2f}</b> · {beat['split']}{label}"
-                f" · yours <b>{review or '–'}</b>{why}")
+                f"{beat['length_s'] * 1000:.0f} ms · score <b>{beat['score']:.2f}</b> · {escape(beat['split'])}{label}"
+                f" · yours <b>{escape(review or '–')}</b>{why}")
 
     def _draw(self, event=None) -> None:
         focused = self.store.focused()
@@ -257,15 +268,16 @@ def status_line(shared) -> str:
     """Recording length, beats kept, device, pipeline time per stage (HTML)."""
     r = shared.report
     inp, counts, device = r["input"], r["counts"], r["device"]
-    gpu = f" ({device['gpu']})" if device.get("gpu") else ""
+    gpu = f" ({escape(device['gpu'])})" if device.get("gpu") else ""
     stages = r.get("stages_s", {})
     total = sum(stages.values())
-    parts = " · ".join(f"{k} {v:.1f} s" if v >= 0.1 else f"{k} {v * 1000:.0f} ms" for k, v in stages.items())
+    parts = " · ".join(f"{escape(k)} {v:.1f} s" if v >= 0.1 else f"{escape(k)} {v * 1000:.0f} ms"
+                       for k, v in stages.items())
     cached = " (cached run)" if getattr(shared.run, "cached", False) else ""
     return (f"<b>Recording</b> {inp['n_samples']:,} samples · {duration(inp['duration_s'])} at {inp['fs']:g} Hz"
-            f" &nbsp;|&nbsp; <b>Beats kept</b> {counts['beats']:,} ({counts['pruned']:,} pruned; "
+            f" &nbsp;|&nbsp; <b>Beats</b> {counts['beats']:,} ("
             f"{counts['train']:,} training / {counts['test']:,} held out)"
-            f" &nbsp;|&nbsp; <b>Device</b> {device['name']}{gpu}"
+            f" &nbsp;|&nbsp; <b>Device</b> {escape(device['name'])}{gpu}"
             f" &nbsp;|&nbsp; <b>Pipeline</b> {total:.1f} s{cached}: {parts}")
 
 
@@ -282,7 +294,7 @@ class SelectionSummary(View):
         window = ""
         if store.time_range is not None and store.follow_window:
             window = f"<br>window {hms(store.time_range[0], 0)} – {hms(store.time_range[1], 0)}"
-        brush = "".join(f"<br>{c}: {lo:.3g} – {hi:.3g}" for c, (lo, hi) in store.brush.items())
+        brush = "".join(f"<br>{escape(c)}: {lo:.3g} – {hi:.3g}" for c, (lo, hi) in store.brush.items())
         return (f"<div class='ecg-count'><b>{sel.count:,}</b> of {sel.total:,} beats selected</div>"
                 f"<div><b>{sel.n_outliers:,}</b> outliers above {sel.threshold:.2f}</div>"
                 f"<div class='ecg-muted'>{brush}{window}</div>")
