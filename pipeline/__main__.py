@@ -1,7 +1,7 @@
 """Command line: ``python -m pipeline run | batch | synth | evaluate``.
 
-Bad input ends with one line on stderr (``error: …``) and exit status 2; warnings print as
-``warning: …``.
+Bad input (a file, or an option's value) ends with one line on stderr (``error: …``) and exit
+status 2; warnings print as ``warning: …``.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     warnings.showwarning = _show_warning
     try:
+        _check_run_options(args)
         return args.func(args)
     except (ValueError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -99,6 +100,30 @@ def _add_cluster_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
+def _check_run_options(args) -> None:
+    """Refuse option values that would run something else than asked, before any work: an
+    untrained model (--epochs 0), the default recording instead of an empty one (--samples 0), a
+    sampling rate no ECG has."""
+    if getattr(args, "epochs", None) is not None and args.epochs < 1:
+        raise ValueError(f"--epochs must be at least 1 (the VAE's training epochs); got {args.epochs}")
+    if getattr(args, "samples", None) is not None and args.samples < 1:
+        raise ValueError(f"--samples must be a positive number of samples; got {args.samples}")
+    if getattr(args, "fs", None) is not None and hasattr(args, "epochs"):  # run, batch, evaluate (synth checks its own)
+        from pipeline.load import check_sampling_rate
+
+        check_sampling_rate(args.fs, _inputs_named(args), "--fs")
+
+
+def _inputs_named(args) -> str:
+    """The inputs of a run, batch or evaluate command, as an error message names them."""
+    if hasattr(args, "inputs"):
+        first = Path(args.inputs[0]).name
+        return first if len(args.inputs) == 1 else f"{first} and {len(args.inputs) - 1} more"
+    if hasattr(args, "directory"):
+        return Path(args.directory).name or str(args.directory)
+    return Path(args.input).name if args.input else "the synthetic recording"
+
+
 def _request(args, input_path):
     from pipeline.run import RunRequest
 
@@ -167,7 +192,7 @@ def summary(run) -> str:
         f"({inp['duration_s'] / 3600:.2f} h)",
         f"lead       {inp['channel']}: {inp.get('lead_reason', 'as given')}",
         f"device     {r['device']['name']}" + (f" ({r['device']['gpu']})" if "gpu" in r["device"] else ""),
-        f"beats      {counts['fiducials']:,} fiducials, {counts['beats']:,} kept ({counts['pruned']:,} pruned); "
+        f"beats      {counts['beats']:,} found; "
         f"{counts['train']:,} train / {counts['test']:,} held out",
         f"lengths    median {beats['length_s'].median() * 1000:.0f} ms "
         f"({60 / beats['length_s'].median():.0f} bpm)",
