@@ -3,7 +3,10 @@ directory and report, the cache (reuse, damage, parameters), and atomic writing.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -14,7 +17,8 @@ import pytest
 
 from pipeline import PipelineWarning, results
 from pipeline.config import SignalConfig, VAEConfig
-from pipeline.run import SEGMENTATION, STAGES, run_pipeline
+from pipeline.run import SEGMENTATION, STAGES, RunRequest, run_pipeline
+from pipeline.synth import annotations_path
 
 EXPECTED_STAGES = [s for s in STAGES if s != "synth"]  # an input was given: nothing is synthesised
 
@@ -43,8 +47,9 @@ def test_run_directory_contents(cpu_run):
     assert run.path.parent == Path(cpu_run.request.out) and run.path.name == run.report["key"]
     assert sorted(p.name for p in run.path.iterdir()) == sorted([*results.FILES, results.REPORT])
     assert _hidden(cpu_run.request.out) == []  # no temporary folder left behind
+    assert run.report["file_hash"] == "xxh3_128"
     for name, digest in run.report["files"].items():
-        assert results.file_sha256(run.path / name) == digest
+        assert results.file_xxh3(run.path / name) == digest
 
 
 def test_beats_table_columns_and_dtypes(cpu_run):
@@ -112,6 +117,7 @@ def test_report_fields(cpu_run):
     assert report["input"]["channel"] == "column 0" and report["input"]["repaired_samples"] == 0
     assert report["input"]["n_samples"] == 150_000 and report["input"]["duration_s"] == 600.0
     assert report["input"]["sha256"] == results.file_sha256(Path(request.input))
+    assert report["input"]["annotations_sha256"] == results.file_sha256(annotations_path(request.input))
     assert report["device"]["name"] == "cpu"
     assert report["config"]["vae"]["epochs"] == 3 and report["config"]["signal"] == asdict(SignalConfig())
     assert len(report["training"]["loss_history"]) == 3 and np.isfinite(report["training"]["loss_history"]).all()
@@ -204,6 +210,13 @@ def _flip_a_byte(path: Path):
     path.write_bytes(bytes(data))
 
 
+def _flip_a_byte_keeping_size_and_time(path: Path):
+    """Damage in place that a stat does not show: same size, modification time set back."""
+    st = path.stat()
+    _flip_a_byte(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
 def _rewrite_report(path: Path, change):
     report = json.loads(path.read_text())
     change(report)
@@ -214,6 +227,8 @@ DAMAGE = {
     "truncated table": ("beats.parquet", _truncate, "beats.parquet does not match its checksum"),
     "altered embeddings": ("embeddings.npy", _flip_a_byte, "embeddings.npy does not match its checksum"),
     "altered model": ("model.pt", _flip_a_byte, "model.pt does not match its checksum"),
+    "altered signal, size and time kept": ("signal.npy", _flip_a_byte_keeping_size_and_time,
+                                           "signal.npy does not match its checksum"),
     "deleted signal": ("signal.npy", Path.unlink, "signal.npy missing"),
     "deleted report": ("report.json", Path.unlink, "report.json unreadable"),
     "truncated report": ("report.json", _truncate, "report.json unreadable"),
@@ -234,12 +249,17 @@ def test_damaged_cache_is_detected(cpu_run, tmp_path, damage):
 
 
 def test_damaged_cache_is_rebuilt(cpu_run, tmp_path):
+    """Damage that keeps a file's size and modification time is found, said in one line, and the run
+    rebuilt rather than served."""
     out, request = _relocated(cpu_run, tmp_path)
     key = cpu_run.run.path.name
-    _truncate(out / key / "beats.parquet")
+    _flip_a_byte_keeping_size_and_time(out / key / "embeddings.npy")
     (out / key / "stray.txt").write_text("left by someone")
-    with pytest.warns(PipelineWarning, match="is damaged"):
+    with pytest.warns(PipelineWarning, match="is damaged") as caught:
         rebuilt = run_pipeline(request)
+    damaged = [str(w.message) for w in caught if "is damaged" in str(w.message)]
+    assert damaged == [f"cached run {out / key} is damaged (embeddings.npy does not match its checksum); "
+                       "recomputing it"]
     assert not rebuilt.cached and rebuilt.path == out / key
     assert results.find_cached(out, key) == out / key  # verifies cleanly now
     assert not (out / key / "stray.txt").exists()       # the damaged directory was replaced whole
@@ -357,18 +377,19 @@ import json, sys
 from pipeline import results
 from pipeline.config import VAEConfig
 from pipeline.run import RunRequest, run_pipeline
-read = []
-original = results.file_sha256
+read, verified = [], []
+original, verify = results.file_sha256, results.HASHES["xxh3_128"]
 results.file_sha256 = lambda path, *a: read.append(str(path)) or original(path, *a)
+results.HASHES["xxh3_128"] = lambda path: verified.append(path.name) or verify(path)
 run = run_pipeline(RunRequest(input=sys.argv[1], device="cpu", out=sys.argv[2], vae=VAEConfig(epochs=3)))
-print(json.dumps({"cached": run.cached, "read": read, "beats": len(run.beats),
+print(json.dumps({"cached": run.cached, "read": read, "verified": sorted(verified), "beats": len(run.beats),
                   "loaded": sorted(m for m in ("torch", "numba", "scipy.fft", "pyarrow.csv") if m in sys.modules)}))
 """
 
 
 def test_cached_run_in_a_fresh_process_reads_and_imports_little(cpu_run, tmp_path):
-    """A restart with the same input: the input is not hashed again (its stat is unchanged), the
-    run's files are not hashed (theirs neither), and neither PyTorch nor Numba is imported."""
+    """A restart with the same input: the input is not hashed again (its stat is unchanged), each of
+    the run's files is checked once by content (XXH3), and neither PyTorch nor Numba is imported."""
     import subprocess
     import sys
 
@@ -381,6 +402,7 @@ def test_cached_run_in_a_fresh_process_reads_and_imports_little(cpu_run, tmp_pat
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["cached"] and report["beats"] == len(cpu_run.run.beats)
     assert report["read"] == [] and report["loaded"] == []
+    assert report["verified"] == sorted(results.FILES)
 
 
 def test_report_records_the_thread_budget(cpu_run):
@@ -389,3 +411,94 @@ def test_report_records_the_thread_budget(cpu_run):
     used = cpu_run.run.report["device"]["cpu_threads"]
     assert used["available"] == threads.available_cpus()
     assert used["torch"] == used["numba"] == threads.resolve_threads()
+
+
+# --------------------------------------------------------------------------- the sidecar of reference labels
+def test_sidecar_added_later_gives_a_run_with_reference_labels(tmp_path):
+    """The reference labels are part of the input: adding, changing or removing the sidecar gives
+    the run of that input, never a cached one made without them (or with others)."""
+    from pipeline.synth import SynthConfig, synthesize, write_csv
+
+    path = write_csv(synthesize(SynthConfig(n_samples=30_000, seed=3)), tmp_path / "rec.csv")
+    side = annotations_path(path)
+    labels = side.read_bytes()
+    side.unlink()
+    request = RunRequest(input=str(path), device="cpu", out=str(tmp_path / "runs"), vae=VAEConfig(epochs=1),
+                         warm_up=False)
+
+    bare = run_pipeline(request)
+    assert "label" not in bare.beats and bare.report["input"]["annotated"] is False
+    assert bare.report["input"]["annotations_sha256"] is None
+
+    side.write_bytes(labels)
+    labelled = run_pipeline(request)
+    assert not labelled.cached and labelled.path != bare.path
+    assert labelled.report["input"]["annotated"] is True and (labelled.beats["label"] != "").mean() > 0.9
+    assert labelled.report["input"]["sha256"] == bare.report["input"]["sha256"]  # the recording is the same
+    assert run_pipeline(request).path == labelled.path  # and now it is cached
+
+    rows = labels.decode().splitlines(keepends=True)
+    middle = next(i for i in range(len(rows) // 2, len(rows)) if rows[i].endswith(",N\n"))
+    rows[middle] = rows[middle].replace(",N\n", ",V\n")  # one beat relabelled: same size
+    side.write_text("".join(rows))
+    relabelled = run_pipeline(request)
+    assert not relabelled.cached and relabelled.path not in (bare.path, labelled.path)
+    assert (relabelled.beats["label"] == "V").sum() == (labelled.beats["label"] == "V").sum() + 1
+
+    side.unlink()
+    again = run_pipeline(request)
+    assert again.cached and again.path == bare.path and "label" not in again.beats
+
+
+# --------------------------------------------------------------------------- leftovers of killed runs
+def test_leftovers_of_a_killed_run_are_cleaned_at_the_next_start(cpu_run, tmp_path):
+    """A run killed while writing leaves ``.<key>.tmp-<pid>``; the next start removes it, but not
+    the temporary folder of a process that is still writing."""
+    out, request = _relocated(cpu_run, tmp_path)
+    killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    writing = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        killed.kill()
+        killed.wait()
+        leftovers = {}
+        for name, pid in (("dead", killed.pid), ("alive", writing.pid)):
+            folder = out / f".{cpu_run.run.path.name}.tmp-{pid}"
+            shutil.copytree(cpu_run.run.path, folder)
+            past = time.time() - 3600
+            for p in [*folder.iterdir(), folder]:
+                os.utime(p, (past, past))
+            leftovers[name] = folder
+        assert run_pipeline(request).cached
+        assert not leftovers["dead"].exists() and leftovers["alive"].exists()
+    finally:
+        writing.kill()
+        writing.wait()
+
+
+# --------------------------------------------------------------------------- inputs that are not files
+def _cli(*args, timeout=120):
+    """``python -m pipeline`` in a subprocess; a timeout ends it, so a test that would block fails."""
+    return subprocess.run([sys.executable, "-m", "pipeline", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, cwd=Path(__file__).resolve().parents[1], stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs (POSIX)")
+def test_fifo_input_is_refused_at_once_in_one_line(tmp_path):
+    """A FIFO given as input is refused before anything opens it (opening waits for a writer)."""
+    fifo = tmp_path / "ecg.csv"
+    os.mkfifo(fifo)
+    result = _cli("run", fifo, "--device", "cpu", "--out", tmp_path / "runs", "--quiet")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [f"error: {fifo} is a FIFO (named pipe), not a regular file; give a "
+                                          "recording file (.csv, .txt, .npy, .parquet or a WFDB .hea record)"]
+
+
+def test_folder_input_is_refused_in_plain_words(tmp_path):
+    folder = tmp_path / "recordings"
+    folder.mkdir()
+    result = _cli("run", folder, "--device", "cpu", "--out", tmp_path / "runs", "--quiet")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [f"error: {folder} is a folder; give a recording file "
+                                          "(.csv, .txt, .npy, .parquet or a WFDB .hea record)"]
+    with pytest.raises(ValueError, match=r"is a folder; give a recording file"):
+        run_pipeline(RunRequest(input=str(folder), device="cpu", out=str(tmp_path / "runs")))
