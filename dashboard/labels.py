@@ -164,6 +164,7 @@ class ReviewLabels:
         self._listeners: dict[int, Callable[[int], None]] = {}
         self._watcher: threading.Thread | None = None
         self._closed = threading.Event()
+        self._last_warning = ""
         self._con: sqlite3.Connection | None = None
         self._open()
 
@@ -322,7 +323,11 @@ class ReviewLabels:
         try:
             self._refresh()
         except sqlite3.Error as err:
-            log.warning("ECG dashboard: the labels database %s could not be read now: %s", self.path, _reason(err))
+            if _reason(err) != self._last_warning:      # once, not at every watcher tick
+                log.warning("ECG dashboard: the labels database %s could not be read now: %s", self.path, _reason(err))
+            self._last_warning = _reason(err)
+        else:
+            self._last_warning = ""
 
     @property
     def version(self) -> int:
@@ -479,8 +484,11 @@ class ReviewLabels:
     def _export_frame(self) -> pd.DataFrame:
         """Every labelled beat with who labelled it, when, from where, in time order."""
         with self._lock:
-            rows = [] if self._con is None else self._con.execute(
-                "SELECT sample, label, who, labelled_at, source FROM labels ORDER BY sample").fetchall()
+            try:
+                rows = [] if self._con is None else self._con.execute(
+                    "SELECT sample, label, who, labelled_at, source FROM labels ORDER BY sample").fetchall()
+            except sqlite3.Error as err:
+                raise ValueError(f"the labels could not be read ({_reason(err)}); try again") from err
         frame = pd.DataFrame(rows, columns=["sample", "label", "who", "labelled_at", "source"])
         frame["sample"] = frame["sample"].astype(np.int64)
         frame.insert(1, "time_s", frame["sample"] / self.fs)
