@@ -35,28 +35,26 @@ def _nms_one(i, envelope, threshold, block, half, gate):
     gate[i] = 1
 
 
-def _prune_embed_one(i, signal, positions, min_len, max_len, pre, out, keep):
-    """Beat i runs from ``positions[i] - pre`` to ``positions[i+1] - pre``. Keep it when its length
-    is plausible and its window lies inside the recording; then write it, minus its mean, into
-    row i of ``out`` and zero-pad the rest of the row."""
+def _embed_one(i, signal, positions, pre, out):
+    """Beat i runs from ``positions[i] - pre`` to ``positions[i+1] - pre`` (the last beat: one row's
+    width). Write it, minus its mean, into row i of ``out``; the rest of the row, and any part of
+    the window outside the recording, is zero. No beat is refused for its interval: a beat before
+    a pause is a finding, not an artefact."""
     width = out.shape[1]
+    n = signal.shape[0]
     start = positions[i] - pre
-    length = positions[i + 1] - positions[i]
-    ok = min_len <= length <= max_len and start >= 0 and start + width <= signal.shape[0]
-    keep[i] = 1 if ok else 0
-    if not ok:
-        for j in range(width):
-            out[i, j] = 0.0
-        return
-    used = min(length, width)
+    used = width
+    if i + 1 < positions.shape[0]:
+        used = min(positions[i + 1] - positions[i], width)
+    first = max(start, 0)
+    last = min(start + used, n)          # one past the last sample of the recording in the window
     total = 0.0
-    for j in range(used):
-        total += signal[start + j]
-    mean = total / used
-    for j in range(used):
-        out[i, j] = signal[start + j] - mean
-    for j in range(used, width):
-        out[i, j] = 0.0
+    for k in range(first, last):
+        total += signal[k]
+    mean = total / max(last - first, 1)
+    for j in range(width):
+        k = start + j
+        out[i, j] = signal[k] - mean if j < used and first <= k < last else 0.0
 
 
 def _median_at(signal, k, half):
@@ -136,7 +134,7 @@ def _qrs_shape_body(median_at):
 # --------------------------------------------------------------------------- twins
 # CUDA kernels take a fixed argument list (no *args), so each body gets two explicit wrappers.
 _nms_cpu_body = numba.njit(_nms_one, cache=True)
-_prune_embed_cpu_body = numba.njit(_prune_embed_one, cache=True)
+_embed_cpu_body = numba.njit(_embed_one, cache=True)
 _qrs_shape_cpu_body = numba.njit(_qrs_shape_body(numba.njit(_median_at, cache=True)), cache=True)
 
 
@@ -147,9 +145,9 @@ def _nms_cpu(n, envelope, threshold, block, half, gate):
 
 
 @numba.njit(parallel=True, cache=True)
-def _prune_embed_cpu(n, signal, positions, min_len, max_len, pre, out, keep):
+def _embed_cpu(n, signal, positions, pre, out):
     for i in numba.prange(n):
-        _prune_embed_cpu_body(i, signal, positions, min_len, max_len, pre, out, keep)
+        _embed_cpu_body(i, signal, positions, pre, out)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -161,7 +159,7 @@ def _qrs_shape_cpu(n, signal, positions, search, base, despike, cap, step, reach
 # Set by _cuda_kernels() on the GPU path only. The CUDA wrappers reach numba.cuda and the device
 # bodies as module globals rather than closure cells, so that their on-disk cache key (bytecode,
 # closure contents, signature, GPU architecture) is the same in every process.
-cuda = _nms_cuda_body = _prune_embed_cuda_body = _qrs_shape_cuda_body = None
+cuda = _nms_cuda_body = _embed_cuda_body = _qrs_shape_cuda_body = None
 
 
 @functools.cache
@@ -169,11 +167,11 @@ def _cuda_kernels() -> dict:
     """Compile-on-first-use CUDA twins (numba.cuda is imported only on the GPU path), cached on disk
     like the CPU ones (``cache=True``: in ``__pycache__``, invalidated when this file changes), so
     that only the first process on a machine pays the compilation."""
-    global cuda, _nms_cuda_body, _prune_embed_cuda_body, _qrs_shape_cuda_body
+    global cuda, _nms_cuda_body, _embed_cuda_body, _qrs_shape_cuda_body
     from numba import cuda
 
     _nms_cuda_body = cuda.jit(device=True)(_nms_one)
-    _prune_embed_cuda_body = cuda.jit(device=True)(_prune_embed_one)
+    _embed_cuda_body = cuda.jit(device=True)(_embed_one)
     _qrs_shape_cuda_body = cuda.jit(device=True)(_qrs_shape_body(cuda.jit(device=True)(_median_at)))
 
     def nms(n, envelope, threshold, block, half, gate):
@@ -181,17 +179,17 @@ def _cuda_kernels() -> dict:
         if i < n:
             _nms_cuda_body(i, envelope, threshold, block, half, gate)
 
-    def prune_embed(n, signal, positions, min_len, max_len, pre, out, keep):
+    def embed(n, signal, positions, pre, out):
         i = cuda.grid(1)
         if i < n:
-            _prune_embed_cuda_body(i, signal, positions, min_len, max_len, pre, out, keep)
+            _embed_cuda_body(i, signal, positions, pre, out)
 
     def qrs_shape(n, signal, positions, search, base, despike, cap, step, reach, refined, width, slope):
         i = cuda.grid(1)
         if i < n:
             _qrs_shape_cuda_body(i, signal, positions, search, base, despike, cap, step, reach, refined, width, slope)
 
-    return {"nms": _cuda_jit_cached(nms), "prune_embed": _cuda_jit_cached(prune_embed),
+    return {"nms": _cuda_jit_cached(nms), "embed": _cuda_jit_cached(embed),
             "qrs_shape": _cuda_jit_cached(qrs_shape)}
 
 
@@ -212,4 +210,4 @@ def launch(name: str, n: int, *arrays_and_scalars):
         kernel = _cuda_kernels()[name]
         kernel[math.ceil(n / THREADS_PER_BLOCK), THREADS_PER_BLOCK](n, *args)
     else:
-        {"nms": _nms_cpu, "prune_embed": _prune_embed_cpu, "qrs_shape": _qrs_shape_cpu}[name](n, *args)
+        {"nms": _nms_cpu, "embed": _embed_cpu, "qrs_shape": _qrs_shape_cpu}[name](n, *args)

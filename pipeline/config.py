@@ -23,9 +23,10 @@ class SignalConfig:
     twave_width_ratio: float = 2.0   # ...more than this many times as wide...
     twave_slope_ratio: float = 0.8   # ...and less than this fraction as steep as the previous deflection
     twave_rr_fraction: float = 0.6   # (the window shrinks to this fraction of the RR before, for fast rhythms)
-    max_qrs_width_s: float = 0.15    # a deflection wider than this at half height is a baseline step
-    min_beat_s: float = 0.25         # pruning: beat lengths outside [min, max] are artefacts (240–30 bpm)
-    max_beat_s: float = 2.0
+    twave_flat_slope_ratio: float = 0.35  # ...or, whatever its width, less than this fraction as steep
+    max_qrs_width_s: float = 0.15    # a deflection wider than this at half height is a baseline step...
+    step_slope_ratio: float = 0.5    # ...unless it is at least this fraction as steep as the median candidate (a wide PVC)
+    pause_s: float = 2.0             # an RR interval at least this long is listed as a pause
     window_s: float = 1.024          # embedding row length: 256 samples at 250 Hz
     pre_fiducial: float = 0.25       # fraction of the row before the fiducial point (P wave, QRS onset)
     max_gap_s: float = 1.0           # non-finite runs up to this long are interpolated, longer ones rejected

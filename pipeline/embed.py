@@ -1,4 +1,4 @@
-"""Prune implausible beats and embed each remaining one into a fixed-length, zero-padded row.
+"""Embed every detected beat into a fixed-length, zero-padded row.
 
 See Also
 --------
@@ -14,25 +14,24 @@ from pipeline import _kernels, backend
 
 @dataclass
 class Beats:
-    """Kept beats: ``rows`` (n, width) float32, and for each its candidate index and fiducial."""
+    """Every detected beat: ``rows`` (n, width) float32, and for each its fiducial and length."""
 
     rows: object
-    candidate: object   # index into the fiducials array
     fiducial: object    # sample index of the fiducial point
-    length: object      # samples to the next fiducial
+    length: object      # samples to the next fiducial (-1 for the last beat: it has none)
     scale: float        # the recording's typical beat amplitude (rows are divided by it)
 
 
-def embed_beats(signal, positions, fs: float, *, width: int, pre_fiducial: float = 0.25,
-                min_beat_s: float = 0.25, max_beat_s: float = 2.0) -> Beats:
+def embed_beats(signal, positions, fs: float, *, width: int, pre_fiducial: float = 0.25) -> Beats:
     """Cut beat i from ``positions[i] - pre`` to ``positions[i+1] - pre`` (``pre = pre_fiducial ×
     width``), so that every row has its fiducial point at the same column; subtract the beat's
     mean, zero-pad to ``width`` (or truncate), and divide all rows by the median peak-to-peak
     amplitude so that recordings in different units give comparable rows.
 
-    Beats shorter than ``min_beat_s`` or longer than ``max_beat_s`` (missed or spurious
-    fiducials), and beats whose window leaves the recording, are dropped. The last fiducial has
-    no successor and starts no beat.
+    Every fiducial starts a beat, whatever its interval: a beat before a 3 s pause is what a
+    Holter report lists, and one after a premature beat is the premature beat's neighbour. The
+    last beat, which has no successor, gets a full row; windows that reach past either end of the
+    recording are zero there.
     """
     xp = backend.xp_of(signal)
     if signal.ndim != 1 or signal.dtype != xp.float32:
@@ -42,15 +41,11 @@ def embed_beats(signal, positions, fs: float, *, width: int, pre_fiducial: float
                          f"got {positions.dtype} with shape {positions.shape}")
     if width < 1:
         raise ValueError(f"width must be at least 1 sample; got {width}")
-    n_candidates = max(int(positions.shape[0]) - 1, 0)
+    count = int(positions.shape[0])
     pre = int(round(pre_fiducial * width))
-    rows = xp.empty((n_candidates, width), dtype=xp.float32)
-    keep = xp.empty(n_candidates, dtype=xp.uint8)
-    _kernels.launch("prune_embed", n_candidates, signal, positions,
-                    int(round(min_beat_s * fs)), int(round(max_beat_s * fs)), pre, rows, keep)
-    kept = xp.flatnonzero(keep)
-    rows = rows[kept]
-    scale = float(xp.median(rows.max(axis=1) - rows.min(axis=1))) if rows.shape[0] else 1.0  # sync point
+    rows = xp.empty((count, width), dtype=xp.float32)
+    _kernels.launch("embed", count, signal, positions, pre, rows)
+    scale = float(xp.median(rows.max(axis=1) - rows.min(axis=1))) if count else 1.0  # sync point
     rows /= scale if scale > 0 else 1.0
-    lengths = positions[kept + 1] - positions[kept]
-    return Beats(rows, kept, positions[kept], lengths, scale)
+    lengths = xp.concatenate([xp.diff(positions), xp.full(min(count, 1), -1, dtype=positions.dtype)])
+    return Beats(rows, positions, lengths, scale)

@@ -113,7 +113,7 @@ def refine_to_extremum(signal, positions, fs: float, *, search_s: float = 0.05, 
 
 def drop_non_qrs(signal, positions, fs: float, *, window_s: float = 0.38, width_ratio: float = 2.0,
                  slope_ratio: float = 0.8, window_rr_fraction: float = 0.6, max_width_s: float = 0.15,
-                 despike_s: float = 0.006):
+                 despike_s: float = 0.006, flat_slope_ratio: float = 0.35, step_slope_ratio: float = 0.5):
     """Remove candidates that are T waves or baseline steps rather than QRS complexes.
 
     A tall T wave (slow rhythms, some leads) can pass the threshold and the NMS, which only asks
@@ -121,25 +121,61 @@ def drop_non_qrs(signal, positions, fs: float, *, window_s: float = 0.38, width_
     previous candidate by less than ``window_s`` (T waves peak 250–400 ms after the R wave) and
     less than ``window_rr_fraction`` × the interval before that one (at 150 bpm a premature beat
     0.27 s after a sinus beat is no T wave: that T wave lies inside the refractory period), and
-    its deflection is both more than ``width_ratio`` × as wide and less than ``slope_ratio`` × as
-    steep as the previous one's (the second-stage check of Pan & Tompkins, 1985, with the width
-    added so that a tall, wide ventricular beat soon after a narrow one is kept). A candidate
-    whose deflection stays beyond half its height for more than ``max_width_s`` is a step of the
-    baseline (electrode motion), not a QRS complex, which is narrower even when ventricular.
+    its deflection is either more than ``width_ratio`` × as wide and less than ``slope_ratio`` ×
+    as steep as the previous one's (the second-stage check of Pan & Tompkins, 1985, with the width
+    added so that a tall, wide ventricular beat soon after a narrow one is kept), or, whatever its
+    width, less than ``flat_slope_ratio`` × as steep (a T wave as narrow as its QRS at half height
+    still rises several times more slowly). A candidate whose deflection stays beyond half its
+    height for more than ``max_width_s`` is a step of the baseline (electrode motion), unless it
+    rises at least ``step_slope_ratio`` × as steeply as the recording's median candidate: a wide
+    ventricular beat (bundle branch block, some PVCs) is as wide as a step but far steeper.
     Per-candidate work (one kernel and a few gathers); returns the kept positions.
     """
     xp = backend.xp_of(positions)
     if positions.shape[0] == 0:
         return positions
     _, width, slope = qrs_shape(signal, positions, fs, despike_s=despike_s, width_cap_s=max_width_s)
-    keep = width <= max_width_s * fs
+    wide = width > max_width_s * fs
+    steep = slope >= step_slope_ratio * xp.median(slope)
+    keep = ~wide | (steep & ~_steps_baseline(signal, positions, fs))
     gap = xp.diff(positions)
     gap_before = xp.concatenate([xp.full(1, xp.inf), gap[:-1].astype(xp.float64)])
     window = xp.minimum(window_s * fs, window_rr_fraction * gap_before)
-    is_t = ((gap < window) & (width[1:] > width_ratio * width[:-1])
-            & (slope[1:] < slope_ratio * slope[:-1]))
+    is_t = (gap < window) & (((width[1:] > width_ratio * width[:-1]) & (slope[1:] < slope_ratio * slope[:-1]))
+                             | (slope[1:] < flat_slope_ratio * slope[:-1]))
     keep[1:] &= ~is_t
     return positions[keep]
+
+
+def find_beats(response, signal, fs: float, cfg):
+    """The fiducials of the heartbeats in ``signal`` from its Ricker ``response``: the adaptive
+    threshold with non-maximum suppression, each point moved to the QRS extremum, then T waves and
+    baseline steps removed. ``cfg`` is a :class:`pipeline.config.SignalConfig`. The run and its
+    warm-up both call this, so that the warm-up compiles every kernel the run uses."""
+    positions = fiducials(response, fs, refractory_s=cfg.refractory_s, threshold=cfg.threshold,
+                          level_block_s=cfg.level_block_s, level_blocks=cfg.level_blocks)
+    positions = refine_to_extremum(signal, positions, fs, search_s=cfg.refine_s, despike_s=cfg.despike_s)
+    return drop_non_qrs(signal, positions, fs, window_s=cfg.twave_window_s, width_ratio=cfg.twave_width_ratio,
+                        slope_ratio=cfg.twave_slope_ratio, window_rr_fraction=cfg.twave_rr_fraction,
+                        max_width_s=cfg.max_qrs_width_s, despike_s=cfg.despike_s,
+                        flat_slope_ratio=cfg.twave_flat_slope_ratio, step_slope_ratio=cfg.step_slope_ratio)
+
+
+def _steps_baseline(signal, positions, fs: float, before_s=(-0.3, -0.2), after_s=(0.4, 0.5), reach_s: float = 0.1):
+    """Whether the baseline after each candidate (the median over ``after_s``, past a ventricular
+    beat's T wave) lies more than half the candidate's peak-to-peak deflection (within ±``reach_s``)
+    away from the one before it (over ``before_s``): a step of the baseline stays, a heartbeat
+    comes back."""
+    xp = backend.xp_of(signal)
+    last = signal.shape[0] - 1
+
+    def around(start_s, stop_s):
+        offsets = xp.arange(int(round(start_s * fs)), int(round(stop_s * fs)) + 1)
+        return signal[xp.clip(positions[:, None] + offsets[None, :], 0, last)]
+
+    before, after = xp.median(around(*before_s), axis=1), xp.median(around(*after_s), axis=1)
+    deflection = around(-reach_s, reach_s)
+    return xp.abs(after - before) > 0.5 * (deflection.max(axis=1) - deflection.min(axis=1))
 
 
 def beat_lengths(positions):

@@ -90,7 +90,9 @@ SCORE_COMPONENTS = {
 
 def beats_table(*, fiducial, length, start, fs, is_train, z, score, annotations=None, components=None,
                 tolerance_s: float = 0.15) -> pd.DataFrame:
-    """One row per kept beat (host arrays in). ``score`` is the outlier score the views rank by;
+    """One row per beat (host arrays in); ``length`` is the samples to the next beat (-1 for the last
+    one, whose ``length_s`` is NaN), so ``length_s`` is the RR interval after the beat and
+    ``rr_before_s`` the one before it. ``score`` is the outlier score the views rank by;
     ``components`` (a dict of arrays named as in :data:`SCORE_COMPONENTS`) are added as float32
     columns after it. With reference annotations, each beat gets the symbol of the nearest
     reference beat within ``tolerance_s`` ('' when none) and ``abnormal``."""
@@ -102,7 +104,8 @@ def beats_table(*, fiducial, length, start, fs, is_train, z, score, annotations=
         "fiducial": fiducial.astype(np.int64),
         "time_s": fiducial / fs,
         "length": length.astype(np.int32),
-        "length_s": (length / fs).astype(np.float32),
+        "length_s": np.where(length >= 0, length / fs, np.nan).astype(np.float32),
+        "rr_before_s": np.concatenate([[np.nan], np.diff(fiducial) / fs]).astype(np.float32)[:len(fiducial)],
         "split": pd.Categorical(np.where(is_train, "train", "test"), categories=["train", "test"]),
         "z1": z[:, 0].astype(np.float32),
         "z2": z[:, 1].astype(np.float32),

@@ -9,7 +9,7 @@ IEEE TBME 51(7), 2004). Per-beat work on the fiducials: gathers on the input's d
 
 See Also
 --------
-pipeline.embed.embed_beats : the kept beats whose rhythm is described.
+pipeline.embed.embed_beats : the beats whose rhythm is described.
 pipeline.score.combine_scores : puts the rhythm score beside the VAE's shape score.
 """
 from __future__ import annotations
@@ -21,10 +21,10 @@ from pipeline import backend
 
 @dataclass
 class Rhythm:
-    """Per kept beat (float32 arrays on the input's device).
+    """Per beat (float32 arrays on the input's device).
 
     rr_pre, rr_post : RR interval before / after the beat divided by the local median RR
-        (1 = on time; NaN for the first beat's rr_pre).
+        (1 = on time; NaN for the first beat's rr_pre and the last beat's rr_post).
     prematurity : 1 - rr_pre (0.28 = the beat came 28 % early).
     local_rr_s : the local median RR in seconds.
     score : the rhythm score, ``sqrt(z_early² + z_pause²)`` (see :func:`rhythm_score`).
@@ -37,15 +37,13 @@ class Rhythm:
     score: object
 
 
-def rr_features(positions, candidate, fs: float, *, half_window: int = 8):
-    """RR before and after each kept beat, relative to the median RR of the surrounding beats.
+def rr_features(positions, fs: float, *, half_window: int = 8):
+    """RR before and after each beat, relative to the median RR of the surrounding beats.
 
     Parameters
     ----------
     positions : int array
-        Every fiducial of the recording (kept or pruned: a pruned beat still beat).
-    candidate : int array
-        For each kept beat, its index into ``positions`` (``Beats.candidate``).
+        The fiducial of every beat, increasing.
     half_window : int
         The local median runs over the ``2 × half_window + 1`` RR intervals centred on the beat
         (17 by default, ~15 s at 70 bpm): it follows changes in heart rate, yet one or two
@@ -53,19 +51,23 @@ def rr_features(positions, candidate, fs: float, *, half_window: int = 8):
 
     Returns
     -------
-    (rr_pre, rr_post, local_rr) as float32 arrays; local_rr in samples.
+    (rr_pre, rr_post, local_rr) as float32 arrays; local_rr in samples. rr_pre is NaN for the
+    first beat, rr_post for the last.
     """
     xp = backend.xp_of(positions)
+    count = int(positions.shape[0])
     rr = xp.diff(positions).astype(xp.float32)
     if rr.shape[0] == 0:
-        empty = xp.zeros(candidate.shape[0], dtype=xp.float32)
+        empty = xp.full(count, xp.nan, dtype=xp.float32)
         return empty, empty, empty
     last = rr.shape[0] - 1
+    beat = xp.arange(count)
     # The RR intervals around beat c are rr[c-1] (before it) and rr[c] (after it): centre on both.
-    around = xp.clip(candidate[:, None] + xp.arange(-half_window, half_window + 1)[None, :], 0, last)
+    around = xp.clip(beat[:, None] + xp.arange(-half_window, half_window + 1)[None, :], 0, last)
     local = xp.median(rr[around], axis=1).astype(xp.float32)
-    post = rr[xp.clip(candidate, 0, last)]
-    pre = xp.where(candidate >= 1, rr[xp.clip(candidate - 1, 0, last)], xp.float32(xp.nan))
+    nan = xp.float32(xp.nan)
+    post = xp.where(beat <= last, rr[xp.clip(beat, 0, last)], nan)
+    pre = xp.where(beat >= 1, rr[xp.clip(beat - 1, 0, last)], nan)
     return (pre / local).astype(xp.float32), (post / local).astype(xp.float32), local
 
 
@@ -95,8 +97,8 @@ def rhythm_score(rr_pre, rr_post, *, floor: float = 0.04):
     return xp.sqrt(early * early + pause * pause).astype(xp.float32)
 
 
-def describe_rhythm(positions, candidate, fs: float, *, half_window: int = 8, floor: float = 0.04) -> Rhythm:
-    """:func:`rr_features` and :func:`rhythm_score` of every kept beat, in one :class:`Rhythm`."""
-    rr_pre, rr_post, local = rr_features(positions, candidate, fs, half_window=half_window)
+def describe_rhythm(positions, fs: float, *, half_window: int = 8, floor: float = 0.04) -> Rhythm:
+    """:func:`rr_features` and :func:`rhythm_score` of every beat, in one :class:`Rhythm`."""
+    rr_pre, rr_post, local = rr_features(positions, fs, half_window=half_window)
     return Rhythm(rr_pre=rr_pre, rr_post=rr_post, prematurity=(1.0 - rr_pre).astype(rr_pre.dtype),
                   local_rr_s=(local / fs).astype(local.dtype), score=rhythm_score(rr_pre, rr_post, floor=floor))

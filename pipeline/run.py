@@ -148,25 +148,18 @@ def _compute(input_path: Path, request: RunRequest, device: str, stages: "_Stage
     with stages("wavelet"):
         response = wavelet.ricker_response(signal, fs, cfg.ricker_width_s)
     with stages("peaks"):
-        positions = peaks.fiducials(response, fs, refractory_s=cfg.refractory_s, threshold=cfg.threshold,
-                                    level_block_s=cfg.level_block_s, level_blocks=cfg.level_blocks)
-        positions = peaks.refine_to_extremum(signal, positions, fs, search_s=cfg.refine_s, despike_s=cfg.despike_s)
-        positions = peaks.drop_non_qrs(signal, positions, fs, window_s=cfg.twave_window_s,
-                                       width_ratio=cfg.twave_width_ratio, slope_ratio=cfg.twave_slope_ratio,
-                                       window_rr_fraction=cfg.twave_rr_fraction,
-                                       max_width_s=cfg.max_qrs_width_s, despike_s=cfg.despike_s)
+        positions = peaks.find_beats(response, signal, fs, cfg)
     del response
     with stages("lengths"):
         lengths = peaks.beat_lengths(positions)
         histogram = peaks.length_histogram(lengths, fs)
     with stages("embed"):
         width = cfg.window(fs)
-        beats = embed.embed_beats(signal, positions, fs, width=width, pre_fiducial=cfg.pre_fiducial,
-                                  min_beat_s=cfg.min_beat_s, max_beat_s=cfg.max_beat_s)
+        beats = embed.embed_beats(signal, positions, fs, width=width, pre_fiducial=cfg.pre_fiducial)
     n_beats = int(beats.rows.shape[0])
     if n_beats < 4:
-        raise ValueError(f"{input_path.name}: found {int(positions.shape[0])} beat candidate(s) and kept {n_beats}; "
-                         "too few heartbeats to analyse (is this an ECG? is --fs right?)")
+        raise ValueError(f"{input_path.name}: found {n_beats} heartbeat(s); too few to analyse "
+                         "(is this an ECG? is --fs right?)")
 
     with stages("train") as report:
         # PyTorch's import (1-1.4 s of a cold start on the H200) counts as training, where the
@@ -186,7 +179,7 @@ def _compute(input_path: Path, request: RunRequest, device: str, stages: "_Stage
         decoded = score.decode(model, grid_z)
         xp = backend.xp_of(beats.rows)
         shape_scores, z = backend.from_torch(scores, xp), backend.from_torch(z, xp)
-        beat_rhythm = rhythm.describe_rhythm(positions, beats.candidate, fs)
+        beat_rhythm = rhythm.describe_rhythm(positions, fs)
         scores, p_shape, p_rhythm = score.combine_scores(shape_scores, beat_rhythm.score)
     with stages("families"):
         beat_families = families()
@@ -243,7 +236,7 @@ def _write(input_path, digest, key, request, device, c, stages, handoffs, memory
         "device": _describe_device(device, c["torch_version"]),
         "config": {"signal": asdict(request.signal), "vae": asdict(request.vae),
                    "fs_override": request.fs, "column": request.column},
-        "counts": {"fiducials": n_candidates, "beats": len(table), "pruned": max(n_candidates - 1 - len(table), 0),
+        "counts": {"fiducials": n_candidates, "beats": len(table),
                    "train": int(c["is_train"].sum()), "test": int((~c["is_train"]).sum())},
         "length_histogram": {"counts": host(c["histogram"][0]).tolist(),
                              "edges_s": host(c["histogram"][1]).round(4).tolist()},
@@ -319,13 +312,9 @@ def _warm_up_steps(signal, fs: float, cfg: SignalConfig):
     """The segmentation chain of :func:`_compute` on ``signal``; returns the embedded rows."""
     from pipeline import embed, peaks, wavelet
 
-    response = wavelet.ricker_response(signal, fs, cfg.ricker_width_s)
-    positions = peaks.fiducials(response, fs, refractory_s=cfg.refractory_s, threshold=cfg.threshold,
-                                level_block_s=cfg.level_block_s, level_blocks=cfg.level_blocks)
-    positions = peaks.refine_to_extremum(signal, positions, fs, search_s=cfg.refine_s)
+    positions = peaks.find_beats(wavelet.ricker_response(signal, fs, cfg.ricker_width_s), signal, fs, cfg)
     peaks.length_histogram(peaks.beat_lengths(positions), fs)
-    return embed.embed_beats(signal, positions, fs, width=cfg.window(fs), pre_fiducial=cfg.pre_fiducial,
-                             min_beat_s=cfg.min_beat_s, max_beat_s=cfg.max_beat_s).rows
+    return embed.embed_beats(signal, positions, fs, width=cfg.window(fs), pre_fiducial=cfg.pre_fiducial).rows
 
 
 def _warm_up_training(rows, cfg: VAEConfig) -> None:

@@ -20,14 +20,8 @@ def _segment(signal, fs, cfg=SignalConfig()):
     from pipeline import embed, peaks, wavelet
 
     response = wavelet.ricker_response(signal, fs, cfg.ricker_width_s)
-    positions = peaks.fiducials(response, fs, refractory_s=cfg.refractory_s, threshold=cfg.threshold,
-                                level_block_s=cfg.level_block_s, level_blocks=cfg.level_blocks)
-    positions = peaks.refine_to_extremum(signal, positions, fs, search_s=cfg.refine_s, despike_s=cfg.despike_s)
-    positions = peaks.drop_non_qrs(signal, positions, fs, window_s=cfg.twave_window_s, width_ratio=cfg.twave_width_ratio,
-                                   slope_ratio=cfg.twave_slope_ratio, window_rr_fraction=cfg.twave_rr_fraction,
-                                   max_width_s=cfg.max_qrs_width_s, despike_s=cfg.despike_s)
-    beats = embed.embed_beats(signal, positions, fs, width=cfg.window(fs), pre_fiducial=cfg.pre_fiducial,
-                              min_beat_s=cfg.min_beat_s, max_beat_s=cfg.max_beat_s)
+    positions = peaks.find_beats(response, signal, fs, cfg)
+    beats = embed.embed_beats(signal, positions, fs, width=cfg.window(fs), pre_fiducial=cfg.pre_fiducial)
     return response, positions, beats
 
 
@@ -104,14 +98,13 @@ def test_rhythm_and_combined_scores_parity(synthetic_ecg):
     from pipeline.score import combine_scores
 
     positions = synthetic_ecg.r_peaks
-    candidate = np.flatnonzero(np.diff(positions) < 2 * synthetic_ecg.fs)  # as if long beats were pruned
-    cpu = describe_rhythm(positions, candidate, synthetic_ecg.fs)
-    gpu = describe_rhythm(cupy.asarray(positions), cupy.asarray(candidate), synthetic_ecg.fs)
+    cpu = describe_rhythm(positions, synthetic_ecg.fs)
+    gpu = describe_rhythm(cupy.asarray(positions), synthetic_ecg.fs)
     for name in ("rr_pre", "rr_post", "prematurity", "local_rr_s", "score"):
         assert backend.is_cupy_array(getattr(gpu, name))
         np.testing.assert_allclose(backend.to_host(getattr(gpu, name)), getattr(cpu, name), rtol=1e-5, atol=1e-6,
                                    equal_nan=True)
-    shape = np.random.default_rng(0).gamma(2.0, size=len(candidate)).astype(np.float32)
+    shape = np.random.default_rng(0).gamma(2.0, size=len(positions)).astype(np.float32)
     combined_cpu = combine_scores(shape, cpu.score)
     combined_gpu = combine_scores(cupy.asarray(shape), gpu.score)
     for a, b in zip(combined_gpu, combined_cpu):
@@ -435,8 +428,8 @@ from pipeline import _kernels, embed, peaks, wavelet
 fs = 250.0
 t = cupy.arange(60 * 250) / fs
 signal = cupy.exp(-((t % 0.8) - 0.4) ** 2 / 2e-4).astype(cupy.float32)
-positions = peaks.fiducials(wavelet.ricker_response(signal, fs, 0.025), fs)
-positions = peaks.refine_to_extremum(signal, positions, fs, search_s=0.05)
+from pipeline.config import SignalConfig
+positions = peaks.find_beats(wavelet.ricker_response(signal, fs, 0.025), signal, fs, SignalConfig())
 embed.embed_beats(signal, positions, fs, width=256)
 kernels = _kernels._cuda_kernels()
 print(json.dumps({name: [sum(k._cache_hits.values()), sum(k._cache_misses.values())] for name, k in kernels.items()}))
@@ -459,7 +452,7 @@ def test_cuda_kernels_come_from_the_disk_cache_in_a_new_process():
 
     counts()
     second = counts()
-    assert second == {"nms": [1, 0], "prune_embed": [1, 0], "qrs_shape": [1, 0]}, second
+    assert second == {"nms": [1, 0], "embed": [1, 0], "qrs_shape": [1, 0]}, second
 
 
 # --------------------------------------------------------------------------- the two dashboard boards
