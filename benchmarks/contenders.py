@@ -106,13 +106,10 @@ def segment(signal, fs: float, cfg: SignalConfig):
     from pipeline import embed, peaks, wavelet
 
     response = wavelet.ricker_response(signal, fs, cfg.ricker_width_s)
-    positions = peaks.fiducials(response, fs, refractory_s=cfg.refractory_s, threshold=cfg.threshold,
-                                level_block_s=cfg.level_block_s, level_blocks=cfg.level_blocks)
-    positions = peaks.refine_to_extremum(signal, positions, fs, search_s=cfg.refine_s)
+    positions = peaks.find_beats(response, signal, fs, cfg)
     del response
     peaks.length_histogram(peaks.beat_lengths(positions), fs)
-    beats = embed.embed_beats(signal, positions, fs, width=cfg.window(fs), pre_fiducial=cfg.pre_fiducial,
-                              min_beat_s=cfg.min_beat_s, max_beat_s=cfg.max_beat_s)
+    beats = embed.embed_beats(signal, positions, fs, width=cfg.window(fs), pre_fiducial=cfg.pre_fiducial)
     return positions, beats
 
 

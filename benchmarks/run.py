@@ -412,8 +412,9 @@ def _notes(o: dict, gpu: bool) -> list[str]:
         f"Recordings: pipeline.synth at 250 Hz, seed {o['seed']}; sizes above {size_label(o['chunk'])} repeat "
         f"the {size_label(o['chunk'])} recording's lines (synthesising 200M samples at once would take minutes "
         "and tens of GiB); each seam cuts at most one beat.",
-        "Segmentation, project: ricker_response + fiducials (adaptive threshold, NMS kernel) + refine_to_extremum "
-        "+ beat_lengths and length_histogram + embed_beats (pruning, embedding into 256-sample rows, scaling), "
+        "Segmentation, project: ricker_response + find_beats (adaptive threshold, NMS kernel, refine to the "
+        "extremum, T-wave and baseline-step rejection) + beat_lengths and length_histogram + embed_beats "
+        "(every beat embedded into a 256-sample row, scaled), "
         "chained as run._compute does, on a signal already on the device. NeuroKit2: nk.ecg_peaks(signal, sampling_rate=250) with its default method "
         "('neurokit'), on the raw signal, single-threaded on the host: R-peak detection only — no ecg_clean "
         "(which nk.ecg_process would run first), no artefact correction, no pruning, no embedding.",

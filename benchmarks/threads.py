@@ -45,7 +45,7 @@ def make_beats(samples: int, path: Path) -> None:
     cfg = SignalConfig()
     ecg = synth.synthesize(synth.SynthConfig(n_samples=samples, seed=0))
     response = wavelet.ricker_response(ecg.signal, ecg.fs, cfg.ricker_width_s)
-    positions = peaks.refine_to_extremum(ecg.signal, peaks.fiducials(response, ecg.fs), ecg.fs)
+    positions = peaks.find_beats(response, ecg.signal, ecg.fs, cfg)
     np.save(path, embed.embed_beats(ecg.signal, positions, ecg.fs, width=cfg.window(ecg.fs)).rows)
 
 

@@ -58,11 +58,8 @@ def synthetic_beats(samples: int, seed: int = 0):
     cfg = SignalConfig()
     ecg = synth.synthesize(synth.SynthConfig(n_samples=samples, seed=seed))
     response = wavelet.ricker_response(ecg.signal, ecg.fs, cfg.ricker_width_s)
-    positions = peaks.fiducials(response, ecg.fs, refractory_s=cfg.refractory_s, threshold=cfg.threshold,
-                                level_block_s=cfg.level_block_s, level_blocks=cfg.level_blocks)
-    positions = peaks.refine_to_extremum(ecg.signal, positions, ecg.fs, search_s=cfg.refine_s)
-    beats = embed.embed_beats(ecg.signal, positions, ecg.fs, width=cfg.window(ecg.fs), pre_fiducial=cfg.pre_fiducial,
-                              min_beat_s=cfg.min_beat_s, max_beat_s=cfg.max_beat_s)
+    positions = peaks.find_beats(response, ecg.signal, ecg.fs, cfg)
+    beats = embed.embed_beats(ecg.signal, positions, ecg.fs, width=cfg.window(ecg.fs), pre_fiducial=cfg.pre_fiducial)
     right = np.clip(np.searchsorted(ecg.r_peaks, beats.fiducial), 1, len(ecg.r_peaks) - 1)
     nearest = np.where(np.abs(ecg.r_peaks[right - 1] - beats.fiducial) <= np.abs(ecg.r_peaks[right] - beats.fiducial),
                        right - 1, right)
