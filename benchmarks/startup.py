@@ -50,7 +50,7 @@ def outcome(run_dir: Path, report: dict) -> dict:
     """What the run found: beats, training epochs and final loss, outlier AUROC of the injected beats."""
     import pandas as pd
 
-    from pipeline.evaluate import auroc
+    from pipeline.metrics import auroc
 
     beats = pd.read_parquet(run_dir / "beats.parquet")
     labelled = beats[beats["label"] != ""] if "label" in beats else beats.iloc[:0]

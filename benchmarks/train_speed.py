@@ -139,7 +139,7 @@ def step_times(rows, is_train, cfg, capture: bool, steps: int) -> dict:
 
 def fit_and_score(rows, is_train, cfg, abnormal, labelled) -> dict:
     """One timed ``fit_vae`` (device synchronised), its epochs, final loss, scores and AUROC."""
-    from pipeline.evaluate import auroc
+    from pipeline.metrics import auroc
     from pipeline.score import score_beats
     from pipeline.train import fit_vae
 

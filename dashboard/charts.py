@@ -381,7 +381,7 @@ def beat_categories(shared, mode: str) -> tuple:
 def label_classes(labels: np.ndarray) -> np.ndarray:
     """Code into CLASS_COLORS of each label: its AAMI class for a MIT-BIH symbol, 'artefact', any
     other text as 'other', '' as no label."""
-    from pipeline.evaluate import aami_class
+    from pipeline.metrics import aami_class
 
     names = list(CLASS_COLORS)
     classes = aami_class(labels)

@@ -437,22 +437,24 @@ def one_line(err: BaseException) -> str:
 
 
 def evaluation_figures(input_path: str, run) -> dict:
-    """Detection (TP/FN/FP, sensitivity and positive predictivity at 50 and 150 ms, WFDB's
-    comparator) against the recording's reference beats, and the outlier AUROC of abnormal
-    versus normal beats, as in ``python -m pipeline evaluate``."""
-    from pipeline.evaluate import TOLERANCES_S, auroc, match_counts
+    """Detection (TP/FN/FP, sensitivity and positive predictivity at 50 and 150 ms, AAMI EC57's
+    matching, ventricular flutter/fibrillation left out) of the beats table against the
+    recording's reference beats, and the outlier AUROC of abnormal versus normal beats, as in
+    ``python -m pipeline evaluate``."""
+    from pipeline.metrics import auroc, ec57_counts, flutter_episodes, sensitivity_ppv
 
-    reference = reference_beats(Path(input_path))
+    path = Path(input_path)
+    reference = reference_beats(path)
     figures: dict = {}
     if reference is None:
         return figures
     figures["reference_beats"] = len(reference)
-    for tolerance in TOLERANCES_S:
-        ms = int(round(tolerance * 1000))
-        tp, fn, fp = match_counts(reference, run.fiducials, int(round(tolerance * run.fs)))
-        figures.update({f"tp_{ms}": tp, f"fn_{ms}": fn, f"fp_{ms}": fp,
-                        f"se_{ms}": 100.0 * tp / (tp + fn) if tp + fn else float("nan"),
-                        f"ppv_{ms}": 100.0 * tp / (tp + fp) if tp + fp else float("nan")})
+    flutter = flutter_episodes(path) if path.suffix.lower() == ".hea" else None
+    counts = ec57_counts(reference, run.beats["fiducial"].to_numpy(), run.fs, flutter)
+    figures.update(counts)
+    for ms in sorted({int(name.split("_")[1]) for name in counts}):
+        figures[f"se_{ms}"], figures[f"ppv_{ms}"] = sensitivity_ppv(counts[f"tp_{ms}"], counts[f"fn_{ms}"],
+                                                                    counts[f"fp_{ms}"])
     beats = run.beats
     if "label" in beats:
         labelled = beats[beats["label"] != ""]

@@ -295,15 +295,16 @@ def test_evaluate_runs_through_the_batch_and_prints_the_table(tmp_path):
     result = _cli("evaluate", folder, "--device", "cpu", "--epochs", 2, "--workers", 2, "--no-neurokit", "--out", out)
     assert result.returncode == 1  # one record failed
     lines = result.stdout.strip().splitlines()
-    assert lines[0].split() == ["record", "beats", "found", "Se50", "P+50", "Se150", "P+150", "abnormal", "AUROC",
+    assert lines[0].startswith("detection, AAMI EC57: ") and lines[1] == ""   # the protocol is named
+    assert lines[2].split() == ["record", "beats", "found", "Se50", "P+50", "Se150", "P+150", "abnormal", "AUROC",
                                  "shape"]
-    table_lines = lines[2:lines.index("")]  # the summary follows the table after a blank line
+    table_lines = lines[4:lines.index("", 2)]  # the summary follows the table after a blank line
     rows = {line.split()[0]: line.split() for line in table_lines}
-    assert list(rows) == ["r1", "r2", "total"]
+    assert list(rows) == ["r1", "r2", "gross"]
     for record, seed in (("r1", 30), ("r2", 31)):
         reference = synthesize(SynthConfig(n_samples=SAMPLES, seed=seed, pvc_fraction=0.03)).r_peaks
         assert int(rows[record][1]) == len(reference) and float(rows[record][5]) >= 97.0
-    assert int(rows["total"][1]) == int(rows["r1"][1]) + int(rows["r2"][1])
+    assert int(rows["gross"][1]) == int(rows["r1"][1]) + int(rows["r2"][1])
     assert "recordings 3/3" in result.stderr and "error: bad: " in result.stderr
     archive = batch.read_archive(out).set_index("name")  # evaluate writes the archive table too
     assert archive.loc[["bad", "r1", "r2"], "status"].tolist() == ["failed", "ok", "ok"]

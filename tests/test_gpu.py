@@ -171,7 +171,7 @@ def test_cpu_model_scores_the_same_on_the_gpu(beats_and_cpu_model):
 def test_vae_trained_on_the_gpu_finds_the_same_outliers(beats_and_cpu_model, synthetic_ecg):
     """Training on the GPU (bf16 autocast, CUDA random streams) gives a different model (after 6
     epochs the two rank the ordinary beats differently) that finds the outliers as well."""
-    from pipeline.evaluate import auroc
+    from pipeline.metrics import auroc
     from pipeline.score import score_beats
     from pipeline.train import fit_vae
 
@@ -276,7 +276,7 @@ def test_captured_training_finds_the_same_outliers(beats_and_cpu_model, syntheti
     from scipy.stats import spearmanr
 
     from pipeline import PipelineWarning
-    from pipeline.evaluate import auroc
+    from pipeline.metrics import auroc
     from pipeline.score import score_beats
     from pipeline.train import fit_vae
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from pipeline.config import SignalConfig, VAEConfig
-from pipeline.evaluate import auroc
+from pipeline.metrics import auroc
 from pipeline.model import VAE, negative_elbo
 from pipeline.score import decode, latent_grid, score_beats
 from pipeline.train import Adam, batch_lengths, build_step, converged, epoch_batches, fit_vae, plan_training, split_train

@@ -64,7 +64,7 @@ def test_rhythm_score_is_one_sided(xp):
 
 def test_premature_beats_of_the_synthesizer_score_high(small_ecg):
     """The rhythm score alone separates the synthesizer's premature beats (V, A, S) from sinus beats."""
-    from pipeline.evaluate import auroc
+    from pipeline.metrics import auroc
 
     ecg = small_ecg
     positions = ecg.r_peaks
