@@ -102,3 +102,11 @@ def describe_rhythm(positions, fs: float, *, half_window: int = 8, floor: float 
     rr_pre, rr_post, local = rr_features(positions, fs, half_window=half_window)
     return Rhythm(rr_pre=rr_pre, rr_post=rr_post, prematurity=(1.0 - rr_pre).astype(rr_pre.dtype),
                   local_rr_s=(local / fs).astype(local.dtype), score=rhythm_score(rr_pre, rr_post, floor=floor))
+
+
+def pauses(positions, fs: float, min_pause_s: float = 2.0):
+    """(start, end) fiducial samples of every RR interval of at least ``min_pause_s`` seconds: the
+    pauses a Holter report lists (by 2, 2.5 and 3 s), as an (n, 2) array on the input's device."""
+    xp = backend.xp_of(positions)
+    long = xp.flatnonzero(xp.diff(positions) >= int(round(min_pause_s * fs)))
+    return xp.stack([positions[long], positions[long + 1]], axis=1).reshape(-1, 2)

@@ -138,3 +138,14 @@ def test_explain_reads_a_beats_table_row(cpu_run):
     premature = top[top["label"].isin(["S"])]
     for _, row in premature.iterrows():
         assert "premature by" in explain(row)
+
+
+def test_pauses_are_the_long_intervals_with_both_beats(xp):
+    from pipeline.rhythm import pauses
+
+    fs = 250.0
+    rr_s = [0.8, 0.8, 4.0, 0.8, 1.99, 2.0, 0.8, 2.6]          # a 4 s pause, one just under 2 s, two at or over
+    positions = (np.concatenate([[0.5], 0.5 + np.cumsum(rr_s)]) * fs).round().astype(np.int64)
+    found = _host(pauses(xp.asarray(positions), fs, min_pause_s=2.0))
+    assert found.tolist() == [[positions[2], positions[3]], [positions[5], positions[6]], [positions[7], positions[8]]]
+    assert _host(pauses(xp.asarray(positions[:1]), fs)).shape == (0, 2)
