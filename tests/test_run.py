@@ -428,13 +428,14 @@ def test_sidecar_added_later_gives_a_run_with_reference_labels(tmp_path):
 
     bare = run_pipeline(request)
     assert "label" not in bare.beats and bare.report["input"]["annotated"] is False
-    assert bare.report["input"]["annotations_sha256"] is None
 
     side.write_bytes(labels)
     labelled = run_pipeline(request)
     assert not labelled.cached and labelled.path != bare.path
     assert labelled.report["input"]["annotated"] is True and (labelled.beats["label"] != "").mean() > 0.9
     assert labelled.report["input"]["sha256"] == bare.report["input"]["sha256"]  # the recording is the same
+    assert bare.report["input"]["annotations_sha256"] is None
+    assert labelled.report["input"]["annotations_sha256"] == results.file_sha256(side)
     assert run_pipeline(request).path == labelled.path  # and now it is cached
 
     rows = labels.decode().splitlines(keepends=True)
