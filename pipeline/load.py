@@ -139,8 +139,10 @@ def load_ecg(path, *, fs: float | None = None, column: str | int | None = None,
 
 # --------------------------------------------------------------------------- lead choice
 # Names of the limb lead II, where the QRS complex is usually tallest and annotators of MIT-BIH
-# worked ("MLII": modified lead II), compared without case, spaces or punctuation.
-LEAD_II_NAMES = {"mlii", "ii", "leadii", "ecgii", "ecg2", "lead2"}
+# worked ("MLII": modified lead II), compared without case, spaces or punctuation. Only names that
+# say lead II: "ECG2" or "ch2" number a recorder's channels (a Holter's second channel is often a
+# precordial lead), so a channel number never counts as lead II.
+LEAD_II_NAMES = {"mlii", "ii", "leadii", "ecgii", "limbleadii"}
 CLEARER_BY = 1.25  # another lead replaces the first only when its QRS clarity is this much higher
 
 

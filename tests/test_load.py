@@ -456,6 +456,16 @@ def test_lead_ii_by_name_wins_over_clarity(tmp_path, device):
     assert recording.channel == "Lead II" and recording.lead_reason.startswith("lead II by name")
 
 
+@pytest.mark.parametrize("names", [("ECG1", "ECG2"), ("ch1", "lead2"), ("ECG 1", "ECG 2")])
+def test_a_channel_number_is_not_lead_ii(tmp_path, names):
+    """Holter channels named by number (ECG1/ECG2) are not limb leads: the clearer QRS is read, and a
+    second channel with a poorer QRS is not taken for lead II by its number."""
+    noisy, clean = _two_lead_ecg()
+    path = _write_csv(tmp_path / "holter.csv", pd.DataFrame({names[0]: clean, names[1]: noisy}))
+    recording = load_ecg(path)
+    assert recording.channel == names[0] and "lead II" not in recording.lead_reason
+
+
 def test_wfdb_mlii_second_channel_is_chosen(tmp_path, device):
     """A record whose first channel is V5 and second MLII (as some MIT-BIH records are) is read on MLII."""
     import wfdb
