@@ -211,3 +211,203 @@ def launch(name: str, n: int, *arrays_and_scalars):
         kernel[math.ceil(n / THREADS_PER_BLOCK), THREADS_PER_BLOCK](n, *args)
     else:
         {"nms": _nms_cpu, "embed": _embed_cpu, "qrs_shape": _qrs_shape_cpu}[name](n, *args)
+
+
+# --------------------------------------------------------------------------- episodes and beat quality
+# The kernels of pipeline.episodes and pipeline.quality, twinned the same way. They keep their own
+# tables and launcher (launch_added) so that this section stands apart from launch's.
+def _block_stats_one(k, signal, size, step, low_rail, high_rail, out):
+    """Statistics of block k, ``signal[k size : (k+1) size]``, written to ``out[k]``:
+    0 the mean square of the second difference ``x[i-step] - 2 x[i] + x[i+step]`` (high-frequency
+    content: its gain is 0 at 0 Hz and peaks at fs / (2 step)), 1 the minimum, 2 the maximum,
+    3 the mean, 4 the number of samples at or beyond the rails (a clipped amplifier)."""
+    n = signal.shape[0]
+    start = k * size
+    low = signal[start]
+    high = low
+    total = 0.0
+    energy = 0.0
+    rail = 0
+    for i in range(start, start + size):
+        value = signal[i]
+        total += value
+        low = min(low, value)
+        high = max(high, value)
+        if value >= high_rail or value <= low_rail:
+            rail += 1
+        if i >= step and i + step < n:
+            d = signal[i - step] - 2.0 * value + signal[i + step]
+            energy += d * d
+    out[k, 0] = energy / size
+    out[k, 1] = low
+    out[k, 2] = high
+    out[k, 3] = total / size
+    out[k, 4] = rail
+
+
+def _beat_stats_one(i, signal, positions, half_qrs, before, after, step, edge, t_lo, t_hi, k,
+                    amp, hf, shift, corr, best):
+    """Noise and shape measures of beat i (fiducial ``p = positions[i]``).
+
+    amp[i]: peak-to-peak within ±``half_qrs`` of p (the QRS amplitude). The beat's window runs from
+    p - ``before`` to p + ``after``, cut short ``half_qrs`` before the neighbouring fiducials so that
+    no other QRS enters it. hf[i]: RMS of the second difference (step ``step``) over that window
+    outside the beat's own QRS: muscle noise and mains, not the QRS. shift[i]: |mean of the window's
+    last ``edge`` samples - mean of its first ``edge``|: a baseline step or fast wander across the
+    beat. corr[i]: Pearson correlation, over offsets ``t_lo..t_hi`` from p, with the local median
+    template (sample-wise lower median of the 2k neighbouring beats, i excluded; shifted inward at
+    the recording's ends); best[i]: the highest correlation with any one of those neighbours (a
+    PVC among PVCs resembles one of them). 1 where no neighbour exists."""
+    n = signal.shape[0]
+    m = positions.shape[0]
+    p = positions[i]
+    low = signal[min(max(p - half_qrs, 0), n - 1)]
+    high = low
+    for j in range(max(p - half_qrs, 0), min(p + half_qrs + 1, n)):
+        low = min(low, signal[j])
+        high = max(high, signal[j])
+    amp[i] = high - low
+
+    start = p - before
+    if i > 0:
+        start = max(start, positions[i - 1] + half_qrs + 1)
+    stop = p + after
+    if i + 1 < m:
+        stop = min(stop, positions[i + 1] - half_qrs - 1)
+    start = max(start, step)
+    stop = min(stop, n - 1 - step)
+    energy = 0.0
+    count = 0
+    for j in range(start, stop + 1):
+        if j < p - half_qrs or j > p + half_qrs:
+            d = signal[j - step] - 2.0 * signal[j] + signal[j + step]
+            energy += d * d
+            count += 1
+    hf[i] = math.sqrt(energy / count) if count > 0 else 0.0
+    g = min(edge, (stop - start + 1) // 2)
+    if g > 0:
+        first = 0.0
+        last = 0.0
+        for j in range(g):
+            first += signal[start + j]
+            last += signal[stop - j]
+        shift[i] = abs(last - first) / g
+    else:
+        shift[i] = 0.0
+
+    others = min(2 * k, m - 1)
+    if others <= 0:
+        corr[i] = 1.0
+        best[i] = 1.0
+        return
+    lo = min(max(i - k, 0), m - 1 - others)
+    rank = (others - 1) // 2
+    sr = 0.0
+    srr = 0.0
+    st = 0.0
+    stt = 0.0
+    srt = 0.0
+    w = t_hi - t_lo + 1
+    for t in range(t_lo, t_hi + 1):
+        r = signal[min(max(p + t, 0), n - 1)]
+        median = r
+        for a in range(lo, lo + others + 1):
+            if a == i:
+                continue
+            va = signal[min(max(positions[a] + t, 0), n - 1)]
+            below = 0
+            above = 0
+            for b in range(lo, lo + others + 1):
+                if b == i:
+                    continue
+                vb = signal[min(max(positions[b] + t, 0), n - 1)]
+                if vb < va:
+                    below += 1
+                elif vb > va:
+                    above += 1
+            if below <= rank and above <= others - 1 - rank:
+                median = va
+                break
+        sr += r
+        srr += r * r
+        st += median
+        stt += median * median
+        srt += r * median
+    var_r = srr - sr * sr / w
+    var_t = stt - st * st / w
+    corr[i] = (srt - sr * st / w) / math.sqrt(var_r * var_t) if var_r > 0.0 and var_t > 0.0 else 0.0
+    top = -1.0
+    for a in range(lo, lo + others + 1):
+        if a == i:
+            continue
+        sn = 0.0
+        snn = 0.0
+        srn = 0.0
+        for t in range(t_lo, t_hi + 1):
+            r = signal[min(max(p + t, 0), n - 1)]
+            v = signal[min(max(positions[a] + t, 0), n - 1)]
+            sn += v
+            snn += v * v
+            srn += r * v
+        var_n = snn - sn * sn / w
+        if var_r > 0.0 and var_n > 0.0:
+            top = max(top, (srn - sr * sn / w) / math.sqrt(var_r * var_n))
+    best[i] = top
+
+
+_block_stats_cpu_body = numba.njit(_block_stats_one, cache=True)
+_beat_stats_cpu_body = numba.njit(_beat_stats_one, cache=True)
+
+
+@numba.njit(parallel=True, cache=True)
+def _block_stats_cpu(n, signal, size, step, low_rail, high_rail, out):
+    for k in numba.prange(n):
+        _block_stats_cpu_body(k, signal, size, step, low_rail, high_rail, out)
+
+
+@numba.njit(parallel=True, cache=True)
+def _beat_stats_cpu(n, signal, positions, half_qrs, before, after, step, edge, t_lo, t_hi, k,
+                    amp, hf, shift, corr, best):
+    for i in numba.prange(n):
+        _beat_stats_cpu_body(i, signal, positions, half_qrs, before, after, step, edge, t_lo, t_hi, k,
+                             amp, hf, shift, corr, best)
+
+
+_block_stats_cuda_body = _beat_stats_cuda_body = None
+
+
+@functools.cache
+def _added_cuda_kernels() -> dict:
+    """CUDA twins of this section's kernels, compiled on first use and cached on disk like
+    :func:`_cuda_kernels` (numba.cuda and the device bodies reached as module globals)."""
+    global cuda, _block_stats_cuda_body, _beat_stats_cuda_body
+    from numba import cuda
+
+    _block_stats_cuda_body = cuda.jit(device=True)(_block_stats_one)
+    _beat_stats_cuda_body = cuda.jit(device=True)(_beat_stats_one)
+
+    def block_stats(n, signal, size, step, low_rail, high_rail, out):
+        k = cuda.grid(1)
+        if k < n:
+            _block_stats_cuda_body(k, signal, size, step, low_rail, high_rail, out)
+
+    def beat_stats(n, signal, positions, half_qrs, before, after, step, edge, t_lo, t_hi, k,
+                   amp, hf, shift, corr, best):
+        i = cuda.grid(1)
+        if i < n:
+            _beat_stats_cuda_body(i, signal, positions, half_qrs, before, after, step, edge, t_lo, t_hi, k,
+                                  amp, hf, shift, corr, best)
+
+    return {"block_stats": _cuda_jit_cached(block_stats), "beat_stats": _cuda_jit_cached(beat_stats)}
+
+
+def launch_added(name: str, n: int, *arrays_and_scalars):
+    """:func:`launch` for this section's kernels (``block_stats``, ``beat_stats``)."""
+    if n <= 0:
+        return
+    args = tuple(backend.as_kernel_array(a) if hasattr(a, "shape") else a for a in arrays_and_scalars)
+    if any(backend.is_cupy_array(a) for a in arrays_and_scalars):
+        kernel = _added_cuda_kernels()[name]
+        kernel[math.ceil(n / THREADS_PER_BLOCK), THREADS_PER_BLOCK](n, *args)
+    else:
+        {"block_stats": _block_stats_cpu, "beat_stats": _beat_stats_cpu}[name](n, *args)

@@ -1,0 +1,398 @@
+"""Stretches of a recording in which beats cannot be told one by one: ventricular flutter or
+fibrillation, and noise.
+
+A flutter wave looks like a wide QRS complex to a beat detector, and muscle noise or electrode
+motion makes QRS-like deflections of its own; the fiducials found in such stretches are not
+heartbeats. :func:`find_episodes` finds them so that the run can keep those fiducials apart
+(:func:`in_episodes`) and the dashboard can show the stretches.
+
+Flutter (VFL) and coarse fibrillation: a sustained, quasi-sinusoidal oscillation at 3–7 Hz
+(180–420 /min) with no isoelectric baseline between its waves. Each 2-s window of the ECG,
+decimated to about 50 Hz, is described by three measures from the VF-detection literature:
+
+- the dominant frequency and the share of the spectral power within ±1 Hz of it (the spectral
+  algorithms of Barro et al., 1989);
+- the share of samples beyond 20 % of the window's largest deflection: a QRS complex leaves the
+  baseline for a tenth of a cycle, a flutter wave for most of it (the threshold-crossing sample
+  count, TCSC, of Arafat et al., 2009);
+- the spectral mean frequency over the dominant one: 1 for a sine, higher for a train of sharp
+  complexes. It sets flutter apart from a fast ventricular tachycardia, whose rate, regularity and
+  missing baseline are the same (MIT-BIH 205 and 203: runs of VT at 200 /min with ratios of
+  1.4–1.5, flutter in 207 at 1.1–1.3).
+
+Noise: a 1-s neighbourhood, every 0.1 s, is noise when its high-frequency floor (the third-lowest
+of its ten 0.1-s RMS values of the second difference, so that one or two QRS complexes do not
+count) exceeds a fraction of the recording's typical QRS amplitude, when its range or a step of
+its baseline is several times that amplitude, when it is flat, or when the amplifier clips.
+
+Per-sample work is one Numba kernel (``block_stats``) and one decimation, on the input's device;
+per-window and per-block measures are vectorised there too. Only the per-window flags and the
+episodes themselves come to the host (:class:`Episodes` holds NumPy arrays).
+
+See Also
+--------
+pipeline.peaks.find_beats : the fiducials before this step.
+pipeline.quality.beat_quality : the per-beat measure of the same concern.
+pipeline.embed.embed_beats : the step after; beats inside episodes need not reach it.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pipeline import _kernels, backend
+
+KINDS = ("flutter", "noise")
+
+
+@dataclass
+class Episodes:
+    """Episodes of one recording, sorted by start (host NumPy arrays of equal length).
+
+    kind : str array, ``'flutter'`` (ventricular flutter or fibrillation) or ``'noise'``.
+    start_s, end_s : float64 arrays, seconds from the recording's first sample.
+    confidence : float32 array in [0, 1]. Flutter: the share of the episode's 2-s windows that pass
+        every test (at least ``min_sine_share``). Noise: ``1 - 0.5 / severity``, severity being the
+        median over the episode of the largest measure / threshold ratio (0.5 at the threshold).
+    """
+
+    kind: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype="<U7"))
+    start_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    end_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    confidence: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
+
+    def __post_init__(self):
+        self.kind = np.asarray(self.kind, dtype="<U7")
+        self.start_s = np.asarray(self.start_s, dtype=np.float64)
+        self.end_s = np.asarray(self.end_s, dtype=np.float64)
+        self.confidence = np.asarray(self.confidence, dtype=np.float32)
+        shapes = {a.shape for a in (self.kind, self.start_s, self.end_s, self.confidence)}
+        if len(shapes) != 1 or self.kind.ndim != 1:
+            raise ValueError(f"Episodes fields must be 1-D arrays of one length; got shapes {sorted(shapes)}")
+        unknown = sorted(set(self.kind.tolist()) - set(KINDS))
+        if unknown:
+            raise ValueError(f"Episodes kind must be one of {', '.join(KINDS)}; got {unknown}")
+
+    def __len__(self) -> int:
+        return int(self.kind.shape[0])
+
+    @property
+    def duration_s(self) -> np.ndarray:
+        return self.end_s - self.start_s
+
+    def select(self, kind: str) -> "Episodes":
+        """The episodes of one kind."""
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
+        keep = self.kind == kind
+        return Episodes(self.kind[keep], self.start_s[keep], self.end_s[keep], self.confidence[keep])
+
+    def to_frame(self):
+        """A pandas DataFrame with columns kind, start_s, end_s, confidence (for results and views)."""
+        import pandas as pd
+
+        return pd.DataFrame({"kind": self.kind, "start_s": self.start_s, "end_s": self.end_s,
+                             "confidence": self.confidence})
+
+    @staticmethod
+    def concat(parts) -> "Episodes":
+        """Several Episodes as one, sorted by start."""
+        parts = list(parts)
+        if not parts:
+            return Episodes()
+        kind = np.concatenate([p.kind for p in parts])
+        start = np.concatenate([p.start_s for p in parts])
+        order = np.argsort(start, kind="stable")
+        return Episodes(kind[order], start[order], np.concatenate([p.end_s for p in parts])[order],
+                        np.concatenate([p.confidence for p in parts])[order])
+
+
+# --------------------------------------------------------------------------- the step
+def find_episodes(signal, fs: float, positions=None, *, flutter: bool = True, noise: bool = True,
+                  window_s: float = 2.0, hop_s: float = 0.5, flutter_hz: tuple[float, float] = (2.2, 8.0),
+                  min_concentration: float = 0.5, min_off_baseline: float = 0.45, max_sine_ratio: float = 1.35,
+                  min_sine_share: float = 1 / 3, min_flutter_s: float = 3.0, max_flutter_gap_s: float = 2.0,
+                  hf_ratio: float = 0.2, range_ratio: float = 4.0, step_ratio: float = 2.5,
+                  flat_ratio: float = 0.005, rail_share: float = 0.1, min_noise_s: float = 0.3,
+                  max_noise_gap_s: float = 0.5) -> Episodes:
+    """Flutter/fibrillation and noise episodes of one lead.
+
+    Parameters
+    ----------
+    signal : CuPy or NumPy array
+        The ECG (1-D, float32, any unit).
+    fs : float
+        Sampling rate in Hz (the measures are defined in Hz and seconds: 128 Hz to 1 kHz alike).
+    positions : int array, optional
+        The fiducials found (:func:`pipeline.peaks.find_beats`): the median peak-to-peak of the
+        signal within ±50 ms of them is the typical QRS amplitude that noise is measured against.
+        Without them, the median range of the recording's 1-s blocks stands in.
+    flutter, noise : bool
+        Which kinds to look for.
+    window_s, hop_s : float
+        Flutter windows: length and hop. An episode runs from the first flagged window's centre
+        − (``window_s`` − ``hop_s``) / 2 to the last one's centre + as much: a window is flagged
+        when flutter fills most of it.
+    flutter_hz : (float, float)
+        Dominant frequency band of flutter windows (the 3–7 Hz of VFL with the margin of a 2-s
+        window's resolution).
+    min_concentration : float
+        Least share of the 1–20 Hz power within ±1 Hz of the dominant frequency.
+    min_off_baseline : float
+        Least share of samples beyond 20 % of the window's largest deflection (TCSC).
+    max_sine_ratio : float
+        Largest spectral mean frequency / dominant frequency of a sine-like window.
+    min_sine_share : float
+        Windows passing the first three tests form candidate runs (gaps up to
+        ``max_flutter_gap_s`` bridged); a run is flutter when at least this share of its windows
+        also passes the sine test and it lasts ``min_flutter_s`` or more.
+    hf_ratio : float
+        Noise when the high-frequency floor exceeds this × the typical QRS amplitude: the RMS of
+        the second difference, whose gain peaks at ~50 Hz (white noise of RMS σ gives ~2.4 σ).
+    range_ratio, step_ratio : float
+        Noise when a 1-s range, or the step between the median levels of the half-seconds before
+        and after, exceeds this × the typical QRS amplitude (motion artefact, electrode pops).
+    flat_ratio, rail_share : float
+        Noise when a 1-s range is below ``flat_ratio`` × the QRS amplitude (a lead off), or when
+        ``rail_share`` of its samples sit at the recording's extremes (a clipped amplifier).
+    min_noise_s, max_noise_gap_s : float
+        Noise runs shorter than this are dropped, after gaps up to ``max_noise_gap_s`` are bridged.
+
+    Returns
+    -------
+    Episodes
+        Host NumPy arrays (a few episodes an hour: this step's one device → host copy, with the
+        per-window flags they come from). Noise is not called inside flutter: the large, fast
+        waves of flutter would pass the range test.
+
+    Raises
+    ------
+    ValueError
+        For a signal that is not 1-D, a sampling rate that is not positive, or positions that are
+        not a 1-D integer array.
+    """
+    if signal.ndim != 1:
+        raise ValueError(f"signal must be 1-D (one lead); got shape {signal.shape}")
+    if not (isinstance(fs, numbers.Real) and math.isfinite(fs) and fs > 0):
+        raise ValueError(f"fs must be a positive number of Hz; got {fs!r}")
+    if positions is not None and (positions.ndim != 1 or positions.dtype.kind not in "iu"):
+        raise ValueError(f"positions must be a 1-D integer array of sample indices; got shape "
+                         f"{positions.shape}, dtype {positions.dtype}")
+    duration = signal.shape[0] / fs
+    found = []
+    if flutter:
+        features = flutter_features(signal, fs, window_s=window_s, hop_s=hop_s)
+        found.append(_flutter_episodes(features, duration, window_s=window_s, hop_s=hop_s, flutter_hz=flutter_hz,
+                                       min_concentration=min_concentration, min_off_baseline=min_off_baseline,
+                                       max_sine_ratio=max_sine_ratio, min_sine_share=min_sine_share,
+                                       min_s=min_flutter_s, max_gap_s=max_flutter_gap_s))
+    if noise:
+        severity, tick = noise_severity(signal, fs, positions, hf_ratio=hf_ratio, range_ratio=range_ratio,
+                                        step_ratio=step_ratio, flat_ratio=flat_ratio, rail_share=rail_share)
+        severity = backend.to_host(severity)  # one device → host copy: a value every 0.1 s
+        if flutter and len(found[0]):
+            centres = (np.arange(severity.shape[0]) + 0.5) * tick / fs
+            severity = np.where(_inside(centres, found[0].start_s, found[0].end_s), 0.0, severity)
+        found.append(_noise_episodes(severity, tick / fs, duration, min_s=min_noise_s, max_gap_s=max_noise_gap_s))
+    return Episodes.concat(found)
+
+
+def in_episodes(positions, episodes: Episodes, fs: float, kinds=KINDS, *, margin_s: float = 0.0):
+    """Boolean mask (on the positions' device): which fiducials lie inside an episode of ``kinds``,
+    widened by ``margin_s`` on both sides. The run keeps these out of the beats it models."""
+    xp = backend.xp_of(positions)
+    kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
+    unknown = sorted(set(kinds) - set(KINDS))
+    if unknown:
+        raise ValueError(f"kinds must be among {', '.join(KINDS)}; got {unknown}")
+    keep = np.isin(episodes.kind, kinds)
+    start, end = _merged(episodes.start_s[keep] - margin_s, episodes.end_s[keep] + margin_s)
+    if start.shape[0] == 0:
+        return xp.zeros(positions.shape[0], dtype=bool)
+    # Small host → device copies of the episode bounds, in samples.
+    start = xp.asarray(np.ceil(start * fs))
+    end = xp.asarray(np.floor(end * fs))
+    slot = xp.searchsorted(start, positions.astype(xp.float64), side="right") - 1
+    return (slot >= 0) & (positions <= end[xp.clip(slot, 0, None)])
+
+
+# --------------------------------------------------------------------------- flutter
+def flutter_features(signal, fs: float, *, window_s: float = 2.0, hop_s: float = 0.5, decimated_hz: float = 50.0,
+                     search_hz: tuple[float, float] = (1.5, 10.0), total_hz: tuple[float, float] = (1.0, 20.0),
+                     near_hz: float = 1.0) -> dict:
+    """Per-window flutter measures (arrays on the input's device) and the windows' centres.
+
+    The ECG is averaged over blocks of ``round(fs / decimated_hz)`` samples (nothing of flutter
+    lies above 20 Hz), cut into windows of ``window_s`` every ``hop_s``, and each window has its
+    mean and linear trend removed.
+
+    Returns
+    -------
+    dict
+        ``dominant_hz`` (the spectral peak within ``search_hz``: above baseline wander, below
+        muscle noise), ``concentration`` (share of the power in ``total_hz`` within ±``near_hz``
+        of it), ``off_baseline`` (share of samples beyond 20 % of the window's largest deflection),
+        ``sine_ratio`` (spectral mean frequency over ``total_hz`` / dominant frequency), all
+        float32; ``centre_s`` (host float64, the windows' centres).
+    """
+    xp = backend.xp_of(signal)
+    fft = backend.fft_module(xp)
+    q = max(1, int(round(fs / decimated_hz)))
+    rate = fs / q
+    m = signal.shape[0] // q
+    length = max(8, int(round(window_s * rate)))
+    hop = max(1, int(round(hop_s * rate)))
+    count = (m - length) // hop + 1 if m >= length else 0
+    empty = xp.zeros(0, dtype=xp.float32)
+    if count <= 0:
+        return {"dominant_hz": empty, "concentration": empty, "off_baseline": empty, "sine_ratio": empty,
+                "centre_s": np.zeros(0)}
+    decimated = signal[: m * q].reshape(m, q).mean(axis=1, dtype=xp.float32)
+    frames = decimated[xp.arange(count)[:, None] * hop + xp.arange(length)[None, :]]
+    t = xp.arange(length, dtype=xp.float32) - (length - 1) / 2.0
+    frames -= frames.mean(axis=1, keepdims=True)
+    frames -= (frames @ t / float((length * (length * length - 1)) / 12.0))[:, None] * t[None, :]
+    magnitude = xp.abs(frames)
+    peak = magnitude.max(axis=1, keepdims=True)
+    off_baseline = (magnitude > 0.2 * peak).mean(axis=1, dtype=xp.float32)
+    n_fft = fft.next_fast_len(2 * length, real=True)  # zero-padded: a ~0.25-Hz grid for the peak and its ±1 Hz
+    step = rate / n_fft
+    low, high = int(math.ceil(total_hz[0] / step)), int(total_hz[1] / step)
+    spectrum = fft.rfft(frames * xp.hanning(length).astype(xp.float32), n=n_fft, axis=1)[:, low:high + 1]
+    power = spectrum.real ** 2 + spectrum.imag ** 2
+    freqs = (xp.arange(low, high + 1) * step).astype(xp.float32)
+    first, last = int(math.ceil(search_hz[0] / step)) - low, int(search_hz[1] / step) - low
+    peak_bin = xp.argmax(power[:, first:last + 1], axis=1) + first
+    dominant = freqs[peak_bin]
+    total = xp.maximum(power.sum(axis=1), xp.finfo(xp.float32).tiny)
+    # Power within ±near_hz of the peak: differences of the cumulative sum along frequency.
+    cumulative = xp.concatenate([xp.zeros((count, 1), dtype=power.dtype), xp.cumsum(power, axis=1)], axis=1)
+    reach = int(round(near_hz / step))
+    upper = xp.clip(peak_bin + reach + 1, 0, power.shape[1])[:, None]
+    lower = xp.clip(peak_bin - reach, 0, power.shape[1])[:, None]
+    concentration = (xp.take_along_axis(cumulative, upper, axis=1) - xp.take_along_axis(cumulative, lower, axis=1))[:, 0] / total
+    mean_hz = xp.sqrt(power @ (freqs * freqs) / total)
+    centre = (np.arange(count) * hop + length / 2.0) * q / fs
+    return {"dominant_hz": dominant.astype(xp.float32), "concentration": concentration.astype(xp.float32),
+            "off_baseline": off_baseline, "sine_ratio": (mean_hz / dominant).astype(xp.float32), "centre_s": centre}
+
+
+def _flutter_episodes(features: dict, duration: float, *, window_s, hop_s, flutter_hz, min_concentration,
+                      min_off_baseline, max_sine_ratio, min_sine_share, min_s, max_gap_s) -> Episodes:
+    dominant = features["dominant_hz"]
+    xp = backend.xp_of(dominant)
+    candidate = ((features["concentration"] >= min_concentration) & (features["off_baseline"] >= min_off_baseline)
+                 & (dominant >= flutter_hz[0]) & (dominant <= flutter_hz[1]))
+    sine = candidate & (features["sine_ratio"] <= max_sine_ratio)
+    flags = backend.to_host(xp.stack([candidate, sine]))  # one device → host copy: two flags a window
+    candidate, sine = flags[0], flags[1]
+    centre = features["centre_s"]
+    first, last = _runs(candidate, max(0, int(round(max_gap_s / hop_s))))
+    if first.shape[0] == 0:
+        return Episodes()
+    counts = np.concatenate([[0], np.cumsum(sine)])
+    share = (counts[last + 1] - counts[first]) / (last - first + 1)
+    reach = (window_s - hop_s) / 2.0
+    start = np.clip(centre[first] - reach, 0.0, duration)
+    end = np.clip(centre[last] + reach, 0.0, duration)
+    keep = (share >= min_sine_share) & (end - start >= min_s)
+    return Episodes(np.full(int(keep.sum()), "flutter"), start[keep], end[keep], share[keep])
+
+
+# --------------------------------------------------------------------------- noise
+def noise_severity(signal, fs: float, positions=None, *, tick_s: float = 0.1, hf_ratio: float = 0.2,
+                   range_ratio: float = 4.0, step_ratio: float = 2.5, flat_ratio: float = 0.005,
+                   rail_share: float = 0.1):
+    """Noise severity every ``tick_s`` (float32, on the input's device) and the tick in samples.
+
+    Each tick's 1-s neighbourhood (ten blocks of ``tick_s``) is measured against the typical QRS
+    amplitude (see :func:`find_episodes` for the tests); the severity is the largest measure /
+    threshold ratio, so that it is 1 at the threshold of the first test to be crossed.
+    """
+    xp = backend.xp_of(signal)
+    tick = max(1, int(round(tick_s * fs)))
+    count = signal.shape[0] // tick
+    if count == 0:
+        return xp.zeros(0, dtype=xp.float32), tick
+    low, high = float(signal.min()), float(signal.max())  # two syncs: the rails of a clipped amplifier
+    margin = 1e-3 * (high - low)
+    stats = xp.empty((count, 5), dtype=xp.float32)
+    _kernels.launch_added("block_stats", count, signal, tick, max(1, int(round(fs / 100.0))), low + margin,
+                          high - margin, stats)
+    per = max(2, int(round(1.0 / tick_s)))
+    half = per // 2
+    around = xp.clip(xp.arange(count)[:, None] + xp.arange(-half, per - half)[None, :], 0, count - 1)
+    ranges = stats[:, 2][around].max(axis=1) - stats[:, 1][around].min(axis=1)
+    amplitude = _typical_amplitude(signal, positions, fs, ranges)
+    # The high-frequency floor: the second-lowest of the five 0.1-s values around the tick, so
+    # that the block a QRS complex falls in does not count, yet a burst of 0.5 s is seen.
+    few = max(3, int(round(0.5 / tick_s)))
+    close = xp.clip(xp.arange(count)[:, None] + xp.arange(-(few // 2), few - few // 2)[None, :], 0, count - 1)
+    floor = xp.sqrt(xp.partition(stats[:, 0][close], 1, axis=1)[:, 1])
+    means = stats[:, 3]
+    before = xp.median(means[around[:, :half]], axis=1)
+    after = xp.median(means[around[:, half:]], axis=1)
+    rails = stats[:, 4][around].sum(axis=1) / (per * tick)
+    severity = xp.maximum(floor / (hf_ratio * amplitude), ranges / (range_ratio * amplitude))
+    severity = xp.maximum(severity, xp.abs(after - before) / (step_ratio * amplitude))
+    severity = xp.maximum(severity, rails / rail_share)
+    severity = xp.maximum(severity, flat_ratio * amplitude / xp.maximum(ranges, xp.float32(1e-30)))
+    return severity.astype(xp.float32), tick
+
+
+def _typical_amplitude(signal, positions, fs: float, ranges, half_s: float = 0.05) -> float:
+    """The median peak-to-peak within ±``half_s`` of the fiducials, else the median 1-s range."""
+    xp = backend.xp_of(signal)
+    if positions is not None and positions.shape[0] >= 3:
+        half = max(1, int(round(half_s * fs)))
+        around = xp.clip(positions[:, None] + xp.arange(-half, half + 1)[None, :], 0, signal.shape[0] - 1)
+        window = signal[around]
+        value = float(xp.median(window.max(axis=1) - window.min(axis=1)))  # sync: a scalar
+    else:
+        value = float(xp.median(ranges))
+    return value if value > 0 else 1.0  # a flat recording: every range test divides by 1
+
+
+def _noise_episodes(severity: np.ndarray, tick_s: float, duration: float, *, min_s, max_gap_s) -> Episodes:
+    first, last = _runs(severity >= 1.0, max(0, int(round(max_gap_s / tick_s))))
+    if first.shape[0] == 0:
+        return Episodes()
+    start = first * tick_s
+    end = np.minimum((last + 1) * tick_s, duration)
+    keep = end - start >= min_s
+    level = np.array([np.median(severity[a:b + 1][severity[a:b + 1] >= 1.0]) for a, b in zip(first[keep], last[keep])])
+    confidence = np.clip(1.0 - 0.5 / np.maximum(level, 1.0), 0.0, 1.0) if level.size else level
+    return Episodes(np.full(int(keep.sum()), "noise"), start[keep], end[keep], confidence)
+
+
+# --------------------------------------------------------------------------- helpers (host)
+def _runs(flags: np.ndarray, max_gap: int) -> tuple[np.ndarray, np.ndarray]:
+    """First and last index of each run of True, runs less than ``max_gap`` + 1 apart joined."""
+    edges = np.diff(np.concatenate([[0], flags.astype(np.int8), [0]]))
+    first = np.flatnonzero(edges == 1)
+    last = np.flatnonzero(edges == -1) - 1
+    if first.shape[0] > 1:
+        joined = first[1:] - last[:-1] - 1 <= max_gap
+        first = first[np.concatenate([[True], ~joined])]
+        last = last[np.concatenate([~joined, [True]])]
+    return first, last
+
+
+def _merged(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Overlapping intervals as one (sorted, disjoint)."""
+    if start.shape[0] == 0:
+        return start, end
+    order = np.argsort(start, kind="stable")
+    start, end = start[order], np.maximum.accumulate(end[order])
+    new = np.concatenate([[True], start[1:] > end[:-1]])
+    last = np.concatenate([np.flatnonzero(new)[1:] - 1, [start.shape[0] - 1]])
+    return start[new], end[last]
+
+
+def _inside(t: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    start, end = _merged(start, end)
+    slot = np.searchsorted(start, t, side="right") - 1
+    return (slot >= 0) & (t <= end[np.clip(slot, 0, None)])

@@ -1,0 +1,315 @@
+"""Synthetic stress cases for beat detection, episodes and beat quality: short recordings with a
+known answer (every true beat and every true episode).
+
+Beats come from :mod:`pipeline.synth`'s generators (its wave model, rhythm and noise bursts);
+this module only arranges them the way hard recordings do:
+
+=====================  ======================================================================
+``pauses``             sinus rhythm with pauses of 2, 3, 4.5 s and a 6-s sinus arrest
+``flutter``            sinus rhythm, 10 s of ventricular flutter at ~270 /min, sinus again
+``noise_bursts``       muscle noise and motion bursts (synth's), beats inside labelled ``Q``
+``electrode_motion``   large slow electrode-motion swings and an electrode pop (a baseline step)
+``tall_t_slow``        45 bpm, T waves taller than the small QRS complexes (synth's stress case)
+``bigeminy``           every other beat a large PVC, the normal beats small
+``*_128hz``, ``*_1khz`` the flutter and noise-burst cases at 128 Hz and 1 kHz
+=====================  ======================================================================
+
+Every case carries a second lead, so that :func:`write_case` writes two-channel CSV and WFDB
+files whose channels are named ``ECG1`` and ``ECG2``, the real lead II being ``ECG1``: a loader
+that takes the name ``ECG2`` for "ECG lead II" picks the wrong one, which has smaller, inverted
+QRS complexes and more noise.
+
+Example
+-------
+>>> from pipeline.stress import make_case, write_case
+>>> case = make_case("flutter")
+>>> case.episodes
+(('flutter', 12.0, 22.0),)
+>>> write_case(case, "/tmp/flutter.csv")      # + /tmp/flutter.annotations.csv
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pipeline import synth
+
+__all__ = ["StressCase", "CASES", "make_case", "write_case", "pauses", "flutter", "noise_bursts",
+           "electrode_motion", "tall_t_slow", "bigeminy"]
+
+_LEADS = ("ECG1", "ECG2")
+
+
+@dataclass
+class StressCase:
+    """One synthetic recording and its ground truth.
+
+    Attributes
+    ----------
+    name : str
+    fs : float
+    signal : numpy.ndarray
+        Lead II (float32, mV), written as ``ECG1``.
+    second : numpy.ndarray
+        Another lead (float32, mV): smaller inverted QRS complexes, more noise; ``ECG2``.
+    beats : numpy.ndarray
+        int64 sample of every true heartbeat's fiducial (main QRS deflection), increasing.
+    symbols : numpy.ndarray
+        One MIT-BIH symbol per beat: ``N``, ``V``, or ``Q`` for a beat hidden in noise.
+    episodes : tuple
+        ``(kind, start_s, end_s)`` of every true episode, kind ``'flutter'`` or ``'noise'``.
+    """
+
+    name: str
+    fs: float
+    signal: np.ndarray
+    second: np.ndarray
+    beats: np.ndarray
+    symbols: np.ndarray
+    episodes: tuple = ()
+
+    @property
+    def duration_s(self) -> float:
+        return self.signal.shape[0] / self.fs
+
+    def inside(self, kind: str | None = None) -> np.ndarray:
+        """Boolean per beat: inside a true episode (of ``kind``, or of any kind)."""
+        mask = np.zeros(self.beats.shape[0], dtype=bool)
+        for k, start, end in self.episodes:
+            if kind in (None, k):
+                mask |= (self.beats >= start * self.fs) & (self.beats <= end * self.fs)
+        return mask
+
+
+# --------------------------------------------------------------------------- assembly
+def _streams(seed: int, count: int):
+    return [np.random.default_rng(s) for s in np.random.SeedSequence([seed, 0x57E55]).spawn(count)]
+
+
+def _render_beats(fs: float, n: int, times: np.ndarray, kinds: np.ndarray, seed: int, *, heart_rate: float = 70.0,
+                  qrs_scale: float = 1.0, t_wave_scale: float = 1.0):
+    """Beats at ``times`` (s) of ``kinds`` (0 N, 1 V) drawn by synth's wave model: (signal, fiducials,
+    R amplitude). Premature beats take the T wave of the sinus cycle before them, as in synth."""
+    rng_rhythm, rng_morph, rng_beat, rng_extra = _streams(seed, 4)
+    rhythm = synth._Rhythm(rng_rhythm, heart_rate)
+    morph = synth._Morphology(rng_morph)
+    morph.scale_sinus(qrs_scale, t_wave_scale)
+    peaks = np.rint(np.asarray(times) * fs).astype(np.int64)
+    keep = (peaks >= 0) & (peaks < n)
+    peaks, kinds = peaks[keep], np.asarray(kinds, dtype=np.int8)[keep]
+    t_r = peaks / fs
+    rr = np.diff(t_r, prepend=t_r[0] - rhythm.rr_mean) if t_r.size else t_r
+    ectopic = np.flatnonzero(kinds != 0)
+    rr[ectopic] = np.where(ectopic >= 1, rr[np.maximum(ectopic - 1, 0)], rhythm.rr_mean)
+    signal = np.zeros(n, dtype=np.float32)
+    if t_r.size:
+        mu, amp, sig = synth._beat_components(morph, rhythm, rng_beat, t_r, rr, kinds, fs, rng_extra)
+        synth._render_gaussians(signal, mu * fs, amp, sig * fs)
+    return signal, peaks, morph.R
+
+
+def _background(n: int, fs: float, rng: np.random.Generator, noise_mv: float = 0.02) -> np.ndarray:
+    """Baseline wander (respiration and slower), a little mains hum and white noise."""
+    t = np.arange(n) / fs
+    wander = (rng.uniform(0.05, 0.15) * np.sin(2 * np.pi * rng.uniform(0.2, 0.3) * t + rng.uniform(0, 6.3))
+              + rng.uniform(0.05, 0.2) * np.sin(2 * np.pi * rng.uniform(0.03, 0.1) * t + rng.uniform(0, 6.3)))
+    hum = 0.01 * np.sin(2 * np.pi * 50.0 * t + rng.uniform(0, 6.3))
+    return (wander + hum + noise_mv * rng.standard_normal(n)).astype(np.float32)
+
+
+def _second_lead(signal: np.ndarray, fs: float, rng: np.random.Generator) -> np.ndarray:
+    """A lead whose QRS complexes are small and inverted against lead II's (like V1), with its own
+    wander and twice the white noise."""
+    return (-0.35 * signal + _background(signal.shape[0], fs, rng, noise_mv=0.04)).astype(np.float32)
+
+
+def _sinus(duration: float, rng: np.random.Generator, heart_rate: float = 70.0) -> np.ndarray:
+    """Sinus beat times (s) from synth's rhythm model (HRV, respiration)."""
+    rhythm = synth._Rhythm(rng, heart_rate)
+    return synth._sinus_times(rhythm, rng, duration)
+
+
+def _case(name, fs, signal, beats, symbols, episodes, rng) -> StressCase:
+    return StressCase(name=name, fs=float(fs), signal=signal.astype(np.float32),
+                      second=_second_lead(signal, fs, rng), beats=np.asarray(beats, dtype=np.int64),
+                      symbols=np.asarray(symbols, dtype="<U1"), episodes=tuple(episodes))
+
+
+def _from_synth(name: str, ecg: "synth.SyntheticECG", episodes, rng) -> StressCase:
+    return _case(name, ecg.fs, ecg.signal, ecg.r_peaks, ecg.symbols, episodes, rng)
+
+
+# --------------------------------------------------------------------------- cases
+def pauses(fs: float = 360.0, seed: int = 0, *, duration_s: float = 60.0,
+           pauses_s: tuple = (2.0, 3.0, 4.5, 6.0)) -> StressCase:
+    """Sinus rhythm at 70 bpm in which the beats after evenly spread points come ``pauses_s`` late
+    (sinus pauses; the last, 6 s, a sinus arrest). No episode: a pause is no noise, and its
+    baseline, though quiet, is not flat."""
+    rng_times, rng_noise, rng_lead = _streams(seed + 1, 3)
+    t = _sinus(duration_s, rng_times)
+    rr = np.diff(t)
+    at = np.linspace(0, rr.size, len(pauses_s) + 2)[1:-1].astype(int)
+    rr[at] = pauses_s
+    t = t[0] + np.concatenate([[0.0], np.cumsum(rr)])
+    n = int(round(duration_s * fs))
+    t = t[t < duration_s - 0.5]
+    beats_signal, beats, _ = _render_beats(fs, n, t, np.zeros(t.size), seed)
+    signal = beats_signal + _background(n, fs, rng_noise)
+    return _case("pauses", fs, signal, beats, np.full(beats.size, "N"), (), rng_lead)
+
+
+def flutter(fs: float = 360.0, seed: int = 0, *, duration_s: float = 40.0, start_s: float = 12.0,
+            length_s: float = 10.0, rate_hz: float = 4.5) -> StressCase:
+    """Sinus rhythm, then ``length_s`` of ventricular flutter at ``rate_hz`` (~270 /min), then a
+    1-s pause and sinus rhythm again. The flutter waves are broad Gaussian waves of alternating
+    sign, half a cycle apart, drawn by synth's renderer: a sine-like oscillation whose amplitude
+    (about the R wave's) and rate drift a little. True episode: ``('flutter', start, end)``."""
+    rng_times, rng_wave, rng_noise, rng_lead = _streams(seed + 2, 4)
+    t = _sinus(duration_s, rng_times)
+    end_s = start_s + length_s
+    t = t[(t < start_s - 0.3) | (t > end_s + 1.0)]
+    t = t[t < duration_s - 0.5]
+    n = int(round(duration_s * fs))
+    signal, beats, r_amp = _render_beats(fs, n, t, np.zeros(t.size), seed)
+    # half-cycles of a slowly wandering rate
+    half = []
+    now = start_s
+    while now < end_s:
+        rate = rate_hz * (1.0 + 0.06 * np.sin(2 * np.pi * 0.15 * (now - start_s))) * rng_wave.uniform(0.97, 1.03)
+        half.append(now)
+        now += 0.5 / rate
+    centres = np.asarray(half)
+    sign = np.where(np.arange(centres.size) % 2 == 0, 1.0, -1.0)
+    envelope = np.clip(np.minimum(centres - start_s, end_s - centres) / 0.5, 0.2, 1.0)
+    amplitude = r_amp * 0.8 * envelope * (1.0 + 0.2 * np.sin(2 * np.pi * 0.3 * centres)) * rng_wave.uniform(0.9, 1.1, centres.size)
+    width = np.full(centres.size, 0.5 / rate_hz / 2.2)
+    synth._render_gaussians(signal, centres * fs, sign * amplitude, width * fs)
+    signal += _background(n, fs, rng_noise)
+    return _case("flutter", fs, signal, beats, np.full(beats.size, "N"), (("flutter", start_s, end_s),), rng_lead)
+
+
+def noise_bursts(fs: float = 360.0, seed: int = 0, *, duration_s: float = 90.0,
+                 bursts_per_hour: float = 240.0) -> StressCase:
+    """synth's recording with frequent noise bursts (muscle noise plus motion, 0.5–3 s, as large as
+    the R wave); beats inside them are labelled ``Q``. True episodes: the bursts."""
+    ecg = synth.synthesize(synth.SynthConfig(n_samples=int(round(duration_s * fs)), fs=fs, seed=seed,
+                                             noise_bursts_per_hour=bursts_per_hour))
+    episodes = tuple(("noise", a / fs, (b + 1) / fs) for a, b in ecg.noise_bursts)
+    return _from_synth("noise_bursts", ecg, episodes, _streams(seed + 3, 1)[0])
+
+
+def electrode_motion(fs: float = 360.0, seed: int = 0, *, duration_s: float = 60.0,
+                     motion_s: tuple = ((15.0, 18.0), (38.0, 42.0)), pop_s: float = 28.0) -> StressCase:
+    """synth's recording with two stretches of electrode motion (slow swings of 1–5 Hz, peak to
+    peak ~8 × the QRS amplitude, tapered in and out over 0.2 s) and an electrode pop at ``pop_s``:
+    a baseline step of 4 × the QRS amplitude that decays over 2 s. Beats inside the swings are
+    labelled ``Q``. True episodes: the swings, and ±0.5 s around the pop."""
+    rng_motion, rng_lead = _streams(seed + 4, 2)
+    ecg = synth.synthesize(synth.SynthConfig(n_samples=int(round(duration_s * fs)), fs=fs, seed=seed,
+                                             noise_bursts_per_hour=0.0))
+    signal = ecg.signal.copy()
+    n = signal.shape[0]
+    qrs = float(np.median(np.ptp(signal[np.clip(ecg.r_peaks[:, None] + np.arange(-int(0.05 * fs), int(0.05 * fs) + 1),
+                                                0, n - 1)], axis=1)))
+    symbols = ecg.symbols.copy()
+    for a, b in motion_s:
+        i0, i1 = int(a * fs), int(b * fs)
+        k = max(3, int(0.1 * fs))  # smoothing to ~1-5 Hz swings
+        walk = np.convolve(rng_motion.standard_normal(i1 - i0 + k), np.hanning(k), mode="valid")[: i1 - i0]
+        walk = np.cumsum(walk - walk.mean())
+        walk -= np.linspace(walk[0], walk[-1], walk.size)  # ends at zero, so the baseline comes back
+        walk *= 8.0 * qrs / max(np.ptp(walk), 1e-12)
+        taper = np.clip(np.minimum(np.arange(walk.size), walk.size - 1 - np.arange(walk.size)) / (0.2 * fs), 0, 1)
+        signal[i0:i1] += (walk * taper).astype(np.float32)
+        symbols[(ecg.r_peaks >= i0) & (ecg.r_peaks < i1)] = "Q"
+    p = int(pop_s * fs)
+    signal[p:] += (4.0 * qrs * np.exp(-np.arange(n - p) / (2.0 * fs))).astype(np.float32)
+    episodes = tuple(("noise", a, b) for a, b in motion_s) + (("noise", pop_s - 0.5, pop_s + 0.5),)
+    return _case("electrode_motion", fs, signal, ecg.r_peaks, symbols, sorted(episodes, key=lambda e: e[1]), rng_lead)
+
+
+def tall_t_slow(fs: float = 360.0, seed: int = 0, *, duration_s: float = 60.0) -> StressCase:
+    """synth's ``tall_t_slow`` stress case (45 bpm, T waves 3.5 × taller, QRS halved) without
+    noise bursts: every beat is clean and no stretch is an episode."""
+    config = synth.stress_config("tall_t_slow", n_samples=int(round(duration_s * fs)), fs=fs, seed=seed)
+    ecg = synth.synthesize(dataclasses.replace(config, noise_bursts_per_hour=0.0))
+    return _from_synth("tall_t_slow", ecg, (), _streams(seed + 5, 1)[0])
+
+
+def bigeminy(fs: float = 360.0, seed: int = 0, *, duration_s: float = 60.0, qrs_scale: float = 0.35,
+             coupling: float = 0.65) -> StressCase:
+    """Ventricular bigeminy: every other beat a PVC (synth's ectopic focus, 1.3–1.8 mV), early
+    (``coupling`` × the sinus interval) with a full compensatory pause; the sinus beats between
+    them small (``qrs_scale``). No episode; every beat clean."""
+    rng_times, rng_noise, rng_lead = _streams(seed + 6, 3)
+    t = _sinus(duration_s, rng_times, heart_rate=75.0)
+    rr = np.diff(t)
+    kinds = (np.arange(t.size) % 2 == 1).astype(np.int8)
+    v = np.flatnonzero(kinds[:-1] == 1)
+    v = v[v < rr.size]
+    two = rr[v - 1] + rr[v]
+    rr[v - 1] = coupling * rr[v - 1]
+    rr[v] = two - rr[v - 1]
+    t = t[0] + np.concatenate([[0.0], np.cumsum(rr)])
+    keep = t < duration_s - 0.5
+    n = int(round(duration_s * fs))
+    signal, beats, _ = _render_beats(fs, n, t[keep], kinds[keep], seed, heart_rate=75.0, qrs_scale=qrs_scale)
+    signal += _background(n, fs, rng_noise)
+    symbols = np.where(kinds[keep][: beats.size] == 1, "V", "N")
+    return _case("bigeminy", fs, signal, beats, symbols, (), rng_lead)
+
+
+#: Every case by name: ``CASES[name](seed=0)`` gives a :class:`StressCase`.
+CASES: dict = {
+    "pauses": pauses,
+    "flutter": flutter,
+    "noise_bursts": noise_bursts,
+    "electrode_motion": electrode_motion,
+    "tall_t_slow": tall_t_slow,
+    "bigeminy": bigeminy,
+    "flutter_128hz": functools.partial(flutter, 128.0),
+    "flutter_1khz": functools.partial(flutter, 1000.0),
+    "noise_bursts_128hz": functools.partial(noise_bursts, 128.0),
+    "noise_bursts_1khz": functools.partial(noise_bursts, 1000.0),
+}
+
+
+def make_case(name: str, seed: int = 0) -> StressCase:
+    """The stress case ``name`` (see :data:`CASES`), its ``name`` field set to the registry's."""
+    if name not in CASES:
+        raise ValueError(f"unknown stress case {name!r}; known: {', '.join(CASES)}")
+    case = CASES[name](seed=seed)
+    case.name = name
+    return case
+
+
+# --------------------------------------------------------------------------- files
+def write_case(case: StressCase, path) -> Path:
+    """Write both leads as ``ECG1`` (lead II) and ``ECG2``, with the true beats.
+
+    ``.csv``: a header ``ECG1,ECG2`` and one row a sample (4 decimals), beside it synth's
+    annotation sidecar ``<stem>.annotations.csv`` (``sample,symbol``). ``.hea`` or no suffix: a
+    WFDB record (16-bit, 200 adu/mV like MIT-BIH) with the beats as ``.atr``. Returns the path the
+    pipeline reads (the CSV or the ``.hea``).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    both = np.stack([case.signal, case.second], axis=1).astype(np.float64)
+    if path.suffix.lower() == ".csv":
+        np.savetxt(path, both, fmt="%.4f", delimiter=",", header=",".join(_LEADS), comments="")
+        lines = "".join(f"{s},{c}\n" for s, c in zip(case.beats.tolist(), case.symbols.tolist()))
+        synth.annotations_path(path).write_text("sample,symbol\n" + lines)
+        return path
+    if path.suffix.lower() not in ("", ".hea"):
+        raise ValueError(f"path must end in .csv or .hea (or have no suffix, for a WFDB record); got {path.name!r}")
+    import wfdb
+
+    record = path.with_suffix("")
+    wfdb.wrsamp(record.name, fs=case.fs, units=["mV", "mV"], sig_name=list(_LEADS), p_signal=both, fmt=["16", "16"],
+                adc_gain=[200.0, 200.0], baseline=[0, 0], write_dir=str(record.parent))
+    wfdb.wrann(record.name, "atr", case.beats, case.symbols.tolist(), write_dir=str(record.parent))
+    return record.with_suffix(".hea")
