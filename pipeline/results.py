@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import os
 import re
 import shutil
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+import xxhash
 
 from pipeline import PipelineWarning
 from pipeline.synth import annotations_path  # the sidecar's name, as load.py finds it
@@ -160,7 +162,7 @@ def _check_regular(path, mode: int) -> None:
     if stat.S_ISDIR(mode):
         raise ValueError(f"{_shown(path)} is a folder; give a recording file ({RECORDING_FORMATS})")
     kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
-            else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "no regular file")
+            else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "a special file")
     raise ValueError(f"{_shown(path)} is {kind}, not a regular file; give a recording file ({RECORDING_FORMATS})")
 
 
@@ -191,10 +193,6 @@ def file_xxh3(path: Path) -> str:
     files far less than SHA-256. The file is memory-mapped rather than read, which saves copying
     it (the hash is then bound by memory bandwidth); xxhash releases the GIL meanwhile. A file cut
     short while mapped raises SIGBUS, as it already would for the arrays load_run memory-maps."""
-    import mmap
-
-    import xxhash
-
     with _open_regular(path) as f:
         if os.fstat(f.fileno()).st_size == 0:
             return xxhash.xxh3_128_hexdigest(b"")
@@ -414,7 +412,7 @@ def _write_and_hash(folder: Path, writers: dict) -> dict[str, str]:
 # Temporary names in a runs folder: ``.<name>.tmp-<pid>`` or ``.<name>.trash-<pid>`` (a run being
 # written or replaced; ``-<thread>`` may follow), and ``.<name>.<random>.tmp`` (files written
 # beside their final name, such as a synthetic input or a labels file).
-_OWNED_TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?:tmp|trash)-(?P<pid>\d+)(?:-\d+)?")
+_OWNED_TEMPORARY = re.compile(r"\..+\.(?:tmp|trash)-(?P<pid>\d+)(?:-\d+)?")
 _ANONYMOUS_TEMPORARY = re.compile(r"\..+\.tmp")
 _RUN_KEY = re.compile(r"[0-9a-f]{16}")
 # A leftover untouched for this long is no write in progress: writing a run's files, or a
@@ -425,10 +423,10 @@ LEFTOVER_IDLE_S = 300.0
 
 def clean_leftovers(root: Path, *, idle_s: float = LEFTOVER_IDLE_S) -> list[Path]:
     """Remove what killed processes left in the runs folder ``root`` (and in its folders that are
-    not runs, such as ``inputs``): temporary folders and files whose writer is gone. One named with
-    a process id goes when no process of that id lives here; one without, when its owner cannot be
-    known. Either way, only once nothing in it has changed for ``idle_s`` seconds. Only hidden
-    names of those shapes are touched, never a run. Returns what was removed."""
+    not runs, such as ``inputs``): temporary folders and files whose writer is gone. A name that
+    carries a process id is removed when no process of that id lives on this machine, a name
+    without one on its age alone; either way only once nothing in it has changed for ``idle_s``
+    seconds. Only hidden names of those shapes are touched, never a run. Returns what was removed."""
     root = Path(root)
     removed = []
     for folder in [root, *_side_folders(root)]:
@@ -480,8 +478,9 @@ def _alive(pid: int) -> bool:
 def _idle_for(path: Path) -> float:
     """Seconds since ``path`` or, for a folder, anything directly in it last changed."""
     try:
-        newest = os.lstat(path).st_mtime
-        if stat.S_ISDIR(os.lstat(path).st_mode):
+        st = os.lstat(path)
+        newest = st.st_mtime
+        if stat.S_ISDIR(st.st_mode):
             with os.scandir(path) as entries:
                 for entry in entries:
                     newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
@@ -496,9 +495,7 @@ def _remove(path: Path) -> bool:
             shutil.rmtree(path)
         else:
             os.unlink(path)  # a file or a link (never followed)
-    except FileNotFoundError:
-        return False  # another process cleaned it first
-    except OSError:
+    except OSError:  # another process cleaned it first, or it is not ours to remove
         return False
     return True
 

@@ -236,7 +236,8 @@ def test_damage_in_place_with_size_and_time_kept_is_detected(tmp_path, parts, na
     recorded while the content is not."""
     path = results.write_run(tmp_path, "key1", **parts)
     _flip_a_byte_keeping_size_and_time(path / name)
-    with pytest.warns(PipelineWarning, match=rf"damaged \({re.escape(name)} does not match its checksum\); recomputing"):
+    problem = rf"damaged \({re.escape(name)} does not match its checksum\); recomputing"
+    with pytest.warns(PipelineWarning, match=problem):
         assert results.find_cached(tmp_path, "key1") is None
 
 
@@ -407,7 +408,8 @@ def test_input_hash_is_remembered_while_the_file_is_unchanged(tmp_path, monkeypa
 def test_remembered_wfdb_hash_covers_every_file(mitdb_copy, monkeypatch):
     record = mitdb_copy / "100.hea"
     digest, signature = results.remembered_input_digest(record, mitdb_copy)
-    assert digest["sha256"] == results.input_sha256(record) and [s[0] for s in signature] == ["100.atr", "100.dat", "100.hea"]
+    assert digest["sha256"] == results.input_sha256(record)
+    assert [s[0] for s in signature] == ["100.atr", "100.dat", "100.hea"]
     results.remember_input_digest(record, mitdb_copy, signature, digest)
     atr = mitdb_copy / "100.atr"
     atr.write_bytes(atr.read_bytes() + b"\0")
@@ -419,7 +421,8 @@ def test_old_remembered_entries_are_hashed_again(tmp_path):
     path = tmp_path / "ecg.csv"
     path.write_text("1.0\n")
     signature = results.input_signature(path)
-    (tmp_path / results.HASH_CACHE).write_text(json.dumps({str(path.resolve()): {"signature": signature, "sha256": "old"}}))
+    old_entry = {str(path.resolve()): {"signature": signature, "sha256": "old"}}
+    (tmp_path / results.HASH_CACHE).write_text(json.dumps(old_entry))
     assert results.remembered_input_digest(path, tmp_path)[0]["sha256"] == results.file_sha256(path)
 
 
@@ -434,7 +437,7 @@ def test_remembering_is_best_effort_and_bounded(tmp_path, monkeypatch):
     entries = json.loads((tmp_path / results.HASH_CACHE).read_text())
     assert [e["digest"]["sha256"] for e in entries.values()] == ["2", "3", "4"]  # the most recent ones
     (tmp_path / results.HASH_CACHE).write_text("not json")
-    assert results.remembered_input_digest(path, tmp_path)[0]["sha256"] == results.file_sha256(path)  # a broken cache: hash
+    assert results.remembered_input_digest(path, tmp_path)[0]["sha256"] == results.file_sha256(path)  # broken: hash
 
 
 # --------------------------------------------------------------------------- leftovers of killed processes
