@@ -297,7 +297,9 @@ class ReviewPanel(pn.viewable.Viewer):
             return
         try:
             with one_patch():
-                self.undo_stack.append(self.labels.set(samples, label))
+                source = {"focus": "beat"}.get(self.scope.value, self.scope.value)    # labels.SOURCES' names
+                # who: the login when the server has one (OAuth), else labels.default_reviewer()
+                self.undo_stack.append(self.labels.set(samples, label, who=pn.state.user, source=source))
         except ValueError as err:
             self.status.object = f"<span style='color:#9b1c1c'>{escape(err)}</span>"
             return
@@ -308,7 +310,7 @@ class ReviewPanel(pn.viewable.Viewer):
     def undo(self) -> None:
         if self.undo_stack:
             with one_patch():
-                self.labels.restore(self.undo_stack.pop())
+                self.labels.restore(self.undo_stack.pop(), who=pn.state.user)
             self.status.object = "Undone · saved. " + self._count()
         self.undo_button.disabled = not self.undo_stack
 
