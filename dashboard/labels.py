@@ -246,12 +246,7 @@ class ReviewLabels:
     def _move_aside(self, path: Path, why: str) -> list[tuple]:
         """Rename a damaged database (and its log) ``<name>.unreadable-<time>``, log it, and return
         the rows that can still be read from it, to be copied into the fresh one."""
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        aside = path.with_name(f"{path.name}.unreadable-{stamp}")
-        k = 1
-        while aside.exists():
-            aside, k = path.with_name(f"{path.name}.unreadable-{stamp}-{k}"), k + 1
-        os.rename(path, aside)
+        aside = _aside(path)
         for companion in ("-wal", "-shm"):      # a write-ahead log belongs to its database
             with contextlib.suppress(FileNotFoundError):
                 os.rename(f"{path}{companion}", f"{aside}{companion}")
@@ -274,8 +269,7 @@ class ReviewLabels:
                 samples = saved["sample"].astype(np.int64).tolist()
                 labels = saved["label"].astype(str).tolist()
             except Exception as err:  # noqa: BLE001 - any unreadable file: keep it, say so, go on
-                aside = self.legacy.with_name(f"{self.legacy.name}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}")
-                os.rename(self.legacy, aside)
+                aside = _aside(self.legacy)
                 log.warning("ECG dashboard: the labels file %s could not be read (%s); moved aside to %s",
                             self.legacy, _reason(err), aside.name)
                 return
@@ -583,6 +577,16 @@ def _folder_lock(folder: Path):
         yield
     finally:
         os.close(fd)          # closing releases the lock
+
+
+def _aside(path: Path) -> Path:
+    """Rename ``path`` to ``<name>.unreadable-<time>`` (never over an earlier one); the new path."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    aside, k = path.with_name(f"{path.name}.unreadable-{stamp}"), 1
+    while aside.exists():
+        aside, k = path.with_name(f"{path.name}.unreadable-{stamp}-{k}"), k + 1
+    os.rename(path, aside)
+    return aside
 
 
 def _salvage(path: Path) -> list[tuple]:
