@@ -167,7 +167,8 @@ def qrs_clarity(values, fs: float | None, segment_s: float = 20.0, segments: int
     ratios = []
     for start in starts:
         x = values[start:start + length].astype(xp.float32)
-        slope = xp.abs(x[2:] - x[:-2])
+        with np.errstate(invalid="ignore"):  # gaps not yet repaired give non-finite slopes, dropped here
+            slope = xp.abs(x[2:] - x[:-2])
         slope = slope[xp.isfinite(slope)]
         count = slope.shape[0] // block
         if count == 0:
@@ -641,7 +642,12 @@ def _read_npy(path: Path, choice: _LeadChoice, device):
         raise InputError(f"{path.name}: expected (samples, leads); got shape {values.shape}, more leads than "
                          "samples (transposed?)")
     names = [f"column {i}" for i in range(values.shape[1] if values.ndim == 2 else 1)]
-    index = choice.pick(names, path, lambda i: np.asarray(values[:, i] if values.ndim == 2 else values, np.float32))
+
+    def lead(i):  # a view where the file holds float32 already: the clarity reads a few stretches only
+        with np.errstate(over="ignore"):
+            return np.asarray(values[:, i] if values.ndim == 2 else values, np.float32)
+
+    index = choice.pick(names, path, lead)
     channel = names[index]
     values = _writable_float32(values[:, index] if values.ndim == 2 else values)
     return _to_device(values, device), None, channel, _sidecar_annotations(path)
@@ -689,8 +695,10 @@ def _read_parquet_columns(path: Path, choice: _LeadChoice, device):
 
 
 def _writable_float32(values) -> np.ndarray:
-    """Arrow hands out read-only views; kernels are compiled for writable float32 arrays."""
-    return np.require(values, np.float32, ["C_CONTIGUOUS", "WRITEABLE"])
+    """Arrow hands out read-only views; kernels are compiled for writable float32 arrays. Values
+    beyond float32's range become ±inf, which the gap check then repairs or refuses."""
+    with np.errstate(over="ignore"):
+        return np.require(values, np.float32, ["C_CONTIGUOUS", "WRITEABLE"])
 
 
 def _to_device(values: np.ndarray, device: str):

@@ -118,6 +118,28 @@ def test_lead_and_column_must_agree(small_csv, tmp_path):
     assert result.returncode == 2 and result.stderr.startswith("error: --lead '0' and --column '1' name different leads")
 
 
+@pytest.mark.parametrize("command, options, message", [
+    ("run", ["--epochs", "0"], "--epochs must be at least 1 (the VAE's training epochs); got 0"),
+    ("run", ["--epochs", "-1"], "--epochs must be at least 1 (the VAE's training epochs); got -1"),
+    ("batch", ["--epochs", "0"], "--epochs must be at least 1 (the VAE's training epochs); got 0"),
+    ("run", ["--samples", "0"], "--samples must be a positive number of samples; got 0"),
+    ("run", ["--samples", "-5"], "--samples must be a positive number of samples; got -5"),
+    ("run", ["--fs", "nan"], "small.csv: sampling rate nan Hz is implausible for an ECG; expected 50–10000 Hz; "
+                             "it came from --fs"),
+    ("batch", ["--fs", "-5"], "small.csv: sampling rate -5 Hz is implausible for an ECG; expected 50–10000 Hz; "
+                              "it came from --fs"),
+])
+def test_options_that_would_run_something_else_are_refused(small_csv, tmp_path, command, options, message):
+    """--epochs 0 or -1 (an untrained model's scores), --samples 0 (the 2M-sample default instead),
+    an --fs no ECG has: one line, exit 2, before anything runs or is written."""
+    out = tmp_path / "runs"
+    inputs = [] if "--samples" in options else [small_csv]  # --samples sizes the synthetic default
+    result = _cli(command, *inputs, "--device", "cpu", "--out", out, "--quiet", *options, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [f"error: {message}"] and result.stdout == ""
+    assert not out.exists()
+
+
 def test_evaluate_with_neurokit(evaluation):
     pytest.importorskip("neurokit2")
     _, result, seconds = evaluation

@@ -94,6 +94,47 @@ def test_csv_gzip(tmp_path, leads, device):
     _check(load_ecg(path, column="V5", device=device), expected, device, channel="V5")
 
 
+def _decimal_comma(value: float, decimals: int = 3) -> str:
+    return f"{value:.{decimals}f}".replace(".", ",")
+
+
+DECIMAL_COMMA_FILES = {
+    # name: (text of the file, column read, expected values' column in `leads`, channel)
+    "one value a line": (lambda f: "".join(f"{_decimal_comma(v)}\n" for v in f["MLII"]), None, "MLII", "column 0"),
+    "one value a line, a header": (lambda f: "ecg\n" + "".join(f"{_decimal_comma(v)}\n" for v in f["MLII"]),
+                                   None, "MLII", "ecg"),
+    "semicolons and a header": (lambda f: "time;MLII;V5\n" + "".join(
+        f"{_decimal_comma(t)};{_decimal_comma(a)};{_decimal_comma(b)}\n" for t, a, b in f.to_numpy()),
+        "V5", "V5", "V5"),
+    "semicolons, no header": (lambda f: "".join(f"{_decimal_comma(a)};{_decimal_comma(b)}\n"
+                                                for a, b in f[["MLII", "V5"]].to_numpy()), 1, "V5", "column 1"),
+    "tabs": (lambda f: "MLII\tV5\n" + "".join(f"{_decimal_comma(a)}\t{_decimal_comma(b)}\n"
+                                               for a, b in f[["MLII", "V5"]].to_numpy()), None, "MLII", "MLII"),
+}
+
+
+@pytest.mark.parametrize("kind", list(DECIMAL_COMMA_FILES))
+@pytest.mark.parametrize("suffix", [".csv", ".csv.gz"])
+def test_csv_decimal_comma(tmp_path, leads, device, kind, suffix):
+    """Files written where the comma is the decimal mark ('0,125', fields split by ';' or a tab)
+    are read as the numbers they hold, not split at the comma into integer columns."""
+    make, column, expected, channel = DECIMAL_COMMA_FILES[kind]
+    frame = leads.round(3)  # the values the file holds exactly
+    text = make(frame)
+    path = tmp_path / f"comma{suffix}"
+    path.write_bytes(gzip.compress(text.encode()) if suffix.endswith(".gz") else text.encode())
+    _check(load_ecg(path, column=column, device=device), frame[expected], device, channel=channel)
+
+
+def test_csv_two_integer_columns_stay_two_columns(tmp_path, device):
+    """'512,498' may be one number with a decimal comma or two integer columns; without a sign that
+    it is decimal ('-0,5', '0,05', a one-name header) it stays two columns, as a plain CSV."""
+    counts = np.random.default_rng(4).integers(100, 999, (N, 2))
+    path = tmp_path / "counts.csv"
+    path.write_text("".join(f"{a},{b}\n" for a, b in counts))
+    _check(load_ecg(path, column=1, device=device), counts[:, 1], device, channel="column 1")
+
+
 @pytest.mark.parametrize("name", ["100.hea", "100.dat", "100"])
 def test_wfdb_record_by_any_name(mitdb, device, name):
     import wfdb
@@ -279,6 +320,33 @@ def _gz_text(text):
     return lambda path: path.write_bytes(gzip.compress(text.encode()))
 
 
+def _corrupt_gzip(path: Path):
+    """A gzip stream damaged in its first deflate block (zlib.error while the layout is sniffed)."""
+    packed = bytearray(gzip.compress(_numbers().encode(), mtime=0))
+    packed[12:16] = b"\xff\xff\xff\xff"
+    path.write_bytes(bytes(packed))
+
+
+def _wfdb_rate(rate: str):
+    """A valid one-lead WFDB record whose header declares ``rate`` as its sampling frequency."""
+    def make(path: Path):
+        import wfdb
+
+        wfdb.wrsamp(path.stem, fs=250, units=["mV"], sig_name=["MLII"], p_signal=_random_walk()[:, None].astype(float),
+                    fmt=["16"], write_dir=str(path.parent))
+        lines = path.read_text().splitlines()
+        fields = lines[0].split()
+        fields[2] = rate
+        path.write_text("\n".join([" ".join(fields)] + lines[1:]) + "\n")
+    return make
+
+
+def _one_bit_noise(path: Path):
+    """Three hours at 250 Hz of random 0/1 samples: no ECG, but a detector finds 'beats' in it."""
+    bits = np.random.default_rng(8).integers(0, 2, 3 * 3600 * 250)
+    path.write_text("\n".join(map(str, bits.tolist())) + "\n")
+
+
 BAD_INPUTS = {
     # name: (file maker or None, load_ecg keyword arguments, message pattern)
     "missing file": (None, {"path": "nope.csv"}, r"no such file: .*nope\.csv"),
@@ -323,9 +391,30 @@ BAD_INPUTS = {
     "too short for a beat": (_write("short.csv", _numbers(400)), {},
                              r"short\.csv: recording too short: 400 samples \(1\.60 s at 250 Hz\); at least 2\.5 s"),
     "flat line": (_write("flat.csv", "0.5\n" * N), {}, r"flat\.csv: the signal is flat \(all values ≈ 0\.5\)"),
-    "implausible --fs 5": (_write("slow.csv", _numbers()), {"fs": 5}, r"sampling rate 5 Hz is implausible for an ECG; expected 50–10000 Hz"),
-    "implausible --fs 1e6": (_write("fast.csv", _numbers()), {"fs": 1e6}, r"sampling rate 1e\+06 Hz is implausible"),
-    "implausible default_fs": (_write("slow.csv", _numbers()), {"default_fs": 0.0}, r"sampling rate 0 Hz is implausible"),
+    "implausible --fs 5": (_write("slow.csv", _numbers()), {"fs": 5},
+                           r"slow\.csv: sampling rate 5 Hz is implausible for an ECG; expected 50–10000 Hz"),
+    "implausible --fs 1e6": (_write("fast.csv", _numbers()), {"fs": 1e6}, r"fast\.csv: sampling rate 1e\+06 Hz is implausible"),
+    "--fs nan": (_write("nan_fs.csv", _numbers()), {"fs": float("nan")},
+                 r"nan_fs\.csv: sampling rate nan Hz is implausible for an ECG; expected 50–10000 Hz"),
+    "implausible default_fs": (_write("slow.csv", _numbers()), {"default_fs": 0.0},
+                               r"slow\.csv: sampling rate 0 Hz is implausible.*the default rate"),
+    "WFDB header rate -5": (_write("neg.hea", _wfdb_rate("-5")), {},
+                            r"neg\.hea: sampling rate -5 Hz is implausible for an ECG; expected 50–10000 Hz; "
+                            r"it came from the record's header"),
+    "WFDB header rate 1e9": (_write("giga.hea", _wfdb_rate("1e9")), {},
+                             r"giga\.hea: sampling rate 1e\+09 Hz is implausible for an ECG; expected 50–10000 Hz"),
+    "WFDB header rate nan": (_write("nanrate.hea", _wfdb_rate("nan/360")), {}, r"nanrate\.hea: sampling rate nan Hz"),
+    "WFDB header rate not a number": (_write("word.hea", _wfdb_rate("fast")), {},
+                                      r"word\.hea: sampling rate 'fast' is not a number"),
+    "corrupt deflate stream": (_write("deflate.csv.gz", _corrupt_gzip), {},
+                               r"deflate\.csv\.gz: corrupt or truncated gzip data \(.*\)$"),
+    "truncated gzip": (_write("cut.csv.gz", lambda p: p.write_bytes(gzip.compress(b"0.5\n1.5\n" * 300)[:30])), {},
+                       r"cut\.csv\.gz: corrupt or truncated gzip data"),
+    "1-bit noise": (_write("bits.csv", _one_bit_noise), {},
+                    r"bits\.csv: the signal takes only 2 distinct values \(0, 1\); an ECG takes at least 8"),
+    "npy transposed": (_write("wide.npy", _npy(np.ones((2, N), np.float32))), {},
+                       r"wide\.npy: expected \(samples, leads\); got shape \(2, 3000\), more leads than samples"),
+    "npy of zero leads": (_write("none.npy", _npy(np.ones((N, 0), np.float32))), {}, r"none\.npy: .* holds no lead"),
     "a directory": (lambda folder: (folder / "adir.csv").mkdir() or folder / "adir.csv", {}, r"adir\.csv is a directory; give a recording file"),
     "unknown suffix": (_write("rec.json", '{"ecg": [1, 2, 3]}'), {}, r"rec\.json: unknown format; expected \.csv, \.txt, \.npy, \.parquet or a WFDB \.hea record"),
 }
@@ -370,7 +459,8 @@ def _tree(root: Path) -> dict:
 
 
 @pytest.mark.parametrize("bad_input", ["missing file", "non-numeric text", "flat line", "implausible --fs 5",
-                                       "corrupt WFDB header"], indirect=True)
+                                       "corrupt WFDB header", "corrupt deflate stream", "WFDB header rate -5",
+                                       "WFDB header rate 1e9", "1-bit noise", "--fs nan"], indirect=True)
 def test_cli_bad_input_exits_2_with_one_error_line(bad_input, tmp_path):
     kwargs, pattern = bad_input
     extra = ["--fs", str(kwargs["fs"])] if "fs" in kwargs else []
@@ -383,6 +473,114 @@ def test_cli_bad_input_exits_2_with_one_error_line(bad_input, tmp_path):
     assert re.search(pattern, errors[0]), errors[0]
     assert "Traceback" not in result.stderr and result.stdout == ""
     assert not out.exists() or not [p for p in out.iterdir() if p.name.startswith(".")]
+
+
+def _fifo(path: Path) -> Path:
+    import os
+
+    os.mkfifo(path)
+    return path
+
+
+def _load_without_waiting(path: Path, **kwargs):
+    """load_ecg(path) in a thread: what it raised (None if it returned), or a test failure when it
+    is still waiting after 20 s. A reader left blocked on a FIFO is released by opening the FIFO's
+    other end, so that no thread outlives the test."""
+    import os
+    import threading
+
+    outcome = {}
+
+    def target():
+        try:
+            load_ecg(path, **kwargs)
+        except BaseException as err:  # handed to the test below
+            outcome["error"] = err
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(20)
+    if thread.is_alive():
+        for fifo in [p for p in path.parent.iterdir() if p.is_fifo()]:
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # the waiting reader sees end of file
+            except OSError:
+                pass
+        thread.join(5)
+        pytest.fail(f"load_ecg({path.name}) waited on a FIFO")
+    return outcome.get("error")
+
+
+@pytest.mark.parametrize("name", ["pipe.csv", "pipe.csv.gz", "pipe.npy", "pipe.parquet", "pipe.hea", "pipe.dat"])
+def test_fifo_is_refused_without_waiting(tmp_path, device, name):
+    """A FIFO (named pipe) given as the recording, a WFDB header or a WFDB signal file: refused at
+    once with one line naming it, where opening it would wait for a writer for ever."""
+    import wfdb
+
+    if name.endswith((".hea", ".dat")):
+        wfdb.wrsamp("pipe", fs=250, units=["mV"], sig_name=["MLII"], p_signal=_random_walk()[:, None].astype(float),
+                    fmt=["16"], write_dir=str(tmp_path))
+        (tmp_path / name).unlink()
+    path = _fifo(tmp_path / name)
+    error = _load_without_waiting(tmp_path / ("pipe.hea" if name.endswith(".dat") else name), device=device)
+    assert isinstance(error, ValueError), repr(error)
+    assert re.search(rf"{re.escape(name)} is a FIFO \(named pipe\), not a regular file", str(error)), str(error)
+    assert path.is_fifo()
+
+
+def test_cli_fifo_input_exits_2_without_waiting(tmp_path):
+    """Through the CLI, where the input is hashed before it is loaded: one line, exit 2, at once
+    (the subprocess is killed after 60 s, so a regression cannot block the test run)."""
+    path = _fifo(tmp_path / "pipe.csv")
+    try:
+        result = _cli("run", path, "--device", "cpu", "--out", tmp_path / "runs", "--quiet", timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("python -m pipeline run waited on a FIFO")
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert re.match(r"error: .*pipe\.csv is a FIFO \(named pipe\), not a regular file", result.stderr), result.stderr
+
+
+def test_corrupt_deflate_past_the_sniffed_head(tmp_path):
+    """A gzip stream damaged beyond the first 4 KiB, which only the full parse meets (pyarrow's own
+    decompression on the CPU): the same one line. (On the GPU cuDF decompresses, with errors of its
+    own; this checks the CPU reader.)"""
+    packed = bytearray(gzip.compress(_numbers(20_000).encode(), mtime=0))
+    packed[len(packed) // 2] ^= 0xFF
+    path = tmp_path / "late.csv.gz"
+    path.write_bytes(bytes(packed))
+    with pytest.raises(ValueError, match=r"^late\.csv\.gz: corrupt or truncated gzip data \(") as raised:
+        load_ecg(path)
+    assert raised.value.__suppress_context__
+
+
+def test_few_distinct_values_boundary(tmp_path, device):
+    """Eight levels (a coarse 3-bit quantisation) are still read; seven are not; a recording whose
+    first minutes are a constant (lead off) is judged on the whole recording, not its start."""
+    walk = _random_walk(N)
+    levels = np.round((walk - walk.min()) / np.ptp(walk) * 7).astype(np.float32)  # 0 … 7
+    np.save(tmp_path / "eight.npy", levels)
+    assert load_ecg(tmp_path / "eight.npy", device=device).n_samples == N
+    np.save(tmp_path / "seven.npy", np.minimum(levels, 6))
+    with pytest.raises(ValueError, match=r"seven\.npy: the signal takes only 7 distinct values \(0, 1, 2, 3, 4, 5, 6\)"):
+        load_ecg(tmp_path / "seven.npy", device=device)
+    lead_off = np.concatenate([np.zeros(120_000, np.float32), _random_walk(30_000)])
+    np.save(tmp_path / "lead_off.npy", lead_off)
+    assert load_ecg(tmp_path / "lead_off.npy", device=device).n_samples == 150_000
+
+
+def test_wfdb_header_may_not_name_a_file_elsewhere(tmp_path):
+    """A header is data: a signal file it names must be a regular file beside it (not a device,
+    not a folder)."""
+    import wfdb
+
+    wfdb.wrsamp("rec", fs=250, units=["mV"], sig_name=["MLII"], p_signal=_random_walk()[:, None].astype(float),
+                fmt=["16"], write_dir=str(tmp_path))
+    (tmp_path / "rec.dat").unlink()
+    (tmp_path / "rec.dat").symlink_to("/dev/zero")
+    with pytest.raises(ValueError, match=r"cannot read WFDB record rec: its signal file .*rec\.dat is a character "
+                                         r"device, not a regular file"):
+        load_ecg(tmp_path / "rec.hea")
 
 
 def test_cli_bad_input_quiet_prints_exactly_one_line(tmp_path):
