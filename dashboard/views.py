@@ -171,8 +171,8 @@ class BeatDetail(View):
         review = self.store.shared.review_of_beats()[int(beat["beat_id"])]
         why = f"<br>Why: {escape(explain(beat))}" if all(c in beat for c in ("p_shape", "rr_pre", "rr_post")) else ""
         return (f"Beat <b>{int(beat['beat_id'])}</b> at <b>{hms(beat['time_s'])}</b> · length "
-                f"{beat['length_s'] * 1000:.0f} ms · score <b>{beat['score']:.2f}</b> · {escape(beat['split'])}{label}"
-                f" · yours <b>{escape(review or '–')}</b>{why}")
+                f"{beat['length_s'] * 1000:.0f} ms · score <b>{beat['score']:.2f}</b> · "
+                f"{escape(beat['split'])}{label} · yours <b>{escape(review or '–')}</b>{why}")
 
     def _draw(self, event=None) -> None:
         focused = self.store.focused()

@@ -310,7 +310,8 @@ def test_dashboard_serve_listens_on_loopback_only_unless_told(tmp_path, monkeypa
 
 def test_dashboard_serve_warns_when_told_to_listen_beyond_this_machine(tmp_path, monkeypatch):
     monkeypatch.setattr(served, "server_command", serve_command_without_address)
-    srv = Server(["--archive", str(tmp_path / "no-archive")], tmp_path / "server.log", serve_args=["--address", "0.0.0.0"])
+    srv = Server(["--archive", str(tmp_path / "no-archive")], tmp_path / "server.log",
+                 serve_args=["--address", "0.0.0.0"])
     try:
         deadline = time.time() + 120
         while "no authentication" not in srv.log() and "Bokeh app running" not in srv.log() and time.time() < deadline:
