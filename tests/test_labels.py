@@ -144,10 +144,14 @@ import json, sys, time
 from pathlib import Path
 from dashboard.labels import ReviewLabels
 
-path, k, start = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+path, k = sys.argv[1], int(sys.argv[2])
 labels = ReviewLabels(path, fs=250.0)
-while time.time() < start:       # both processes begin together
-    time.sleep(0.001)
+ready = Path(path).parent.parent
+(ready / f"ready-{k}").touch()
+deadline = time.time() + 120
+while not all((ready / f"ready-{j}").exists() for j in (1, 2)) and time.time() < deadline:
+    time.sleep(0.001)            # both processes begin together
+began = time.time()
 confirmed, undone = [], []
 for i in range(80):
     sample = 100_000 * k + 10 * i
@@ -157,26 +161,44 @@ for i in range(80):
     else:
         labels.set([sample], f"P{k}")
         confirmed.append(sample)
-print(json.dumps({"confirmed": confirmed, "undone": undone}))
+print(json.dumps({"confirmed": confirmed, "undone": undone, "span": [began, time.time()]}))
 """
 
 
 def test_two_processes_labelling_at_once_lose_no_confirmed_label(path):
     path.parent.mkdir(parents=True)
-    start = time.time() + 6.0        # after both have imported and opened the labels
-    procs = [subprocess.Popen([sys.executable, "-c", TWO_PROCESSES, str(path), str(k), str(start)], cwd=REPO,
+    procs = [subprocess.Popen([sys.executable, "-c", TWO_PROCESSES, str(path), str(k)], cwd=REPO,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k in (1, 2)]
     results = []
     for proc in procs:
         out, err = proc.communicate(timeout=240)
         assert proc.returncode == 0, err[-3000:]
         results.append(json.loads(out.strip().splitlines()[-1]))
+    (a0, a1), (b0, b1) = results[0]["span"], results[1]["span"]
+    assert max(a0, b0) < min(a1, b1), "the two processes labelled at the same time"
     found = stored(path)
     for k, result in zip((1, 2), results):
         lost = [s for s in result["confirmed"] if found.get(s) != f"P{k}"]
         assert not lost, f"process {k} lost {len(lost)} of {len(result['confirmed'])} confirmed labels: {lost[:10]}"
         assert not [s for s in result["undone"] if s in found], "an undone label came back"
     assert len(found) == sum(len(r["confirmed"]) for r in results)
+
+
+def test_sessions_labelling_from_many_threads_lose_nothing(path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    shared, other = ReviewLabels(path, fs=250.0), ReviewLabels(path, fs=250.0)   # one process's, another's
+
+    def session(k: int) -> list[int]:
+        labels = other if k == 0 else shared
+        for i in range(40):
+            labels.set([10_000 * k + i], f"T{k}")
+        return [10_000 * k + i for i in range(40)]
+
+    with ThreadPoolExecutor(4) as pool:
+        done = list(pool.map(session, range(4)))
+    assert stored(path) == {s: f"T{k}" for k, samples in enumerate(done) for s in samples}
+    assert len(shared) == len(other) == 160
 
 
 def test_another_processs_change_is_seen_and_told(path):
