@@ -59,7 +59,8 @@ class StressCase:
     beats : numpy.ndarray
         int64 sample of every true heartbeat's fiducial (main QRS deflection), increasing.
     symbols : numpy.ndarray
-        One MIT-BIH symbol per beat: ``N``, ``V``, or ``Q`` for a beat hidden in noise.
+        One MIT-BIH symbol per beat (synth's: ``N``, ``V``, ``A``, ``S``), ``Q`` for a beat hidden
+        in noise.
     episodes : tuple
         ``(kind, start_s, end_s)`` of every true episode, kind ``'flutter'`` or ``'noise'``.
     """
@@ -146,14 +147,19 @@ def _from_synth(name: str, ecg: "synth.SyntheticECG", episodes, rng) -> StressCa
 # --------------------------------------------------------------------------- cases
 def pauses(fs: float = 360.0, seed: int = 0, *, duration_s: float = 60.0,
            pauses_s: tuple = (2.0, 3.0, 4.5, 6.0)) -> StressCase:
-    """Sinus rhythm at 70 bpm in which the beats after evenly spread points come ``pauses_s`` late
-    (sinus pauses; the last, 6 s, a sinus arrest). No episode: a pause is no noise, and its
+    """Sinus rhythm at 70 bpm with, at evenly spread times, an interval of each of ``pauses_s``
+    before the next beat (sinus pauses; the last, 6 s, a sinus arrest). No episode: a pause is no noise, and its
     baseline, though quiet, is not flat."""
     rng_times, rng_noise, rng_lead = _streams(seed + 1, 3)
-    t = _sinus(duration_s, rng_times)
+    t = _sinus(duration_s + sum(pauses_s), rng_times)
     rr = np.diff(t)
-    at = np.linspace(0, rr.size, len(pauses_s) + 2)[1:-1].astype(int)
-    rr[at] = pauses_s
+    targets = np.linspace(0.0, duration_s, len(pauses_s) + 2)[1:-1]
+    done, now = 0, t[0]
+    for k in range(rr.size):  # ~70 beats a minute: a loop over beats, not samples
+        if done < len(pauses_s) and now >= targets[done]:
+            rr[k] = pauses_s[done]
+            done += 1
+        now += rr[k]
     t = t[0] + np.concatenate([[0.0], np.cumsum(rr)])
     n = int(round(duration_s * fs))
     t = t[t < duration_s - 0.5]

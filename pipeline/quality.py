@@ -1,0 +1,157 @@
+"""How clean each beat is: a quality in [0, 1] per fiducial (1 = clean), from the noise around it
+and its likeness to its neighbours.
+
+Four measures per beat, from one Numba kernel (one thread per beat, ``beat_stats``) and a few
+vectorised gathers on the input's device:
+
+- **high-frequency noise**: the RMS of the second difference (gain peaking near 50 Hz: muscle
+  noise, mains) over the beat's window outside its own QRS, over the median QRS amplitude of the
+  16 beats around it (the beat's own amplitude grows with the noise on it);
+- **baseline shift**: the difference between the mean levels at the two ends of the beat's
+  window, over that amplitude (electrode motion, a baseline step across the beat);
+- **amplitude**: the beat's QRS amplitude against that local median (an artefact that the
+  detector took for a beat is much larger or much smaller);
+- **shape**: the correlation with the local template (the 8 neighbouring beats averaged sample
+  by sample without their highest and lowest value: a trimmed running mean that one ectopic or
+  noisy neighbour does not bend) or, if higher, with the most similar of them (NeuroKit2's
+  ``templatematch``, Orphanidou et al., 2015, made local). A shape alone never makes a beat low quality: a clean premature ventricular beat
+  among normal ones is what the pipeline looks for. It lowers the quality by at most
+  ``shape_weight``, enough to tip a noisy beat of odd shape below :data:`LOW_QUALITY`.
+
+Each measure becomes a factor in [0, 1] by a linear ramp between a "good" and a "bad" value;
+their product is the quality.
+
+Compared with NeuroKit2's ``ecg_quality`` (``averageQRS``, ``templatematch``): those correlate
+each beat with the recording's average beat, so that every ventricular beat scores low; here
+morphology counts little and noise much.
+
+See Also
+--------
+pipeline.peaks.find_beats : the fiducials before this step.
+pipeline.episodes.find_episodes : stretches (flutter, noise) rather than beats.
+pipeline.embed.embed_beats : the step after.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+from pipeline import _kernels, backend
+
+#: A beat whose quality is below this is "low quality". A beat in muscle noise as large as a tenth
+#: of the QRS complexes scores ~0.5; clean beats, premature ones included, score 1 or ≥ 0.6.
+LOW_QUALITY = 0.5
+
+
+def beat_quality(signal, positions, fs: float, *, hf_ramp: tuple[float, float] = (0.15, 0.35),
+                 shift_ramp: tuple[float, float] = (0.6, 1.5), amplitude_ramp: tuple[float, float] = (2.5, 5.0),
+                 shape_ramp: tuple[float, float] = (0.8, 0.3), shape_weight: float = 0.4, **measure_options):
+    """Quality of every beat, float32 in [0, 1] on the input's device (1 = clean).
+
+    Parameters
+    ----------
+    signal : CuPy or NumPy array
+        The ECG lead the fiducials were found in.
+    positions : int array
+        The fiducials (increasing sample indices), on the signal's device.
+    fs : float
+        Sampling rate in Hz.
+    hf_ramp, shift_ramp : (good, bad)
+        High-frequency RMS and baseline shift over the local QRS amplitude: factor 1 at or below
+        ``good``, 0 at or above ``bad``, linear between.
+    amplitude_ramp : (good, bad)
+        The beat's QRS amplitude over the local median, as a ratio either way (2.5 = 2.5 × larger
+        or smaller).
+    shape_ramp : (good, bad)
+        Correlation with the neighbours (see the module's notes) at which the shape factor is 1
+        and 0.
+    shape_weight : float
+        The most that shape lowers the quality (0: not at all).
+    **measure_options
+        Passed to :func:`quality_measures`.
+
+    Returns
+    -------
+    float32 array of ``len(positions)`` values; below :data:`LOW_QUALITY`, a beat is low quality.
+    """
+    m = quality_measures(signal, positions, fs, **measure_options)
+    xp = backend.xp_of(m["hf"])
+    good_hf = _ramp(xp, m["hf"], *hf_ramp)
+    good_shift = _ramp(xp, m["shift"], *shift_ramp)
+    ratio = xp.maximum(m["amplitude"], xp.float32(1e-6))
+    good_amplitude = _ramp(xp, xp.maximum(ratio, 1.0 / ratio), *amplitude_ramp)  # 0.4 counts as 2.5
+    good_shape = _ramp(xp, m["shape"], *shape_ramp)
+    quality = good_hf * good_shift * good_amplitude * (1.0 - shape_weight * (1.0 - good_shape))
+    return quality.astype(xp.float32)
+
+
+def quality_measures(signal, positions, fs: float, *, half_qrs_s: float = 0.06, before_s: float = 0.35,
+                     after_s: float = 0.5, edge_s: float = 0.04, template_s: tuple[float, float] = (-0.1, 0.15),
+                     neighbours: int = 4, amplitude_neighbours: int = 8) -> dict:
+    """The four measures behind :func:`beat_quality` (float32 arrays on the input's device).
+
+    Parameters
+    ----------
+    half_qrs_s : float
+        The QRS is taken as ±this around the fiducial: its peak-to-peak is the beat's amplitude,
+        and high-frequency noise is measured outside it.
+    before_s, after_s : float
+        The beat's window, cut short ``half_qrs_s`` before the neighbouring fiducials.
+    edge_s : float
+        The baseline shift compares the means over this much at the window's two ends.
+    template_s : (float, float)
+        Offsets from the fiducial over which shapes are correlated (QRS and ST segment).
+    neighbours : int
+        The template is made of this many beats on each side.
+    amplitude_neighbours : int
+        The local QRS amplitude is the median over this many beats on each side (the beat too).
+
+    Returns
+    -------
+    dict
+        ``hf`` and ``shift`` (over the local QRS amplitude), ``amplitude`` (the beat's QRS
+        amplitude over the local one), ``shape`` (correlation, -1..1), ``qrs_amplitude`` (signal
+        units).
+    """
+    xp = backend.xp_of(signal)
+    if signal.ndim != 1:
+        raise ValueError(f"signal must be 1-D (one lead); got shape {signal.shape}")
+    if positions.ndim != 1 or positions.dtype.kind not in "iu":
+        raise ValueError(f"positions must be a 1-D integer array of sample indices; got shape {positions.shape}, "
+                         f"dtype {positions.dtype}")
+    if not (isinstance(fs, numbers.Real) and math.isfinite(fs) and fs > 0):
+        raise ValueError(f"fs must be a positive number of Hz; got {fs!r}")
+    if backend.is_cupy_array(signal) != backend.is_cupy_array(positions):
+        raise ValueError("signal and positions must be on the same device (both CuPy or both NumPy)")
+    count = int(positions.shape[0])
+    out = {name: xp.empty(count, dtype=xp.float32) for name in ("amp", "hf", "shift", "corr", "best")}
+    if count == 0:
+        return {"hf": out["hf"], "shift": out["shift"], "amplitude": out["amp"], "shape": out["corr"],
+                "qrs_amplitude": out["amp"]}
+
+    def samples(seconds):
+        return max(1, int(round(seconds * fs)))
+
+    positions = positions.astype(xp.int64, copy=False)
+    _kernels.launch_added("beat_stats", count, signal, positions, samples(half_qrs_s), samples(before_s),
+                          samples(after_s), max(1, int(round(fs / 100.0))), samples(edge_s),
+                          int(round(template_s[0] * fs)), int(round(template_s[1] * fs)), max(1, int(fs // 125)),
+                          int(neighbours),
+                          out["amp"], out["hf"], out["shift"], out["corr"], out["best"])
+    around = xp.clip(xp.arange(count)[:, None] + xp.arange(-amplitude_neighbours, amplitude_neighbours + 1)[None, :],
+                     0, count - 1)
+    local = xp.median(out["amp"][around], axis=1)
+    local = xp.maximum(local, xp.float32(1e-12))
+    return {"hf": (out["hf"] / local).astype(xp.float32), "shift": (out["shift"] / local).astype(xp.float32),
+            "amplitude": (out["amp"] / local).astype(xp.float32),
+            "shape": xp.maximum(out["corr"], out["best"]), "qrs_amplitude": out["amp"]}
+
+
+def low_quality(quality, threshold: float = LOW_QUALITY):
+    """Boolean mask of the low-quality beats (``quality < threshold``)."""
+    return quality < threshold
+
+
+def _ramp(xp, values, good: float, bad: float):
+    """1 at or before ``good``, 0 at or beyond ``bad``, linear between (either order)."""
+    return xp.clip((values - bad) / (good - bad), 0.0, 1.0)
