@@ -55,20 +55,27 @@ def test_run_directory_contents(cpu_run):
 def test_beats_table_columns_and_dtypes(cpu_run):
     beats = cpu_run.run.beats
     expected = {"beat_id": "int32", "start": "int64", "fiducial": "int64", "time_s": "float64", "length": "int32",
-                "length_s": "float32", "split": "category", "z1": "float32", "z2": "float32", "score": "float32",
-                **{name: "float32" for name in results.SCORE_COMPONENTS}, "label": "object", "abnormal": "bool",
-                "family": "int16"}
-    assert {c: str(t) for c, t in beats.dtypes.items()} == expected
+                "length_s": "float32", "rr_before_s": "float32", "split": "category", "z1": "float32",
+                "z2": "float32", "score": "float32", **{name: "float32" for name in results.SCORE_COMPONENTS},
+                "label": "object", "abnormal": "bool", "family": "int16"}
+    dtypes = {c: str(t) for c, t in beats.dtypes.items()}
+    assert dtypes.pop("label") in ("object", "str")     # pandas 3 infers its string dtype for text
+    assert dtypes == {c: t for c, t in expected.items() if c != "label"}
     assert list(beats["split"].cat.categories) == ["train", "test"]
     np.testing.assert_array_equal(beats["beat_id"], np.arange(len(beats)))
     fs = cpu_run.run.fs
     pre = round(SignalConfig().pre_fiducial * SignalConfig().window(fs))
     np.testing.assert_array_equal(beats["start"], beats["fiducial"] - pre)
     np.testing.assert_allclose(beats["time_s"], beats["fiducial"] / fs)
-    np.testing.assert_allclose(beats["length_s"], beats["length"] / fs, rtol=1e-6)
+    # length_s is the RR interval after each beat, rr_before_s the one before; the ends have none
+    np.testing.assert_allclose(beats["length_s"][:-1], beats["length"][:-1] / fs, rtol=1e-6)
+    assert beats["length"].iloc[-1] == -1 and np.isnan(beats["length_s"].iloc[-1])
+    np.testing.assert_allclose(beats["rr_before_s"][1:], beats["length_s"][:-1], rtol=1e-6)
+    assert np.isnan(beats["rr_before_s"].iloc[0])
     assert beats[["z1", "z2", "score"]].notna().all().all() and np.isfinite(beats["score"]).all()
-    assert np.isfinite(beats[["score_shape", "score_rhythm", "rr_post", "p_shape", "p_rhythm"]]).all().all()
-    assert np.isnan(beats["rr_pre"]).sum() <= 1  # only a first beat has no interval before it
+    assert np.isfinite(beats[["score_shape", "score_rhythm", "p_shape", "p_rhythm"]]).all().all()
+    assert np.isnan(beats["rr_pre"]).sum() == 1 and np.isnan(beats["rr_pre"].iloc[0])   # the first beat's
+    assert np.isnan(beats["rr_post"]).sum() == 1 and np.isnan(beats["rr_post"].iloc[-1])  # the last beat's
     np.testing.assert_allclose(beats["prematurity"], 1 - beats["rr_pre"], rtol=1e-6)
     # rr_post is the beat's own length over the local RR
     np.testing.assert_allclose(beats["rr_post"] * beats["local_rr_s"], beats["length_s"], rtol=1e-4)
@@ -81,9 +88,8 @@ def test_arrays_agree_with_the_table(cpu_run):
     assert run.embeddings.shape == (len(beats), width) and run.embeddings.dtype == np.float32
     assert run.decoded.shape == (VAEConfig().grid ** 2, width) and run.decoded_z.shape == (VAEConfig().grid ** 2, 2)
     assert run.signal.dtype == np.float32 and len(run.signal) == run.report["input"]["n_samples"]
-    assert np.isin(beats["fiducial"], run.fiducials).all()  # kept beats are a subset of the fiducials
-    lengths = np.diff(run.fiducials)[np.searchsorted(run.fiducials, beats["fiducial"])]
-    np.testing.assert_array_equal(beats["length"], lengths)
+    np.testing.assert_array_equal(beats["fiducial"], run.fiducials)  # every detected beat is in the table
+    np.testing.assert_array_equal(beats["length"], np.append(np.diff(run.fiducials), -1))
 
 
 def test_families_are_those_of_the_stored_beats(cpu_run):
@@ -110,7 +116,7 @@ def test_report_fields(cpu_run):
     assert report["segmentation_s"] == pytest.approx(sum(report["stages_s"][s] for s in SEGMENTATION), abs=1e-5)
     counts = report["counts"]
     assert counts["beats"] == len(beats) and counts["fiducials"] == len(run.fiducials)
-    assert counts["pruned"] == counts["fiducials"] - 1 - counts["beats"]
+    assert counts["beats"] == counts["fiducials"]      # every detected beat is in the table
     assert counts["train"] == int((beats["split"] == "train").sum()) == round(0.75 * len(beats))
     assert counts["test"] == int((beats["split"] == "test").sum()) == len(beats) - counts["train"]
     assert report["input"]["fs"] == 250.0 and report["input"]["annotated"] is True
@@ -319,7 +325,8 @@ def test_the_t_wave_settings_reach_the_t_wave_filter(cpu_run, tmp_path, monkeypa
                   twave_rr_fraction=0.55, max_qrs_width_s=0.14)
     run_pipeline(replace(request, signal=cfg, vae=VAEConfig(epochs=1), warm_up=False))
     assert seen == dict(window_s=0.36, width_ratio=2.2, slope_ratio=0.7, window_rr_fraction=0.55,
-                        max_width_s=0.14, despike_s=cfg.despike_s)
+                        max_width_s=0.14, despike_s=cfg.despike_s, flat_slope_ratio=cfg.twave_flat_slope_ratio,
+                        step_slope_ratio=cfg.step_slope_ratio)
 
 
 # --------------------------------------------------------------------------- failures
@@ -359,7 +366,7 @@ def test_too_few_beats_is_an_error(tmp_path):
     signal = np.sin(2 * np.pi * 0.3 * t).astype(np.float32)  # slow waves, not heartbeats
     signal[[600, 1400]] += 5.0
     np.save(path, signal)
-    with pytest.raises(ValueError, match=r"two_beats\.npy: found \d+ beat candidate\(s\) and kept \d+; too few"):
+    with pytest.raises(ValueError, match=r"two_beats\.npy: found \d+ heartbeat\(s\); too few"):
         run_pipeline(RunRequest(input=str(path), device="cpu", out=str(tmp_path / "runs"), vae=VAEConfig(epochs=1)))
     assert not (tmp_path / "runs").exists() or _hidden(tmp_path / "runs") == []
 
