@@ -114,10 +114,10 @@ class Episodes:
 def find_episodes(signal, fs: float, positions=None, *, flutter: bool = True, noise: bool = True,
                   window_s: float = 2.0, hop_s: float = 0.5, flutter_hz: tuple[float, float] = (2.2, 8.0),
                   min_concentration: float = 0.5, min_off_baseline: float = 0.45, max_sine_ratio: float = 1.35,
-                  min_sine_share: float = 1 / 3, min_flutter_s: float = 3.0, max_flutter_gap_s: float = 2.0,
-                  hf_ratio: float = 0.2, range_ratio: float = 4.0, step_ratio: float = 2.5,
-                  flat_ratio: float = 0.005, rail_share: float = 0.1, min_noise_s: float = 0.3,
-                  max_noise_gap_s: float = 0.5) -> Episodes:
+                  max_subharmonic: float = 0.35, min_sine_share: float = 1 / 3, min_flutter_s: float = 3.0,
+                  max_flutter_gap_s: float = 2.0, hf_ratio: float = 0.2, range_ratio: float = 4.0,
+                  step_ratio: float = 2.5, flat_ratio: float = 0.005, rail_share: float = 0.1,
+                  min_noise_s: float = 0.3, max_noise_gap_s: float = 0.5) -> Episodes:
     """Flutter/fibrillation and noise episodes of one lead.
 
     Parameters
@@ -143,8 +143,11 @@ def find_episodes(signal, fs: float, positions=None, *, flutter: bool = True, no
         Least share of the 1–20 Hz power within ±1 Hz of the dominant frequency.
     min_off_baseline : float
         Least share of samples beyond 20 % of the window's largest deflection (TCSC).
-    max_sine_ratio : float
-        Largest spectral mean frequency / dominant frequency of a sine-like window.
+    max_sine_ratio, max_subharmonic : float
+        A sine-like window has a spectral mean frequency at most ``max_sine_ratio`` × its
+        dominant frequency, and, where half the dominant frequency lies in ``flutter_hz``, at
+        most ``max_subharmonic`` of the dominant power there (else it is a train of complexes at
+        half the rate whose second harmonic is the stronger: a fast VT).
     min_sine_share : float
         Windows passing the first three tests form candidate runs (gaps up to
         ``max_flutter_gap_s`` bridged); a run is flutter when at least this share of its windows
@@ -156,8 +159,9 @@ def find_episodes(signal, fs: float, positions=None, *, flutter: bool = True, no
         Noise when a 1-s range, or the step between the median levels of the half-seconds before
         and after, exceeds this × the typical QRS amplitude (motion artefact, electrode pops).
     flat_ratio, rail_share : float
-        Noise when a 1-s range is below ``flat_ratio`` × the QRS amplitude (a lead off), or when
-        ``rail_share`` of its samples sit at the recording's extremes (a clipped amplifier).
+        Noise when the range over half a second is below ``flat_ratio`` × the QRS amplitude (a
+        lead off), or when ``rail_share`` of a second's samples sit at the recording's extremes
+        (a clipped amplifier).
     min_noise_s, max_noise_gap_s : float
         Noise runs shorter than this are dropped, after gaps up to ``max_noise_gap_s`` are bridged.
 
@@ -187,7 +191,8 @@ def find_episodes(signal, fs: float, positions=None, *, flutter: bool = True, no
         features = flutter_features(signal, fs, window_s=window_s, hop_s=hop_s)
         found.append(_flutter_episodes(features, duration, window_s=window_s, hop_s=hop_s, flutter_hz=flutter_hz,
                                        min_concentration=min_concentration, min_off_baseline=min_off_baseline,
-                                       max_sine_ratio=max_sine_ratio, min_sine_share=min_sine_share,
+                                       max_sine_ratio=max_sine_ratio, max_subharmonic=max_subharmonic,
+                                       min_sine_share=min_sine_share,
                                        min_s=min_flutter_s, max_gap_s=max_flutter_gap_s))
     if noise:
         severity, tick = noise_severity(signal, fs, positions, hf_ratio=hf_ratio, range_ratio=range_ratio,
@@ -236,7 +241,10 @@ def flutter_features(signal, fs: float, *, window_s: float = 2.0, hop_s: float =
         muscle noise), ``concentration`` (share of the power in ``total_hz`` within ±``near_hz``
         of it), ``off_baseline`` (share of samples beyond 20 % of the window's largest deflection),
         ``sine_ratio`` (spectral mean frequency over ``total_hz`` / dominant frequency), all
-        float32; ``centre_s`` (host float64, the windows' centres).
+        ``subharmonic`` (power within ±``near_hz`` / 2 of half the dominant frequency over that
+        around it: a train of complexes whose second harmonic outgrows its fundamental looks like
+        a sine at twice its rate, except for this), all float32; ``centre_s`` (host float64, the
+        windows' centres).
     """
     xp = backend.xp_of(signal)
     fft = backend.fft_module(xp)
@@ -249,7 +257,7 @@ def flutter_features(signal, fs: float, *, window_s: float = 2.0, hop_s: float =
     empty = xp.zeros(0, dtype=xp.float32)
     if count <= 0:
         return {"dominant_hz": empty, "concentration": empty, "off_baseline": empty, "sine_ratio": empty,
-                "centre_s": np.zeros(0)}
+                "subharmonic": empty, "centre_s": np.zeros(0)}
     decimated = signal[: m * q].reshape(m, q).mean(axis=1, dtype=xp.float32)
     frames = decimated[xp.arange(count)[:, None] * hop + xp.arange(length)[None, :]]
     t = xp.arange(length, dtype=xp.float32) - (length - 1) / 2.0
@@ -270,23 +278,34 @@ def flutter_features(signal, fs: float, *, window_s: float = 2.0, hop_s: float =
     total = xp.maximum(power.sum(axis=1), xp.finfo(xp.float32).tiny)
     # Power within ±near_hz of the peak: differences of the cumulative sum along frequency.
     cumulative = xp.concatenate([xp.zeros((count, 1), dtype=power.dtype), xp.cumsum(power, axis=1)], axis=1)
-    reach = int(round(near_hz / step))
-    upper = xp.clip(peak_bin + reach + 1, 0, power.shape[1])[:, None]
-    lower = xp.clip(peak_bin - reach, 0, power.shape[1])[:, None]
-    concentration = (xp.take_along_axis(cumulative, upper, axis=1) - xp.take_along_axis(cumulative, lower, axis=1))[:, 0] / total
+
+    def around(centre_bin, reach_hz):
+        reach = int(round(reach_hz / step))
+        upper = xp.clip(centre_bin + reach + 1, 0, power.shape[1])[:, None]
+        lower = xp.clip(centre_bin - reach, 0, power.shape[1])[:, None]
+        return (xp.take_along_axis(cumulative, upper, axis=1) - xp.take_along_axis(cumulative, lower, axis=1))[:, 0]
+
+    concentration = around(peak_bin, near_hz) / total
+    half_bin = (peak_bin + low) // 2 - low  # the subharmonic, fdom / 2
+    subharmonic = around(half_bin, near_hz / 2) / xp.maximum(around(peak_bin, near_hz / 2), xp.finfo(xp.float32).tiny)
     mean_hz = xp.sqrt(power @ (freqs * freqs) / total)
     centre = (np.arange(count) * hop + length / 2.0) * q / fs
     return {"dominant_hz": dominant.astype(xp.float32), "concentration": concentration.astype(xp.float32),
-            "off_baseline": off_baseline, "sine_ratio": (mean_hz / dominant).astype(xp.float32), "centre_s": centre}
+            "off_baseline": off_baseline, "sine_ratio": (mean_hz / dominant).astype(xp.float32),
+            "subharmonic": subharmonic.astype(xp.float32), "centre_s": centre}
 
 
 def _flutter_episodes(features: dict, duration: float, *, window_s, hop_s, flutter_hz, min_concentration,
-                      min_off_baseline, max_sine_ratio, min_sine_share, min_s, max_gap_s) -> Episodes:
+                      min_off_baseline, max_sine_ratio, max_subharmonic, min_sine_share, min_s,
+                      max_gap_s) -> Episodes:
     dominant = features["dominant_hz"]
     xp = backend.xp_of(dominant)
     candidate = ((features["concentration"] >= min_concentration) & (features["off_baseline"] >= min_off_baseline)
                  & (dominant >= flutter_hz[0]) & (dominant <= flutter_hz[1]))
-    sine = candidate & (features["sine_ratio"] <= max_sine_ratio)
+    # A subharmonic in the flutter band means complexes at half the rate; below it (VF at 3 Hz,
+    # 1.5 Hz) it is baseline wander and does not count.
+    halving = (features["subharmonic"] > max_subharmonic) & (dominant >= 2 * flutter_hz[0])
+    sine = candidate & (features["sine_ratio"] <= max_sine_ratio) & ~halving
     flags = backend.to_host(xp.stack([candidate, sine]))  # one device → host copy: two flags a window
     candidate, sine = flags[0], flags[1]
     centre = features["centre_s"]
@@ -339,7 +358,9 @@ def noise_severity(signal, fs: float, positions=None, *, tick_s: float = 0.1, hf
     severity = xp.maximum(floor / (hf_ratio * amplitude), ranges / (range_ratio * amplitude))
     severity = xp.maximum(severity, xp.abs(after - before) / (step_ratio * amplitude))
     severity = xp.maximum(severity, rails / rail_share)
-    severity = xp.maximum(severity, flat_ratio * amplitude / xp.maximum(ranges, xp.float32(1e-30)))
+    # Flat: over half a second, so that a lead that comes off is found to within a quarter second.
+    short_ranges = stats[:, 2][close].max(axis=1) - stats[:, 1][close].min(axis=1)
+    severity = xp.maximum(severity, flat_ratio * amplitude / xp.maximum(short_ranges, xp.float32(1e-30)))
     return severity.astype(xp.float32), tick
 
 

@@ -11,6 +11,7 @@ this module only arranges them the way hard recordings do:
 ``electrode_motion``   large slow electrode-motion swings and an electrode pop (a baseline step)
 ``tall_t_slow``        45 bpm, T waves taller than the small QRS complexes (synth's stress case)
 ``bigeminy``           every other beat a large PVC, the normal beats small
+``ventricular_tachycardia`` 10 s of PVCs at 190 /min: fast, regular, no baseline, yet beats
 ``*_128hz``, ``*_1khz`` the flutter and noise-burst cases at 128 Hz and 1 kHz
 =====================  ======================================================================
 
@@ -39,7 +40,7 @@ import numpy as np
 from pipeline import synth
 
 __all__ = ["StressCase", "CASES", "make_case", "write_case", "pauses", "flutter", "noise_bursts",
-           "electrode_motion", "tall_t_slow", "bigeminy"]
+           "electrode_motion", "tall_t_slow", "bigeminy", "ventricular_tachycardia"]
 
 _LEADS = ("ECG1", "ECG2")
 
@@ -269,6 +270,26 @@ def bigeminy(fs: float = 360.0, seed: int = 0, *, duration_s: float = 60.0, qrs_
     return _case("bigeminy", fs, signal, beats, symbols, (), rng_lead)
 
 
+def ventricular_tachycardia(fs: float = 360.0, seed: int = 0, *, duration_s: float = 40.0, start_s: float = 12.0,
+                            length_s: float = 10.0, rate_bpm: float = 190.0) -> StressCase:
+    """Sinus rhythm, then a run of ``length_s`` of monomorphic ventricular tachycardia (synth's
+    ectopic beats, one after the other at ``rate_bpm``), then sinus rhythm. As fast and regular
+    as flutter and with as little baseline, but made of QRS complexes: every one is a beat (``V``),
+    and the run is no flutter episode."""
+    rng_times, rng_noise, rng_lead = _streams(seed + 7, 3)
+    t = _sinus(duration_s, rng_times)
+    end_s = start_s + length_s
+    run = start_s + np.cumsum(60.0 / rate_bpm * rng_times.uniform(0.98, 1.02, int(length_s * rate_bpm / 60.0)))
+    run = run[run < end_s]
+    t = np.concatenate([t[t < start_s - 0.3], run, t[t > end_s + 0.8]])
+    t = t[t < duration_s - 0.5]
+    kinds = ((t >= start_s) & (t <= end_s)).astype(np.int8)
+    n = int(round(duration_s * fs))
+    signal, beats, _ = _render_beats(fs, n, t, kinds, seed)
+    signal += _background(n, fs, rng_noise)
+    return _case("ventricular_tachycardia", fs, signal, beats, np.where(kinds == 1, "V", "N"), (), rng_lead)
+
+
 #: Every case by name: ``CASES[name](seed=0)`` gives a :class:`StressCase`.
 CASES: dict = {
     "pauses": pauses,
@@ -277,6 +298,7 @@ CASES: dict = {
     "electrode_motion": electrode_motion,
     "tall_t_slow": tall_t_slow,
     "bigeminy": bigeminy,
+    "ventricular_tachycardia": ventricular_tachycardia,
     "flutter_128hz": functools.partial(flutter, 128.0),
     "flutter_1khz": functools.partial(flutter, 1000.0),
     "noise_bursts_128hz": functools.partial(noise_bursts, 128.0),

@@ -1,0 +1,173 @@
+"""Tests of pipeline.episodes on the synthetic stress cases: the flutter and noise episodes are
+found within stated tolerances, none where there is none, the same on NumPy and CuPy."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline import backend, stress
+from pipeline.episodes import Episodes, find_episodes, flutter_features, in_episodes, noise_severity
+
+# Tolerances. A found episode of the right kind covers at least this share of a true flutter
+# episode (the DS1 target for record 207) / of a true noise episode (a burst's first and last
+# 0.1 s are tapered in, quieter than the rest).
+FLUTTER_COVER = 0.8
+NOISE_COVER = 0.5
+# Found episodes reach at most this far beyond the true ones (s).
+SLACK_S = 1.0
+
+
+@pytest.fixture(scope="module")
+def cases() -> dict:
+    return {name: stress.make_case(name) for name in stress.CASES}
+
+
+def _found(case, xp):
+    """Episodes of a case, with the true beats standing in for the fiducials a detector finds."""
+    return find_episodes(xp.asarray(case.signal), case.fs, xp.asarray(case.beats))
+
+
+def _overlap(start, end, episodes: Episodes) -> float:
+    return float(np.clip(np.minimum(end, episodes.end_s) - np.maximum(start, episodes.start_s), 0, None).sum())
+
+
+def _assert_found(case, found: Episodes, kind: str, cover: float):
+    truth = [(start, end) for k, start, end in case.episodes if k == kind]
+    mine = found.select(kind)
+    for start, end in truth:
+        share = _overlap(start, end, mine) / (end - start)
+        assert share >= cover, f"{case.name}: true {kind} {start:.1f}-{end:.1f} s covered {share:.0%}"
+    for start, end in zip(mine.start_s, mine.end_s):
+        near = any(start >= a - SLACK_S and end <= b + SLACK_S for a, b in truth)
+        assert near, f"{case.name}: {kind} episode {start:.1f}-{end:.1f} s is no true one ({truth})"
+    assert ((mine.confidence >= 0) & (mine.confidence <= 1)).all()
+
+
+# --------------------------------------------------------------------------- stress cases
+@pytest.mark.parametrize("name", ["flutter", "flutter_128hz", "flutter_1khz"])
+def test_flutter_is_found(cases, name, xp):
+    case = cases[name]
+    found = _found(case, xp)
+    _assert_found(case, found, "flutter", FLUTTER_COVER)
+    assert len(found.select("flutter")) == 1
+    assert len(found.select("noise")) == 0  # large fast waves pass the range test, but are flutter
+
+
+@pytest.mark.parametrize("name", ["noise_bursts", "noise_bursts_128hz", "noise_bursts_1khz", "electrode_motion"])
+def test_noise_is_found(cases, name, xp):
+    case = cases[name]
+    found = _found(case, xp)
+    _assert_found(case, found, "noise", NOISE_COVER)
+    assert len(found.select("flutter")) == 0
+
+
+@pytest.mark.parametrize("name", ["pauses", "tall_t_slow", "bigeminy", "ventricular_tachycardia"])
+def test_no_episode_in_clean_cases(cases, name, xp):
+    found = _found(cases[name], xp)
+    assert len(found) == 0, found.to_frame()
+
+
+def test_without_fiducials_the_range_stands_in(cases):
+    case = cases["noise_bursts"]
+    _assert_found(case, find_episodes(case.signal, case.fs), "noise", NOISE_COVER)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_fast_ventricular_tachycardia_is_not_flutter(seed):
+    """A run of PVCs at 190 /min is as fast, regular and baseline-free as flutter; its complexes
+    fail the sine test: harmonics (a high mean frequency), or a second harmonic that outgrows the
+    fundamental (a strong subharmonic of the dominant frequency)."""
+    case = stress.make_case("ventricular_tachycardia", seed=seed)
+    features = flutter_features(case.signal, case.fs)
+    run = (features["centre_s"] > 13) & (features["centre_s"] < 21)
+    sine = (features["sine_ratio"] <= 1.35) & ((features["subharmonic"] <= 0.35) | (features["dominant_hz"] < 4.4))
+    assert sine[run].mean() < 1 / 3
+    assert len(find_episodes(case.signal, case.fs, case.beats)) == 0
+
+
+def test_flat_and_clipped_stretches_are_noise(cases):
+    case = cases["pauses"]
+    fs = case.fs
+    signal = case.signal.copy()
+    signal[int(10 * fs):int(13 * fs)] = signal[int(10 * fs)]  # a lead off: one value for 3 s
+    low, high = float(signal.min()), float(signal.max())
+    burst = slice(int(30 * fs), int(33 * fs))
+    signal[burst] = np.clip(8.0 * signal[burst], low, high)  # the amplifier saturates
+    found = find_episodes(signal, fs, case.beats).select("noise")
+    for start, end in ((10.0, 13.0), (30.0, 33.0)):
+        assert _overlap(start, end, found) >= 0.8 * (end - start), found.to_frame()
+    assert _overlap(0, case.duration_s, found) <= 3.0 + 3.0 + 2 * 2 * SLACK_S
+
+
+# --------------------------------------------------------------------------- backends
+@pytest.mark.parametrize("name", ["flutter", "noise_bursts"])
+def test_same_on_every_backend(cases, name, xp):
+    """CuPy gives NumPy's episodes and measures (float32 sums may differ in the last bits)."""
+    case = cases[name]
+    reference, found = _found(case, np), _found(case, xp)
+    np.testing.assert_array_equal(found.kind, reference.kind)
+    np.testing.assert_allclose(found.start_s, reference.start_s, atol=0.11)
+    np.testing.assert_allclose(found.end_s, reference.end_s, atol=0.11)
+    mine = flutter_features(xp.asarray(case.signal), case.fs)
+    theirs = flutter_features(case.signal, case.fs)
+    assert isinstance(mine["concentration"], xp.ndarray)
+    for key in ("concentration", "off_baseline", "sine_ratio", "subharmonic"):
+        np.testing.assert_allclose(backend.to_host(mine[key]), theirs[key], atol=2e-3)
+    severity, tick = noise_severity(xp.asarray(case.signal), case.fs, xp.asarray(case.beats))
+    assert isinstance(severity, xp.ndarray) and severity.dtype == xp.float32
+    np.testing.assert_allclose(backend.to_host(severity), noise_severity(case.signal, case.fs, case.beats)[0],
+                               rtol=1e-3, atol=1e-4)
+
+
+def test_in_episodes_masks_the_fiducials_inside(xp):
+    episodes = Episodes(["noise", "flutter", "noise"], [1.0, 5.0, 5.5], [2.0, 8.0, 6.0], [0.9, 0.8, 0.7])
+    fs = 100.0
+    positions = xp.asarray(np.array([50, 100, 150, 200, 201, 499, 500, 700, 800, 801]))
+    inside = in_episodes(positions, episodes, fs)
+    assert isinstance(inside, xp.ndarray) and inside.dtype == bool
+    np.testing.assert_array_equal(backend.to_host(inside), [0, 1, 1, 1, 0, 0, 1, 1, 1, 0])
+    only_noise = backend.to_host(in_episodes(positions, episodes, fs, "noise"))
+    np.testing.assert_array_equal(only_noise, [0, 1, 1, 1, 0, 0, 0, 0, 0, 0])
+    wider = backend.to_host(in_episodes(positions, episodes, fs, ["noise"], margin_s=0.5))
+    np.testing.assert_array_equal(wider, [1, 1, 1, 1, 1, 0, 1, 0, 0, 0])
+    assert not backend.to_host(in_episodes(positions, Episodes(), fs)).any()
+    with pytest.raises(ValueError, match=r"kinds must be among flutter, noise; got \['beats'\]"):
+        in_episodes(positions, episodes, fs, "beats")
+
+
+# --------------------------------------------------------------------------- the dataclass and errors
+def test_episodes_table():
+    episodes = Episodes.concat([Episodes(["noise"], [7.0], [8.0], [0.6]),
+                                Episodes(["flutter", "noise"], [1.0, 3.0], [4.0, 3.5], [1.0, 0.9])])
+    assert len(episodes) == 3
+    np.testing.assert_array_equal(episodes.start_s, [1.0, 3.0, 7.0])
+    np.testing.assert_allclose(episodes.duration_s, [3.0, 0.5, 1.0])
+    assert episodes.select("noise").kind.tolist() == ["noise", "noise"]
+    frame = episodes.to_frame()
+    assert list(frame.columns) == ["kind", "start_s", "end_s", "confidence"] and len(frame) == 3
+    assert len(Episodes()) == 0 and list(Episodes().to_frame().columns) == list(frame.columns)
+
+
+def test_episodes_refuses_malformed_fields():
+    with pytest.raises(ValueError, match=r"kind must be one of flutter, noise; got \['vf'\]"):
+        Episodes(["vf"], [0.0], [1.0], [1.0])
+    with pytest.raises(ValueError, match="must be 1-D arrays of one length"):
+        Episodes(["noise"], [0.0, 1.0], [1.0], [1.0])
+    with pytest.raises(ValueError, match="kind must be one of flutter, noise; got 'beats'"):
+        Episodes().select("beats")
+
+
+def test_find_episodes_refuses_bad_input():
+    signal = np.zeros(10_000, dtype=np.float32)
+    with pytest.raises(ValueError, match=r"signal must be 1-D \(one lead\); got shape \(2, 5000\)"):
+        find_episodes(signal.reshape(2, -1), 250.0)
+    with pytest.raises(ValueError, match="fs must be a positive number of Hz; got 0"):
+        find_episodes(signal, 0)
+    with pytest.raises(ValueError, match="positions must be a 1-D integer array.*dtype float64"):
+        find_episodes(signal, 250.0, np.array([1.0, 2.0]))
+
+
+def test_short_and_flat_recordings():
+    assert len(find_episodes(np.zeros(100, dtype=np.float32), 250.0, flutter=True, noise=False)) == 0
+    flat = find_episodes(np.zeros(2_500, dtype=np.float32), 250.0)  # 10 s of nothing: a lead off
+    assert flat.kind.tolist() == ["noise"] and flat.start_s[0] == 0.0 and flat.end_s[0] == pytest.approx(10.0)
