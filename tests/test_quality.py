@@ -1,0 +1,179 @@
+"""Tests of pipeline.quality: the per-beat kernel against a plain NumPy computation, the quality on
+the project's synthetic recording and on the stress cases, the same on NumPy and CuPy."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline import _kernels, backend, stress
+from pipeline.quality import LOW_QUALITY, beat_quality, low_quality, quality_measures
+
+# Tolerances: beats inside noise are low quality, clean beats (normal or not) are not.
+NOISY_LOW = 0.9       # share of beats inside noise bursts that must score low
+CLEAN_HIGH = 0.99     # share of clean beats that must score high
+NEAR_NOISE_S = 0.7    # beats this close to a burst see it in their window: not counted as clean
+
+
+@pytest.fixture(scope="module")
+def cases() -> dict:
+    return {name: stress.make_case(name) for name in ("noise_bursts", "noise_bursts_128hz", "noise_bursts_1khz",
+                                                      "electrode_motion", "tall_t_slow", "bigeminy", "pauses",
+                                                      "flutter", "ventricular_tachycardia")}
+
+
+def _quality(case, xp):
+    return beat_quality(xp.asarray(case.signal), xp.asarray(case.beats), case.fs)
+
+
+def _far_from(case, kind="noise", reach_s=NEAR_NOISE_S) -> np.ndarray:
+    far = np.ones(case.beats.shape[0], dtype=bool)
+    for k, start, end in case.episodes:
+        if k == kind:
+            far &= (case.beats < (start - reach_s) * case.fs) | (case.beats > (end + reach_s) * case.fs)
+    return far
+
+
+# --------------------------------------------------------------------------- the project's recording
+def test_default_synthetic_recording(synthetic_ecg, xp):
+    """Beats in noise bursts score low; at least 99 % of clean normal beats, and of the premature
+    beats, score high."""
+    e = synthetic_ecg
+    quality = backend.to_host(beat_quality(xp.asarray(e.signal), xp.asarray(e.r_peaks), e.fs))
+    noisy = e.symbols == "Q"
+    assert noisy.sum() >= 3
+    assert np.mean(quality[noisy] < LOW_QUALITY) >= NOISY_LOW
+    case = stress.StressCase("default", e.fs, e.signal, e.signal, e.r_peaks, e.symbols,
+                             tuple(("noise", a / e.fs, (b + 1) / e.fs) for a, b in e.noise_bursts))
+    far = _far_from(case)
+    assert np.mean(quality[(e.symbols == "N") & far] >= LOW_QUALITY) >= CLEAN_HIGH
+    ectopic = np.isin(e.symbols, ["V", "A", "S"]) & far
+    assert ectopic.sum() > 20 and np.mean(quality[ectopic] >= LOW_QUALITY) >= CLEAN_HIGH
+
+
+# --------------------------------------------------------------------------- stress cases
+@pytest.mark.parametrize("name", ["noise_bursts", "noise_bursts_128hz", "noise_bursts_1khz"])
+def test_noise_bursts(cases, name, xp):
+    case = cases[name]
+    quality = backend.to_host(_quality(case, xp))
+    noisy = case.symbols == "Q"
+    assert noisy.sum() >= 3
+    assert np.mean(quality[noisy] < LOW_QUALITY) >= NOISY_LOW
+    assert np.mean(quality[~noisy & _far_from(case)] >= LOW_QUALITY) >= CLEAN_HIGH
+
+
+def test_electrode_motion(cases, xp):
+    """Slow swings leave the QRS sharp: the noise episodes find them (tests/test_episodes.py);
+    beat by beat, the baseline shift and a poor likeness to the neighbours catch half of them, and
+    the beats across the electrode pop."""
+    case = cases["electrode_motion"]
+    quality = backend.to_host(_quality(case, xp))
+    noisy = case.symbols == "Q"
+    assert np.mean(quality[noisy] < LOW_QUALITY) >= 0.5
+    pop = case.episodes[1]
+    across = (case.beats > pop[1] * case.fs) & (case.beats < (pop[2] + 0.5) * case.fs)
+    assert across.any() and (quality[across] < LOW_QUALITY).all()
+    assert np.mean(quality[_far_from(case)] >= LOW_QUALITY) >= CLEAN_HIGH
+
+
+@pytest.mark.parametrize("name", ["tall_t_slow", "bigeminy", "pauses", "flutter", "ventricular_tachycardia"])
+def test_clean_cases_score_high(cases, name, xp):
+    """Tall T waves, large PVCs beside small beats, pauses, beats around flutter and a run of VT
+    are all clean: every beat scores high."""
+    quality = backend.to_host(_quality(cases[name], xp))
+    assert np.mean(quality >= LOW_QUALITY) >= CLEAN_HIGH, np.sort(quality)[:5]
+
+
+def test_shape_alone_never_makes_a_beat_low(cases):
+    """A lone PVC among normal beats: no neighbour resembles it, yet it scores 1 - shape_weight."""
+    case = cases["pauses"]
+    signal = case.signal.copy()
+    k = case.beats[30]
+    half = int(0.1 * case.fs)
+    signal[k - half:k + half] -= 2.0 * np.hanning(2 * half).astype(np.float32)  # a wide negative complex
+    m = quality_measures(signal, case.beats, case.fs)
+    assert m["shape"][30] < 0.3
+    assert beat_quality(signal, case.beats, case.fs)[30] == pytest.approx(0.6, abs=0.02)
+    assert beat_quality(signal, case.beats, case.fs, shape_weight=0.0)[30] == pytest.approx(1.0)
+
+
+# --------------------------------------------------------------------------- the kernel
+def _reference(signal, positions, fs):
+    """beat_stats in plain NumPy, one beat at a time."""
+    n, m = signal.shape[0], positions.shape[0]
+    half, before, after = int(round(0.06 * fs)), int(round(0.35 * fs)), int(round(0.5 * fs))
+    step, edge = max(1, int(round(fs / 100))), int(round(0.04 * fs))
+    t_lo, t_hi, t_step, k = int(round(-0.1 * fs)), int(round(0.15 * fs)), max(1, int(fs // 125)), 4
+    x = signal.astype(np.float64)
+    out = {key: np.zeros(m) for key in ("amp", "hf", "shift", "corr", "best")}
+    offsets = np.arange(t_lo, t_hi + 1, t_step)
+    for i, p in enumerate(positions):
+        out["amp"][i] = np.ptp(x[max(p - half, 0):min(p + half + 1, n)])
+        start = max(p - before, positions[i - 1] + half + 1 if i > 0 else -10**9, step)
+        stop = min(p + after, positions[i + 1] - half - 1 if i + 1 < m else 10**12, n - 1 - step)
+        j = np.arange(start, stop + 1)
+        j = j[(j < p - half) | (j > p + half)]
+        d2 = x[j - step] - 2 * x[j] + x[j + step]
+        out["hf"][i] = np.sqrt(np.mean(d2 ** 2)) if j.size else 0.0
+        g = min(edge, (stop - start + 1) // 2)
+        out["shift"][i] = abs(x[stop - g + 1:stop + 1].mean() - x[start:start + g].mean()) if g > 0 else 0.0
+        others = min(2 * k, m - 1)
+        lo = min(max(i - k, 0), m - 1 - others)
+        nb = [a for a in range(lo, lo + others + 1) if a != i]
+        beat = x[np.clip(p + offsets, 0, n - 1)]
+        rows = x[np.clip(positions[nb][:, None] + offsets[None, :], 0, n - 1)]
+        template = (rows.sum(0) - rows.max(0) - rows.min(0)) / (others - 2)
+        out["corr"][i] = np.corrcoef(beat, template)[0, 1]
+        out["best"][i] = max(np.corrcoef(beat, row)[0, 1] for row in rows)
+    return out
+
+
+def test_kernel_equals_numpy(xp):
+    case = stress.make_case("noise_bursts")
+    signal, positions = case.signal[: int(20 * case.fs)], case.beats[case.beats < int(20 * case.fs)]
+    expected = _reference(signal, positions, case.fs)
+    count = positions.shape[0]
+    out = [xp.empty(count, dtype=xp.float32) for _ in range(5)]
+    fs = case.fs
+    _kernels.launch_added("beat_stats", count, xp.asarray(signal), xp.asarray(positions), int(round(0.06 * fs)),
+                          int(round(0.35 * fs)), int(round(0.5 * fs)), max(1, int(round(fs / 100))),
+                          int(round(0.04 * fs)), int(round(-0.1 * fs)), int(round(0.15 * fs)), max(1, int(fs // 125)), 4,
+                          *out)
+    for key, values in zip(("amp", "hf", "shift", "corr", "best"), out):
+        np.testing.assert_allclose(backend.to_host(values), expected[key], rtol=1e-4, atol=1e-5, err_msg=key)
+
+
+# --------------------------------------------------------------------------- backends, shapes, errors
+@pytest.mark.parametrize("name", ["noise_bursts", "bigeminy"])
+def test_same_on_every_backend(cases, name, xp):
+    case = cases[name]
+    mine = _quality(case, xp)
+    assert isinstance(mine, xp.ndarray) and mine.dtype == xp.float32 and mine.shape == case.beats.shape
+    np.testing.assert_allclose(backend.to_host(mine), _quality(case, np), atol=1e-4)
+
+
+def test_range_and_low_quality_mask(cases):
+    case = cases["noise_bursts"]
+    quality = beat_quality(case.signal, case.beats, case.fs)
+    assert quality.dtype == np.float32 and ((quality >= 0) & (quality <= 1)).all()
+    np.testing.assert_array_equal(low_quality(quality), quality < LOW_QUALITY)
+    assert set(quality_measures(case.signal, case.beats, case.fs)) == {"hf", "shift", "amplitude", "shape",
+                                                                      "qrs_amplitude"}
+
+
+def test_few_beats(cases):
+    case = cases["pauses"]
+    assert beat_quality(case.signal, case.beats[:0], case.fs).shape == (0,)
+    one = beat_quality(case.signal, case.beats[5:6], case.fs)
+    assert one.shape == (1,) and one[0] == pytest.approx(1.0)
+    three = beat_quality(case.signal, case.beats[5:8], case.fs)
+    assert (three >= LOW_QUALITY).all()
+
+
+def test_bad_input_is_refused(cases):
+    case = cases["pauses"]
+    with pytest.raises(ValueError, match=r"signal must be 1-D \(one lead\); got shape \(2, 10800\)"):
+        beat_quality(case.signal.reshape(2, -1), case.beats, case.fs)
+    with pytest.raises(ValueError, match="positions must be a 1-D integer array.*dtype float64"):
+        beat_quality(case.signal, case.beats.astype(float), case.fs)
+    with pytest.raises(ValueError, match="fs must be a positive number of Hz; got -1"):
+        beat_quality(case.signal, case.beats, -1)
