@@ -56,10 +56,13 @@ def _axis(values, lo: float, hi: float, n: int):
 
 
 def histogram_index(values, lo: float, hi: float, n: int) -> BinIndex:
-    """``n`` equal bins over [lo, hi] (the values' extent, so that no beat falls outside)."""
+    """``n`` equal bins over [lo, hi] (the values' extent, so that no beat falls outside); a NaN
+    value (the last beat's interval after it) is counted nowhere."""
     if n < 1:
         raise ValueError(f"a histogram needs at least 1 bin; got {n}")
-    return BinIndex(_axis(values, lo, hi, n), (n,), (np.linspace(lo, hi, n + 1),))
+    xp = backend.xp_of(values)
+    index = xp.where(xp.isnan(values), n, _axis(values, lo, hi, n)).astype(xp.int32)
+    return BinIndex(index, (n,), (np.linspace(lo, hi, n + 1),))
 
 
 def grid_index(x, y, x_range: tuple[float, float], y_range: tuple[float, float], shape: tuple[int, int]) -> BinIndex:

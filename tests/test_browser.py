@@ -541,7 +541,9 @@ def test_labels_show_in_the_table_survive_a_restart_and_export_to_wfdb(browser, 
     finally:
         srv.stop()
 
-    saved = pd.read_parquet(next((out / "labels").glob("*.parquet")))
+    from dashboard.labels import ReviewLabels
+
+    saved = ReviewLabels(next((out / "labels").glob("*.sqlite")), 1.0).frame()
     ann = wfdb.rdann(str(target.with_suffix("")), "rev")
     assert ann.sample.tolist() == saved["sample"].tolist() and set(ann.symbol) == {"V"}
 
