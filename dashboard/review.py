@@ -309,9 +309,16 @@ class ReviewPanel(pn.viewable.Viewer):
 
     def undo(self) -> None:
         if self.undo_stack:
-            with one_patch():
-                self.labels.restore(self.undo_stack.pop(), who=pn.state.user)
-            self.status.object = "Undone · saved. " + self._count()
+            try:
+                with one_patch():
+                    kept = self.labels.restore(self.undo_stack[-1], who=pn.state.user)
+            except ValueError as err:           # not saved: the change stays undoable
+                self.status.object = f"<span style='color:#9b1c1c'>{escape(err)}</span>"
+                return
+            self.undo_stack.pop()
+            changed = (f" {len(kept):,} beat{'s' if len(kept) != 1 else ''} kept the label another reviewer "
+                       "gave since." if kept else "")
+            self.status.object = "Undone · saved." + changed + " " + self._count()
         self.undo_button.disabled = not self.undo_stack
 
     def _export(self, make):
