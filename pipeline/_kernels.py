@@ -354,8 +354,81 @@ def _beat_stats_one(i, signal, positions, half_qrs, before, after, step, edge, t
     best[i] = top
 
 
+def _middle_of(stats, column, first, last):
+    """Median of ``stats[j, column]`` for j in first..last (an odd count; indices clipped to the
+    array, as a clipped gather would repeat the end rows), by counting: O(count²)."""
+    count = stats.shape[0]
+    size = last - first + 1
+    half = size // 2
+    for a in range(first, last + 1):
+        value = stats[min(max(a, 0), count - 1), column]
+        below = 0
+        above = 0
+        for b in range(first, last + 1):
+            other = stats[min(max(b, 0), count - 1), column]
+            if other < value:
+                below += 1
+            elif other > value:
+                above += 1
+        if below <= half and above <= half:
+            return value
+    return stats[min(max(first + half, 0), count - 1), column]
+
+
+def _tick_measures_body(middle_of):
+    """The per-tick body of the noise measures, closed over ``middle_of`` (the CPU or CUDA twin of
+    :func:`_middle_of`)."""
+
+    def tick_measures_one(k, stats, half, few, out):
+        """From the block statistics of :func:`_block_stats_one` (one block a tick), the measures
+        of tick k: out[k] = (range over the ticks k-half..k+half-1, range over the ``few`` ticks
+        centred on k, second-lowest mean square of the second difference over those ``few``,
+        median block mean of the ``half`` ticks before k, of the ``half`` ticks from k on, rail
+        samples over the ticks k-half..k+half-1). Indices are clipped to the recording."""
+        count = stats.shape[0]
+        low = stats[min(max(k - half, 0), count - 1), 1]
+        high = stats[min(max(k - half, 0), count - 1), 2]
+        rails = 0.0
+        for j in range(k - half, k + half):
+            jj = min(max(j, 0), count - 1)
+            low = min(low, stats[jj, 1])
+            high = max(high, stats[jj, 2])
+            rails += stats[jj, 4]
+        near_first = k - few // 2
+        near_low = stats[min(max(near_first, 0), count - 1), 1]
+        near_high = stats[min(max(near_first, 0), count - 1), 2]
+        lowest = stats[min(max(near_first, 0), count - 1), 0]
+        second = lowest
+        seen = 0
+        for j in range(near_first, near_first + few):
+            jj = min(max(j, 0), count - 1)
+            near_low = min(near_low, stats[jj, 1])
+            near_high = max(near_high, stats[jj, 2])
+            value = stats[jj, 0]
+            if seen == 0:
+                lowest = value
+            elif seen == 1:
+                second = max(value, lowest)
+                lowest = min(value, lowest)
+            elif value < lowest:
+                second = lowest
+                lowest = value
+            elif value < second:
+                second = value
+            seen += 1
+        out[k, 0] = high - low
+        out[k, 1] = near_high - near_low
+        out[k, 2] = second
+        out[k, 3] = middle_of(stats, 3, k - half, k - 1)
+        out[k, 4] = middle_of(stats, 3, k, k + half - 1)
+        out[k, 5] = rails
+
+    return tick_measures_one
+
+
 _block_stats_cpu_body = numba.njit(_block_stats_one, cache=True)
 _beat_stats_cpu_body = numba.njit(_beat_stats_one, cache=True)
+_tick_measures_cpu_body = numba.njit(_tick_measures_body(numba.njit(_middle_of, cache=True)), cache=True)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -372,18 +445,25 @@ def _beat_stats_cpu(n, signal, positions, half_qrs, before, after, step, edge, t
                              amp, hf, shift, corr, best)
 
 
-_block_stats_cuda_body = _beat_stats_cuda_body = None
+@numba.njit(parallel=True, cache=True)
+def _tick_measures_cpu(n, stats, half, few, out):
+    for k in numba.prange(n):
+        _tick_measures_cpu_body(k, stats, half, few, out)
+
+
+_block_stats_cuda_body = _beat_stats_cuda_body = _tick_measures_cuda_body = None
 
 
 @functools.cache
 def _added_cuda_kernels() -> dict:
     """CUDA twins of this section's kernels, compiled on first use and cached on disk like
     :func:`_cuda_kernels` (numba.cuda and the device bodies reached as module globals)."""
-    global cuda, _block_stats_cuda_body, _beat_stats_cuda_body
+    global cuda, _block_stats_cuda_body, _beat_stats_cuda_body, _tick_measures_cuda_body
     from numba import cuda
 
     _block_stats_cuda_body = cuda.jit(device=True)(_block_stats_one)
     _beat_stats_cuda_body = cuda.jit(device=True)(_beat_stats_one)
+    _tick_measures_cuda_body = cuda.jit(device=True)(_tick_measures_body(cuda.jit(device=True)(_middle_of)))
 
     def block_stats(n, signal, size, step, low_rail, high_rail, out):
         k = cuda.grid(1)
@@ -397,11 +477,17 @@ def _added_cuda_kernels() -> dict:
             _beat_stats_cuda_body(i, signal, positions, half_qrs, before, after, step, edge, t_lo, t_hi, t_step, k,
                                   amp, hf, shift, corr, best)
 
-    return {"block_stats": _cuda_jit_cached(block_stats), "beat_stats": _cuda_jit_cached(beat_stats)}
+    def tick_measures(n, stats, half, few, out):
+        k = cuda.grid(1)
+        if k < n:
+            _tick_measures_cuda_body(k, stats, half, few, out)
+
+    return {"block_stats": _cuda_jit_cached(block_stats), "beat_stats": _cuda_jit_cached(beat_stats),
+            "tick_measures": _cuda_jit_cached(tick_measures)}
 
 
 def launch_added(name: str, n: int, *arrays_and_scalars):
-    """:func:`launch` for this section's kernels (``block_stats``, ``beat_stats``)."""
+    """:func:`launch` for this section's kernels (``block_stats``, ``tick_measures``, ``beat_stats``)."""
     if n <= 0:
         return
     args = tuple(backend.as_kernel_array(a) if hasattr(a, "shape") else a for a in arrays_and_scalars)
@@ -409,4 +495,4 @@ def launch_added(name: str, n: int, *arrays_and_scalars):
         kernel = _added_cuda_kernels()[name]
         kernel[math.ceil(n / THREADS_PER_BLOCK), THREADS_PER_BLOCK](n, *args)
     else:
-        {"block_stats": _block_stats_cpu, "beat_stats": _beat_stats_cpu}[name](n, *args)
+        {"block_stats": _block_stats_cpu, "tick_measures": _tick_measures_cpu, "beat_stats": _beat_stats_cpu}[name](n, *args)

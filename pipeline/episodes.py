@@ -56,7 +56,8 @@ class Episodes:
     start_s, end_s : float64 arrays, seconds from the recording's first sample.
     confidence : float32 array in [0, 1]. Flutter: the share of the episode's 2-s windows that pass
         every test (at least ``min_sine_share``). Noise: ``1 - 0.5 / severity``, severity being the
-        median over the episode of the largest measure / threshold ratio (0.5 at the threshold).
+        mean over the episode of the largest measure / threshold ratio, capped at 10 (0.5 at the
+        threshold, 0.95 for a flat or clipped stretch).
     """
 
     kind: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype="<U7"))
@@ -197,10 +198,10 @@ def find_episodes(signal, fs: float, positions=None, *, flutter: bool = True, no
     if noise:
         severity, tick = noise_severity(signal, fs, positions, hf_ratio=hf_ratio, range_ratio=range_ratio,
                                         step_ratio=step_ratio, flat_ratio=flat_ratio, rail_share=rail_share)
-        severity = backend.to_host(severity)  # one device → host copy: a value every 0.1 s
         if flutter and len(found[0]):
-            centres = (np.arange(severity.shape[0]) + 0.5) * tick / fs
-            severity = np.where(_inside(centres, found[0].start_s, found[0].end_s), 0.0, severity)
+            xp = backend.xp_of(severity)
+            centres = (xp.arange(severity.shape[0]) + 0.5) * (tick / fs)
+            severity = xp.where(_inside(centres, found[0].start_s, found[0].end_s), 0.0, severity)
         found.append(_noise_episodes(severity, tick / fs, duration, min_s=min_noise_s, max_gap_s=max_noise_gap_s))
     return Episodes.concat(found)
 
@@ -214,14 +215,8 @@ def in_episodes(positions, episodes: Episodes, fs: float, kinds=KINDS, *, margin
     if unknown:
         raise ValueError(f"kinds must be among {', '.join(KINDS)}; got {unknown}")
     keep = np.isin(episodes.kind, kinds)
-    start, end = _merged(episodes.start_s[keep] - margin_s, episodes.end_s[keep] + margin_s)
-    if start.shape[0] == 0:
-        return xp.zeros(positions.shape[0], dtype=bool)
-    # Small host → device copies of the episode bounds, in samples.
-    start = xp.asarray(np.ceil(start * fs))
-    end = xp.asarray(np.floor(end * fs))
-    slot = xp.searchsorted(start, positions.astype(xp.float64), side="right") - 1
-    return (slot >= 0) & (positions <= end[xp.clip(slot, 0, None)])
+    start, end = episodes.start_s[keep] - margin_s, episodes.end_s[keep] + margin_s
+    return _inside(positions / fs, start, end)
 
 
 # --------------------------------------------------------------------------- flutter
@@ -247,7 +242,6 @@ def flutter_features(signal, fs: float, *, window_s: float = 2.0, hop_s: float =
         windows' centres).
     """
     xp = backend.xp_of(signal)
-    fft = backend.fft_module(xp)
     q = max(1, int(round(fs / decimated_hz)))
     rate = fs / q
     m = signal.shape[0] // q
@@ -258,32 +252,45 @@ def flutter_features(signal, fs: float, *, window_s: float = 2.0, hop_s: float =
     if count <= 0:
         return {"dominant_hz": empty, "concentration": empty, "off_baseline": empty, "sine_ratio": empty,
                 "subharmonic": empty, "centre_s": np.zeros(0)}
-    decimated = signal[: m * q].reshape(m, q).mean(axis=1, dtype=xp.float32)
+    # Block means as q strided sums, and row sums as matrix products: NumPy reduces a short last
+    # axis slowly, BLAS does not.
+    blocks = signal[: m * q].reshape(m, q)
+    decimated = blocks[:, 0].astype(xp.float32)
+    for j in range(1, q):
+        decimated += blocks[:, j]
+    decimated /= q
     frames = decimated[xp.arange(count)[:, None] * hop + xp.arange(length)[None, :]]
     t = xp.arange(length, dtype=xp.float32) - (length - 1) / 2.0
-    frames -= frames.mean(axis=1, keepdims=True)
-    frames -= (frames @ t / float((length * (length * length - 1)) / 12.0))[:, None] * t[None, :]
+    ones = xp.ones(length, dtype=xp.float32)
+    frames -= (frames @ (ones / length))[:, None]
+    frames -= (frames @ (t / float((length * (length * length - 1)) / 12.0)))[:, None] * t[None, :]
     magnitude = xp.abs(frames)
     peak = magnitude.max(axis=1, keepdims=True)
-    off_baseline = (magnitude > 0.2 * peak).mean(axis=1, dtype=xp.float32)
-    n_fft = fft.next_fast_len(2 * length, real=True)  # zero-padded: a ~0.25-Hz grid for the peak and its ±1 Hz
+    off_baseline = (magnitude > 0.2 * peak).astype(xp.float32) @ (ones / length)
+    # The Hann-windowed spectrum on the grid of a transform zero-padded to a power of two (~0.2 Hz
+    # for the peak and its ±1 Hz), only at the ~100 frequencies of total_hz: one matrix product
+    # with their cosines and sines, cheaper than the whole transform of every window.
+    n_fft = 1 << int(math.ceil(math.log2(2 * length)))
     step = rate / n_fft
     low, high = int(math.ceil(total_hz[0] / step)), int(total_hz[1] / step)
-    spectrum = fft.rfft(frames * xp.hanning(length).astype(xp.float32), n=n_fft, axis=1)[:, low:high + 1]
-    power = spectrum.real ** 2 + spectrum.imag ** 2
+    angle = (2 * np.pi / n_fft) * np.outer(np.arange(length), np.arange(low, high + 1))
+    basis = np.hanning(length)[:, None] * np.concatenate([np.cos(angle), np.sin(angle)], axis=1)
+    spectrum = frames @ xp.asarray(basis, dtype=xp.float32)  # a small host → device copy
+    bins = high - low + 1
+    power = spectrum[:, :bins] ** 2 + spectrum[:, bins:] ** 2
     freqs = (xp.arange(low, high + 1) * step).astype(xp.float32)
     first, last = int(math.ceil(search_hz[0] / step)) - low, int(search_hz[1] / step) - low
     peak_bin = xp.argmax(power[:, first:last + 1], axis=1) + first
     dominant = freqs[peak_bin]
-    total = xp.maximum(power.sum(axis=1), xp.finfo(xp.float32).tiny)
-    # Power within ±near_hz of the peak: differences of the cumulative sum along frequency.
-    cumulative = xp.concatenate([xp.zeros((count, 1), dtype=power.dtype), xp.cumsum(power, axis=1)], axis=1)
+    total = xp.maximum(power @ xp.ones(bins, dtype=xp.float32), xp.finfo(xp.float32).tiny)
 
     def around(centre_bin, reach_hz):
+        """Power within ±reach_hz of each row's centre_bin (bins outside total_hz count 0)."""
         reach = int(round(reach_hz / step))
-        upper = xp.clip(centre_bin + reach + 1, 0, power.shape[1])[:, None]
-        lower = xp.clip(centre_bin - reach, 0, power.shape[1])[:, None]
-        return (xp.take_along_axis(cumulative, upper, axis=1) - xp.take_along_axis(cumulative, lower, axis=1))[:, 0]
+        index = centre_bin[:, None] + xp.arange(-reach, reach + 1)[None, :]
+        inside = (index >= 0) & (index < bins)
+        values = xp.take_along_axis(power, xp.clip(index, 0, bins - 1), axis=1)
+        return xp.where(inside, values, 0.0).sum(axis=1)
 
     concentration = around(peak_bin, near_hz) / total
     half_bin = (peak_bin + low) // 2 - low  # the subharmonic, fdom / 2
@@ -299,21 +306,17 @@ def _flutter_episodes(features: dict, duration: float, *, window_s, hop_s, flutt
                       min_off_baseline, max_sine_ratio, max_subharmonic, min_sine_share, min_s,
                       max_gap_s) -> Episodes:
     dominant = features["dominant_hz"]
-    xp = backend.xp_of(dominant)
     candidate = ((features["concentration"] >= min_concentration) & (features["off_baseline"] >= min_off_baseline)
                  & (dominant >= flutter_hz[0]) & (dominant <= flutter_hz[1]))
     # A subharmonic in the flutter band means complexes at half the rate; below it (VF at 3 Hz,
     # 1.5 Hz) it is baseline wander and does not count.
     halving = (features["subharmonic"] > max_subharmonic) & (dominant >= 2 * flutter_hz[0])
     sine = candidate & (features["sine_ratio"] <= max_sine_ratio) & ~halving
-    flags = backend.to_host(xp.stack([candidate, sine]))  # one device → host copy: two flags a window
-    candidate, sine = flags[0], flags[1]
-    centre = features["centre_s"]
     first, last = _runs(candidate, max(0, int(round(max_gap_s / hop_s))))
     if first.shape[0] == 0:
         return Episodes()
-    counts = np.concatenate([[0], np.cumsum(sine)])
-    share = (counts[last + 1] - counts[first]) / (last - first + 1)
+    share = _run_sums(sine, first, last) / (last - first + 1)
+    centre = features["centre_s"]
     reach = (window_s - hop_s) / 2.0
     start = np.clip(centre[first] - reach, 0.0, duration)
     end = np.clip(centre[last] + reach, 0.0, duration)
@@ -327,9 +330,13 @@ def noise_severity(signal, fs: float, positions=None, *, tick_s: float = 0.1, hf
                    rail_share: float = 0.1):
     """Noise severity every ``tick_s`` (float32, on the input's device) and the tick in samples.
 
-    Each tick's 1-s neighbourhood (ten blocks of ``tick_s``) is measured against the typical QRS
-    amplitude (see :func:`find_episodes` for the tests); the severity is the largest measure /
-    threshold ratio, so that it is 1 at the threshold of the first test to be crossed.
+    Two kernels: ``block_stats`` over the samples (one block a tick), then ``tick_measures`` over
+    the blocks: each tick's 1-s neighbourhood gives its range, rail samples and the step between
+    the median levels of its two halves; the five ticks around it (half a second) give the
+    high-frequency floor (the second-lowest of five: the block a QRS complex falls in does not
+    count, yet a burst of 0.5 s is seen) and the range that tells a flat lead. Each is measured
+    against the typical QRS amplitude (see :func:`find_episodes` for the tests); the severity is
+    the largest measure / threshold ratio, 1 at the threshold of the first test crossed.
     """
     xp = backend.xp_of(signal)
     tick = max(1, int(round(tick_s * fs)))
@@ -341,25 +348,15 @@ def noise_severity(signal, fs: float, positions=None, *, tick_s: float = 0.1, hf
     stats = xp.empty((count, 5), dtype=xp.float32)
     _kernels.launch_added("block_stats", count, signal, tick, max(1, int(round(fs / 100.0))), low + margin,
                           high - margin, stats)
-    per = max(2, int(round(1.0 / tick_s)))
-    half = per // 2
-    around = xp.clip(xp.arange(count)[:, None] + xp.arange(-half, per - half)[None, :], 0, count - 1)
-    ranges = stats[:, 2][around].max(axis=1) - stats[:, 1][around].min(axis=1)
+    half = max(1, int(round(0.5 / tick_s)))
+    few = max(3, int(round(0.5 / tick_s)) | 1)
+    measures = xp.empty((count, 6), dtype=xp.float32)
+    _kernels.launch_added("tick_measures", count, stats, half, few, measures)
+    ranges, short_ranges = measures[:, 0], measures[:, 1]
     amplitude = _typical_amplitude(signal, positions, fs, ranges)
-    # The high-frequency floor: the second-lowest of the five 0.1-s values around the tick, so
-    # that the block a QRS complex falls in does not count, yet a burst of 0.5 s is seen.
-    few = max(3, int(round(0.5 / tick_s)))
-    close = xp.clip(xp.arange(count)[:, None] + xp.arange(-(few // 2), few - few // 2)[None, :], 0, count - 1)
-    floor = xp.sqrt(xp.partition(stats[:, 0][close], 1, axis=1)[:, 1])
-    means = stats[:, 3]
-    before = xp.median(means[around[:, :half]], axis=1)
-    after = xp.median(means[around[:, half:]], axis=1)
-    rails = stats[:, 4][around].sum(axis=1) / (per * tick)
-    severity = xp.maximum(floor / (hf_ratio * amplitude), ranges / (range_ratio * amplitude))
-    severity = xp.maximum(severity, xp.abs(after - before) / (step_ratio * amplitude))
-    severity = xp.maximum(severity, rails / rail_share)
-    # Flat: over half a second, so that a lead that comes off is found to within a quarter second.
-    short_ranges = stats[:, 2][close].max(axis=1) - stats[:, 1][close].min(axis=1)
+    severity = xp.maximum(xp.sqrt(measures[:, 2]) / (hf_ratio * amplitude), ranges / (range_ratio * amplitude))
+    severity = xp.maximum(severity, xp.abs(measures[:, 4] - measures[:, 3]) / (step_ratio * amplitude))
+    severity = xp.maximum(severity, measures[:, 5] / (2 * half * tick * rail_share))
     severity = xp.maximum(severity, flat_ratio * amplitude / xp.maximum(short_ranges, xp.float32(1e-30)))
     return severity.astype(xp.float32), tick
 
@@ -377,24 +374,33 @@ def _typical_amplitude(signal, positions, fs: float, ranges, half_s: float = 0.0
     return value if value > 0 else 1.0  # a flat recording: every range test divides by 1
 
 
-def _noise_episodes(severity: np.ndarray, tick_s: float, duration: float, *, min_s, max_gap_s) -> Episodes:
-    first, last = _runs(severity >= 1.0, max(0, int(round(max_gap_s / tick_s))))
+def _noise_episodes(severity, tick_s: float, duration: float, *, min_s, max_gap_s) -> Episodes:
+    flagged = severity >= 1.0
+    first, last = _runs(flagged, max(0, int(round(max_gap_s / tick_s))))
     if first.shape[0] == 0:
         return Episodes()
     start = first * tick_s
     end = np.minimum((last + 1) * tick_s, duration)
     keep = end - start >= min_s
-    level = np.array([np.median(severity[a:b + 1][severity[a:b + 1] >= 1.0]) for a, b in zip(first[keep], last[keep])])
-    confidence = np.clip(1.0 - 0.5 / np.maximum(level, 1.0), 0.0, 1.0) if level.size else level
-    return Episodes(np.full(int(keep.sum()), "noise"), start[keep], end[keep], confidence)
+    # The mean severity of the flagged ticks of each run (capped, so that a flat stretch's
+    # enormous ratio does not stand for the whole run).
+    xp = backend.xp_of(severity)
+    level = _run_sums(xp.where(flagged, xp.minimum(severity, 10.0), 0.0), first, last)
+    level = level / np.maximum(_run_sums(flagged, first, last), 1)
+    confidence = np.clip(1.0 - 0.5 / np.maximum(level, 1.0), 0.0, 1.0)
+    return Episodes(np.full(int(keep.sum()), "noise"), start[keep], end[keep], confidence[keep])
 
 
-# --------------------------------------------------------------------------- helpers (host)
-def _runs(flags: np.ndarray, max_gap: int) -> tuple[np.ndarray, np.ndarray]:
-    """First and last index of each run of True, runs less than ``max_gap`` + 1 apart joined."""
-    edges = np.diff(np.concatenate([[0], flags.astype(np.int8), [0]]))
-    first = np.flatnonzero(edges == 1)
-    last = np.flatnonzero(edges == -1) - 1
+# --------------------------------------------------------------------------- helpers
+# Flags and values stay on their device; only the runs' bounds and sums (a few numbers an
+# episode) come to the host.
+def _runs(flags, max_gap: int) -> tuple[np.ndarray, np.ndarray]:
+    """Host arrays: first and last index of each run of True in ``flags`` (on its device), runs
+    less than ``max_gap`` + 1 apart joined."""
+    xp = backend.xp_of(flags)
+    edges = xp.diff(flags.astype(xp.int8), prepend=0, append=0)
+    first = backend.to_host(xp.flatnonzero(edges == 1))  # small copies: two numbers a run
+    last = backend.to_host(xp.flatnonzero(edges == -1)) - 1
     if first.shape[0] > 1:
         joined = first[1:] - last[:-1] - 1 <= max_gap
         first = first[np.concatenate([[True], ~joined])]
@@ -402,8 +408,17 @@ def _runs(flags: np.ndarray, max_gap: int) -> tuple[np.ndarray, np.ndarray]:
     return first, last
 
 
+def _run_sums(values, first: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """Host float64 array: the sum of ``values`` (on its device) over each run first..last."""
+    xp = backend.xp_of(values)
+    total = xp.concatenate([xp.zeros(1), xp.cumsum(values, dtype=xp.float64)])
+    bounds = xp.asarray(np.concatenate([first, last + 1]))
+    ends = backend.to_host(total[bounds])  # small copy: two numbers a run
+    return ends[first.shape[0]:] - ends[:first.shape[0]]
+
+
 def _merged(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Overlapping intervals as one (sorted, disjoint)."""
+    """Overlapping intervals (host arrays) as one: sorted, disjoint."""
     if start.shape[0] == 0:
         return start, end
     order = np.argsort(start, kind="stable")
@@ -413,7 +428,12 @@ def _merged(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return start[new], end[last]
 
 
-def _inside(t: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    start, end = _merged(start, end)
-    slot = np.searchsorted(start, t, side="right") - 1
-    return (slot >= 0) & (t <= end[np.clip(slot, 0, None)])
+def _inside(t, start: np.ndarray, end: np.ndarray):
+    """Boolean mask on ``t``'s device: which times (s) lie in one of the intervals (host arrays)."""
+    xp = backend.xp_of(t)
+    start, end = _merged(np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64))
+    if start.shape[0] == 0:
+        return xp.zeros(t.shape[0], dtype=bool)
+    start, end = xp.asarray(start), xp.asarray(end)  # small host → device copies
+    slot = xp.searchsorted(start, t, side="right") - 1
+    return (slot >= 0) & (t <= end[xp.clip(slot, 0, None)])
