@@ -7,27 +7,32 @@ heartbeats. :func:`find_episodes` finds them so that the run can keep those fidu
 (:func:`in_episodes`) and the dashboard can show the stretches.
 
 Flutter (VFL) and coarse fibrillation: a sustained, quasi-sinusoidal oscillation at 3–7 Hz
-(180–420 /min) with no isoelectric baseline between its waves. Each 2-s window of the ECG,
-decimated to about 50 Hz, is described by three measures from the VF-detection literature:
+(180–420 /min) with no isoelectric baseline between its waves. Each 2-s window of the ECG
+(every 0.5 s), decimated to about 50 Hz, is described by measures from the VF-detection
+literature:
 
 - the dominant frequency and the share of the spectral power within ±1 Hz of it (the spectral
   algorithms of Barro et al., 1989);
 - the share of samples beyond 20 % of the window's largest deflection: a QRS complex leaves the
   baseline for a tenth of a cycle, a flutter wave for most of it (the threshold-crossing sample
   count, TCSC, of Arafat et al., 2009);
-- the spectral mean frequency over the dominant one: 1 for a sine, higher for a train of sharp
-  complexes. It sets flutter apart from a fast ventricular tachycardia, whose rate, regularity and
-  missing baseline are the same (MIT-BIH 205 and 203: runs of VT at 200 /min with ratios of
-  1.4–1.5, flutter in 207 at 1.1–1.3).
+- how sine-like the window is: its spectral mean frequency over the dominant one (1 for a sine,
+  more for a train of sharp complexes), and the power at half the dominant frequency (a train of
+  complexes whose second harmonic outgrows its fundamental looks like a sine at twice its rate).
+  This sets flutter apart from a fast ventricular tachycardia, whose rate, regularity and missing
+  baseline are the same (MIT-BIH 205 and 203: runs of VT at 200 /min with ratios of 1.4–1.5;
+  the flutter of 207 at 1.1–1.3).
 
-Noise: a 1-s neighbourhood, every 0.1 s, is noise when its high-frequency floor (the third-lowest
-of its ten 0.1-s RMS values of the second difference, so that one or two QRS complexes do not
-count) exceeds a fraction of the recording's typical QRS amplitude, when its range or a step of
-its baseline is several times that amplitude, when it is flat, or when the amplifier clips.
+Noise, every 0.1 s: the high-frequency floor of the half-second around (the second-lowest of five
+0.1-s RMS values of the second difference, so that the block a QRS complex falls in does not
+count) over the recording's typical QRS amplitude; the range of the surrounding second, and the
+step between the median levels of its two halves, over the same amplitude; a flat half-second (a
+lead off); samples at the recording's extremes (a clipped amplifier).
 
-Per-sample work is one Numba kernel (``block_stats``) and one decimation, on the input's device;
-per-window and per-block measures are vectorised there too. Only the per-window flags and the
-episodes themselves come to the host (:class:`Episodes` holds NumPy arrays).
+Per-sample work is one decimation and one Numba kernel (``block_stats``), then one kernel over
+the 0.1-s blocks (``tick_measures``) and vectorised per-window measures, all on the input's
+device; only the bounds of the runs of flagged windows come to the host, where the episodes are
+made (:class:`Episodes` holds NumPy arrays).
 
 See Also
 --------
@@ -169,9 +174,9 @@ def find_episodes(signal, fs: float, positions=None, *, flutter: bool = True, no
     Returns
     -------
     Episodes
-        Host NumPy arrays (a few episodes an hour: this step's one device → host copy, with the
-        per-window flags they come from). Noise is not called inside flutter: the large, fast
-        waves of flutter would pass the range test.
+        Host NumPy arrays (the copies to the host are the runs' bounds and sums: a few numbers an
+        episode, and three scalars). Noise is not called inside flutter: the large, fast waves of
+        flutter would pass the range test.
 
     Raises
     ------
