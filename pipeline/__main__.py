@@ -198,12 +198,17 @@ def summary(run) -> str:
         f"({60 / beats['length_s'].median():.0f} bpm)",
         "stages     " + "  ".join(f"{k} {v * 1000:.0f} ms" if v < 1 else f"{k} {v:.2f} s"
                                   for k, v in r["stages_s"].items()),
-        f"segment    {r['segmentation_s'] * 1000:.1f} ms (Ricker + NMS + lengths + embed)",
+        f"segment    {r['segmentation_s'] * 1000:.1f} ms (Ricker + NMS + episodes + lengths + embed + quality)",
     ]
+    if run.episodes is not None:
+        lines.insert(5, "episodes   " + _episodes_line(run.episodes, counts.get("low_quality", 0)))
     mem = r["memory"]
     lines.append("memory     " + (f"GPU peak {mem['gpu_peak_bytes'] / 2**20:.0f} MiB, " if "gpu_peak_bytes" in mem else "")
                  + f"host peak RSS {mem['host_peak_rss_bytes'] / 2**20:.0f} MiB")
-    top = beats.nlargest(5, "score")
+    from pipeline.quality import low_quality
+
+    ranked = beats[~low_quality(beats["quality"])] if "quality" in beats else beats   # artefacts are no findings
+    top = ranked.nlargest(5, "score")
     lines.append("outliers   " + ", ".join(f"beat {b.beat_id} at {b.time_s:.1f} s (score {b.score:.1f})"
                                            for b in top.itertuples()))
     if "score_shape" in beats:  # runs written before the rhythm score have no components to explain
@@ -212,11 +217,31 @@ def summary(run) -> str:
         lines.append("why        " + "\n           ".join(f"beat {row['beat_id']}: {explain(row)}"
                                                            for _, row in top.iterrows()))
     if "abnormal" in beats:
-        from pipeline.evaluate import auroc
+        from pipeline.metrics import auroc
 
         lines.append(f"reference  {int(beats['abnormal'].sum()):,} abnormal beats; outlier AUROC "
                      f"{auroc(beats['score'], beats['abnormal']):.3f}")
     return "\n".join(lines)
+
+
+def _episodes_line(episodes, low_quality: int) -> str:
+    """Pauses (with the longest), flutter and noise stretches, low-quality beats, in words."""
+    def when(seconds: float) -> str:
+        return f"{int(seconds // 3600)}:{int(seconds % 3600 // 60):02d}:{seconds % 60:04.1f}"
+
+    parts = []
+    pauses = episodes[episodes["kind"] == "pause"]
+    if len(pauses):
+        longest = pauses.loc[(pauses["end_s"] - pauses["start_s"]).idxmax()]
+        parts.append(f"{len(pauses):,} pause{'s' if len(pauses) != 1 else ''} of 2 s or more (longest "
+                     f"{longest['end_s'] - longest['start_s']:.1f} s at {when(longest['start_s'])})")
+    for kind, name in (("flutter", "ventricular flutter/fibrillation"), ("noise", "noise")):
+        chosen = episodes[episodes["kind"] == kind]
+        if len(chosen):
+            parts.append(f"{name} {(chosen['end_s'] - chosen['start_s']).sum():.0f} s in {len(chosen):,} "
+                         f"episode{'s' if len(chosen) != 1 else ''}")
+    parts.append(f"{low_quality:,} low-quality beat{'s' if low_quality != 1 else ''} left out of the ranking")
+    return "; ".join(parts) if len(parts) > 1 else "no pause, flutter or noise; " + parts[0]
 
 
 # --------------------------------------------------------------------------- batch

@@ -46,7 +46,8 @@ if TYPE_CHECKING:
 
 NORMAL_SYMBOLS = frozenset("NLRej")
 REPORT = "report.json"
-FILES = ("beats.parquet", "fiducials.npy", "embeddings.npy", "signal.npy", "decoded.npz", "families.npz", "model.pt")
+FILES = ("beats.parquet", "episodes.parquet", "fiducials.npy", "embeddings.npy", "signal.npy", "decoded.npz",
+         "families.npz", "model.pt")
 
 
 @dataclass
@@ -62,6 +63,7 @@ class RunResult:
     decoded_z: np.ndarray        # (grid², 2) latent points of the decoded samples
     decoded: np.ndarray          # (grid², width) decoder outputs at those points
     families: dict = field(default_factory=dict)  # per family: count, median, lower, upper (templates)
+    episodes: pd.DataFrame | None = None  # flutter, noise and pause episodes (EPISODE_COLUMNS)
     cached: bool = False
     _model: object = field(default=None, repr=False)
 
@@ -88,6 +90,35 @@ SCORE_COMPONENTS = {
     "prematurity": "1 - rr_pre: 0.28 = the beat came 28 % early",
     "local_rr_s": "median RR of the ~17 intervals around the beat, seconds",
 }
+
+
+# The episodes of a run, one row each, in time order: ventricular flutter/fibrillation and noise
+# stretches (pipeline.episodes) and pauses (RR intervals of at least SignalConfig.pause_s).
+EPISODE_COLUMNS = {
+    "kind": "flutter | noise | pause",
+    "start_s": "start, seconds from the recording's first sample (a pause: the beat before it)",
+    "end_s": "end, seconds (a pause: the beat after it)",
+    "confidence": "how sure the detector is, 0-1 (a pause: 1)",
+}
+
+
+def episodes_table(found, pauses: np.ndarray, fs: float) -> pd.DataFrame:
+    """One frame of the detector's episodes (:class:`pipeline.episodes.Episodes`) and the pauses
+    ((n, 2) host fiducial samples). A pause across a flutter episode is left out: the beats there
+    were taken out, not missing."""
+    import pandas as pd
+
+    frame = found.to_frame()
+    flutter = frame[frame["kind"] == "flutter"]
+    start, end = pauses[:, 0] / fs, pauses[:, 1] / fs
+    across = np.zeros(len(start), dtype=bool)
+    for lo, hi in zip(flutter["start_s"], flutter["end_s"]):
+        across |= (start < hi) & (end > lo)
+    rows = pd.DataFrame({"kind": "pause", "start_s": start[~across], "end_s": end[~across],
+                         "confidence": np.float32(1.0)})
+    table = pd.concat([frame, rows], ignore_index=True) if len(rows) else frame
+    table = table.astype({"kind": object, "start_s": np.float64, "end_s": np.float64, "confidence": np.float32})
+    return table.sort_values("start_s", kind="stable").reset_index(drop=True)[list(EPISODE_COLUMNS)]
 
 
 def beats_table(*, fiducial, length, start, fs, is_train, z, score, annotations=None, components=None,
@@ -359,7 +390,7 @@ def _verify(path: Path) -> str | None:
 
 def write_run(root: Path, key: str, *, report: dict, beats: pd.DataFrame, fiducials: np.ndarray, signal: np.ndarray,
               embeddings: np.ndarray, decoded_z: np.ndarray, decoded: np.ndarray, checkpoint: dict,
-              families) -> Path:
+              families, episodes: pd.DataFrame) -> Path:
     """Write a run atomically: everything into ``.<key>.tmp-<pid>``, checksums into the report,
     then one rename. A damaged run already at the destination is replaced; nothing else is touched.
     Files and folder get the modes the process's umask gives new files (0o666 and 0o777 less it),
@@ -374,6 +405,7 @@ def write_run(root: Path, key: str, *, report: dict, beats: pd.DataFrame, fiduci
     try:
         digests = _write_and_hash(tmp, {
             "beats.parquet": lambda path: beats.to_parquet(path, index=False),
+            "episodes.parquet": lambda path: episodes.to_parquet(path, index=False),
             "fiducials.npy": lambda path: np.save(path, fiducials),
             "embeddings.npy": lambda path: np.save(path, embeddings),
             "signal.npy": lambda path: np.save(path, signal),
@@ -527,6 +559,7 @@ def load_run(path: Path) -> RunResult:
         decoded_z=decoded["z"],
         decoded=decoded["rows"],
         families=families,
+        episodes=pd.read_parquet(path / "episodes.parquet"),
         cached=True,
     )
 

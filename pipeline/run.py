@@ -137,7 +137,7 @@ def run_key(digest: dict, device: str, request: RunRequest) -> str:
 
 # --------------------------------------------------------------------------- steps
 def _compute(input_path: Path, request: RunRequest, device: str, stages: "_StageClock") -> dict:
-    from pipeline import embed, load, peaks, wavelet
+    from pipeline import embed, episodes, load, peaks, quality, rhythm, wavelet
 
     cfg = request.signal
     with stages("load"):
@@ -149,6 +149,11 @@ def _compute(input_path: Path, request: RunRequest, device: str, stages: "_Stage
         response = wavelet.ricker_response(signal, fs, cfg.ricker_width_s)
     with stages("peaks"):
         positions = peaks.find_beats(response, signal, fs, cfg)
+        # Flutter waves are no heartbeats; beats in noise are kept (flagged by their quality below):
+        # a real beat hidden because noise surrounds it would be a missed beat.
+        found = episodes.find_episodes(signal, fs, positions)
+        positions = positions[~episodes.in_episodes(positions, found, fs, "flutter")]
+        pauses = rhythm.pauses(positions, fs, cfg.pause_s)
     del response
     with stages("lengths"):
         lengths = peaks.beat_lengths(positions)
@@ -156,6 +161,10 @@ def _compute(input_path: Path, request: RunRequest, device: str, stages: "_Stage
     with stages("embed"):
         width = cfg.window(fs)
         beats = embed.embed_beats(signal, positions, fs, width=width, pre_fiducial=cfg.pre_fiducial)
+        beat_quality = quality.beat_quality(signal, positions, fs)
+        in_noise = episodes.in_episodes(positions, found, fs, "noise")
+        # A beat inside a noise episode is low quality whatever its own measures say.
+        beat_quality[in_noise] = backend.xp_of(beat_quality).minimum(beat_quality[in_noise], quality.LOW_QUALITY / 2)
     n_beats = int(beats.rows.shape[0])
     if n_beats < 4:
         raise ValueError(f"{input_path.name}: found {n_beats} heartbeat(s); too few to analyse "
@@ -166,7 +175,7 @@ def _compute(input_path: Path, request: RunRequest, device: str, stages: "_Stage
         # progress view shows it; it comes after loading, so that bad input is reported without it.
         import torch
 
-        from pipeline import rhythm, score, train
+        from pipeline import score, train
 
         embeddings = backend.to_host(beats.rows)
         families = _families_beside_training(embeddings, request.vae.seed, device)
@@ -183,7 +192,8 @@ def _compute(input_path: Path, request: RunRequest, device: str, stages: "_Stage
         scores, p_shape, p_rhythm = score.combine_scores(shape_scores, beat_rhythm.score)
     with stages("families"):
         beat_families = families()
-    return dict(recording=recording, positions=positions, beats=beats, embeddings=embeddings, histogram=histogram,
+    return dict(recording=recording, positions=positions, beats=beats, episodes=found, pauses=pauses,
+                quality=beat_quality, embeddings=embeddings, histogram=histogram,
                 model=model, history=history, is_train=is_train.numpy(), scores=scores, z=z,
                 shape_scores=shape_scores, rhythm=beat_rhythm, p_shape=p_shape, p_rhythm=p_rhythm,
                 families=beat_families, grid_z=grid_z, decoded=decoded, width=width,
@@ -208,6 +218,8 @@ def _families_beside_training(embeddings: np.ndarray, seed: int, device: str) ->
 
 def _write(input_path, digest, key, request, device, c, stages, handoffs, memory) -> results.RunResult:
     """Host copies happen here and only here: table, arrays, model, report."""
+    from pipeline.quality import low_quality
+
     recording, beats = c["recording"], c["beats"]
     host = backend.to_host
     pre = int(round(request.signal.pre_fiducial * c["width"]))
@@ -221,6 +233,8 @@ def _write(input_path, digest, key, request, device, c, stages, handoffs, memory
                                 annotations=recording.annotations,
                                 components={name: host(values) for name, values in components.items()})
     table["family"] = c["families"].family
+    table["quality"] = host(c["quality"]).astype(np.float32)
+    episodes = results.episodes_table(c["episodes"], host(c["pauses"]), recording.fs)
     n_candidates = int(c["positions"].shape[0])
     report = {
         "version": pipeline.__version__,
@@ -237,6 +251,8 @@ def _write(input_path, digest, key, request, device, c, stages, handoffs, memory
         "config": {"signal": asdict(request.signal), "vae": asdict(request.vae),
                    "fs_override": request.fs, "column": request.column},
         "counts": {"fiducials": n_candidates, "beats": len(table),
+                   **{f"{kind}_episodes": int((episodes["kind"] == kind).sum()) for kind in ("flutter", "noise", "pause")},
+                   "low_quality": int(low_quality(table["quality"].to_numpy()).sum()),
                    "train": int(c["is_train"].sum()), "test": int((~c["is_train"]).sum())},
         "length_histogram": {"counts": host(c["histogram"][0]).tolist(),
                              "edges_s": host(c["histogram"][1]).round(4).tolist()},
@@ -252,7 +268,8 @@ def _write(input_path, digest, key, request, device, c, stages, handoffs, memory
     report["segmentation_s"] = round(sum(stages.times.get(s, 0.0) for s in SEGMENTATION), 6)
     path = results.write_run(Path(request.out), key, report=report, beats=table, fiducials=host(c["positions"]),
                              signal=signal, embeddings=embeddings, decoded_z=c["grid_z"].cpu().numpy(),
-                             decoded=c["decoded"].cpu().numpy(), checkpoint=checkpoint, families=c["families"])
+                             decoded=c["decoded"].cpu().numpy(), checkpoint=checkpoint, families=c["families"],
+                             episodes=episodes)
     run = results.load_run(path)
     run.cached = False
     return run
@@ -310,9 +327,13 @@ def _warm_up_file(folder: Path, input_path: Path) -> Path:
 
 def _warm_up_steps(signal, fs: float, cfg: SignalConfig):
     """The segmentation chain of :func:`_compute` on ``signal``; returns the embedded rows."""
-    from pipeline import embed, peaks, wavelet
+    from pipeline import embed, episodes, peaks, quality, rhythm, wavelet
 
     positions = peaks.find_beats(wavelet.ricker_response(signal, fs, cfg.ricker_width_s), signal, fs, cfg)
+    found = episodes.find_episodes(signal, fs, positions)
+    episodes.in_episodes(positions, found, fs)
+    rhythm.pauses(positions, fs, cfg.pause_s)
+    quality.beat_quality(signal, positions, fs)
     peaks.length_histogram(peaks.beat_lengths(positions), fs)
     return embed.embed_beats(signal, positions, fs, width=cfg.window(fs), pre_fiducial=cfg.pre_fiducial).rows
 

@@ -45,8 +45,9 @@ def test_run_prints_the_summary(small_csv, tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""  # --quiet: no progress bars, and a clean input gives no warnings
     lines = dict(line.split(None, 1) for line in result.stdout.splitlines() if not line.startswith(" "))
-    assert list(lines) == ["run", "input", "lead", "device", "beats", "lengths", "stages", "segment", "memory",
-                           "outliers", "why", "reference"]
+    assert list(lines) == ["run", "input", "lead", "device", "beats", "episodes", "lengths", "stages", "segment",
+                           "memory", "outliers", "why", "reference"]
+    assert re.search(r"\d+ low-quality beats? left out of the ranking$", lines["episodes"])
     assert lines["lead"] == "column 0: the only lead"
     run_dir = Path(lines["run"])
     assert run_dir.parent == out and (run_dir / "report.json").exists()

@@ -102,11 +102,28 @@ def parts():
                 beats=_table(), fiducials=np.arange(7) * 300, signal=rng.standard_normal(3000).astype(np.float32),
                 embeddings=embeddings, decoded_z=np.zeros((9, 2)), decoded=np.zeros((9, 64)),
                 checkpoint={"config": asdict(model.cfg), "width": 64, "model": model.state_dict()},
-                families=find_families(embeddings))
+                families=find_families(embeddings), episodes=_episodes())
+
+
+def _episodes():
+    from pipeline.episodes import Episodes
+
+    found = Episodes(kind=["noise", "flutter"], start_s=[1.0, 4.0], end_s=[1.5, 6.0], confidence=[0.8, 0.9])
+    # pauses: one before the flutter episode, one across it (left out: its beats were taken out)
+    return results.episodes_table(found, np.array([[100, 700], [750, 1900]]), fs=250.0)
+
+
+def test_episodes_table_lists_pauses_but_not_across_flutter():
+    table = _episodes()
+    assert list(table.columns) == list(results.EPISODE_COLUMNS)
+    assert table["kind"].tolist() == ["pause", "noise", "flutter"]
+    assert table.iloc[0][["start_s", "end_s"]].tolist() == [0.4, 2.8]
+    assert table["confidence"].tolist() == pytest.approx([1.0, 0.8, 0.9])
 
 
 def test_write_and_load_round_trip(tmp_path, parts):
     path = results.write_run(tmp_path, "key1", **parts)
+    pd.testing.assert_frame_equal(results.load_run(path).episodes, parts["episodes"], check_dtype=False)  # text: object or str
     assert path == tmp_path / "key1" and [p.name for p in tmp_path.iterdir()] == ["key1"]
     with warnings.catch_warnings():
         warnings.simplefilter("error")

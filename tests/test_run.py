@@ -57,7 +57,7 @@ def test_beats_table_columns_and_dtypes(cpu_run):
     expected = {"beat_id": "int32", "start": "int64", "fiducial": "int64", "time_s": "float64", "length": "int32",
                 "length_s": "float32", "rr_before_s": "float32", "split": "category", "z1": "float32",
                 "z2": "float32", "score": "float32", **{name: "float32" for name in results.SCORE_COMPONENTS},
-                "label": "object", "abnormal": "bool", "family": "int16"}
+                "label": "object", "abnormal": "bool", "family": "int16", "quality": "float32"}
     dtypes = {c: str(t) for c, t in beats.dtypes.items()}
     assert dtypes.pop("label") in ("object", "str")     # pandas 3 infers its string dtype for text
     assert dtypes == {c: t for c, t in expected.items() if c != "label"}
