@@ -71,8 +71,11 @@ def test_run_progress_bars_go_to_stderr(small_csv, tmp_path):
 
 
 def _table_rows(stdout: str) -> dict:
-    """The per-record table (up to the first blank line): rows by record name, and the header."""
-    lines = stdout.strip().split("\n\n")[0].splitlines()
+    """The per-record table (after the protocol line, up to the next blank line): rows by record
+    name, and the header."""
+    protocol, table = stdout.strip().split("\n\n")[:2]
+    assert protocol.startswith("detection, AAMI EC57: ") and "flutter/fibrillation episodes excluded" in protocol
+    lines = table.splitlines()
     return {line.split()[0]: line.split() for line in lines[2:]}, lines[0]
 
 
@@ -98,8 +101,8 @@ def test_evaluate_prints_the_table(evaluation):
     rows, header = _table_rows(result.stdout)
     assert header.split() == ["record", "beats", "found", "Se50", "P+50", "Se150", "P+150", "abnormal", "AUROC",
                               "shape"]
-    assert list(rows) == ["100", "total"]
-    record, total = rows["100"], rows["total"]
+    assert list(rows) == ["100", "gross"]
+    record, total = rows["100"], rows["gross"]
     assert record[1:] == total[1:]  # one record: the total is that record
     beats, found = int(record[1]), int(record[2])
     assert beats == 2273 and abs(found - beats) < 25  # MIT-BIH 100 has 2273 annotated beats
