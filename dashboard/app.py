@@ -38,6 +38,7 @@ from dashboard import server_gc, startup
 from dashboard.archive import SPEC as ARCHIVE_SPEC
 from dashboard.archive import ArchiveView, run_inside
 from dashboard.data_store import BACKGROUND_DELAY_S, DataStore, SharedRun, in_session
+from dashboard.events import EventList
 from dashboard.page import card, layout
 from dashboard.review import ReviewPanel
 from dashboard.spec import ASSETS, STYLESHEET, duration, hms
@@ -315,6 +316,7 @@ class App(pn.viewable.Viewer):
         self.sidebar.objects = [
             html("<div class='ecg-card-title'>Selection</div>", margin=(10, 10, 0, 10)), summary,
             html("<div class='ecg-card-title'>Filters</div>", margin=(14, 10, 0, 10)), self.store,
+            html("<div class='ecg-card-title'>Pauses and episodes</div>", margin=(14, 10, 0, 10)), EventList(self.store),
             html("<div class='ecg-card-title'>Review</div>", margin=(14, 10, 0, 10)), self.review,
             html("<div class='ecg-card-title'>How to explore</div>"
                  "<div class='ecg-card-help'>Brush a range in the length or score histogram, or a box in "

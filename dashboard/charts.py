@@ -30,14 +30,14 @@ from bokeh.core.properties import Float, Int, List, Nullable
 from bokeh.model import DataModel
 from bokeh.models import (BoxAnnotation, BoxSelectTool, BoxZoomTool, ColorBar, ColumnDataSource, CustomJS, Div,
                           FixedTicker, Grid, HoverTool, Image, ImageRGBA, LinearColorMapper, MultiLine, PanTool, Quad,
-                          Range1d, ResetTool, SaveTool, Scatter, Span, WheelZoomTool)
+                          Range1d, ResetTool, SaveTool, Scatter, Span, VStrip, WheelZoomTool)
 from bokeh.plotting import figure as bokeh_figure
 
 from dashboard.bins import BinIndex, grid_index, histogram_index
 from dashboard.data_store import DataStore, Selection, in_session, one_patch
 from dashboard.shading import opacity, opacity_mapper
 from dashboard.signal_raster import SignalRaster
-from dashboard.spec import (CLASS_COLORS, FAMILY_COLORS, OUTLIER_COLOR, SCORE_CMAP, SELECTED_COLOR, SIGNAL_COLOR,
+from dashboard.spec import (CLASS_COLORS, EPISODE_COLORS, FAMILY_COLORS, OUTLIER_COLOR, SCORE_CMAP, SELECTED_COLOR, SIGNAL_COLOR,
                             UNSELECTED_COLOR, ViewSpec, hms_tick_formatter)
 from pipeline import backend
 
@@ -584,6 +584,7 @@ class SignalChart(pn.viewable.Viewer):
         self.draw_markers(store.selection)
         store.param.watch(lambda event: self.draw_markers(event.new), "selection")
         store.param.watch(self._focus_changed, "focus")
+        store.param.watch(lambda event: event.new is not None and self.zoom(*event.new), "zoom_to")
         self.whole = pn.widgets.Button(name="Show the whole recording", button_type="light", width=200,
                                        margin=(0, 10))
         self.whole.on_click(lambda _: self.zoom(*self._extent))
@@ -603,6 +604,7 @@ class SignalChart(pn.viewable.Viewer):
             p.yaxis.ticker = FixedTicker(ticks=middles)
             p.yaxis.major_label_overrides = {m: name for m, (name, _) in zip(middles, self.leads)}
             p.yaxis.axis_label = "leads"
+        add_episode_track(p, self.store.shared)
         add(p, self.image, Image(**IMAGE, color_mapper=opacity_mapper(SIGNAL_COLOR)))
         add(p, self.samples, MultiLine(xs="t", ys="y", line_color=SIGNAL_COLOR, line_width=1.2))
         add(p, self.selected, Scatter(x="t", y="y", size=5, fill_color=SELECTED_COLOR, fill_alpha=0.55, line_color=None),
@@ -698,7 +700,7 @@ class SignalChart(pn.viewable.Viewer):
             return
         beat = self.store.shared.beats.iloc[event.new]
         start = float(beat["start"]) / self.store.shared.fs
-        self.focus_box.update(left=start, right=start + float(beat["length_s"]), visible=True)
+        self.focus_box.update(left=start, right=start + beat_span_s(beat, self.store.shared), visible=True)
         lo, hi = self.store.focus_window(event.new, FOCUS_SECONDS)
         self._focus_range = (lo, hi)
         self.zoom(lo, hi, focus=True)
@@ -772,6 +774,7 @@ class TachogramChart(pn.viewable.Viewer):
                    y_range=Range1d(*self.y_range))
         p.toolbar.active_scroll, p.toolbar.active_drag = wheel, pan
         p.xaxis.formatter = hms_tick_formatter()
+        add_episode_track(p, shared)
         add(p, self.image, Image(**IMAGE, color_mapper=opacity_mapper(SIGNAL_COLOR)))
         add(p, self.selected, Scatter(x="t", y="y", size=5, fill_color=SELECTED_COLOR, fill_alpha=0.6, line_color=None),
             level=CHANGES_WITH_BRUSH)
@@ -803,6 +806,28 @@ class TachogramChart(pn.viewable.Viewer):
 
     def __panel__(self):
         return pn.pane.Bokeh(self.figure, sizing_mode="stretch_width")
+
+
+def add_episode_track(p, shared) -> None:
+    """The run's episodes (flutter, noise, pauses) as bands of colour behind everything the plot
+    draws, over its whole height; hovering one names it."""
+    episodes = shared.run.episodes
+    if episodes is None or not len(episodes):
+        return
+    source = ColumnDataSource(dict(x0=episodes["start_s"].to_numpy(), x1=episodes["end_s"].to_numpy(),
+                                   kind=episodes["kind"].astype(str).to_numpy(),
+                                   color=[EPISODE_COLORS[k] for k in episodes["kind"]]), name="ecg-episodes")
+    track = add(p, source, VStrip(x0="x0", x1="x1", fill_color="color", fill_alpha=0.18, line_color=None),
+                level="underlay")
+    p.add_tools(HoverTool(renderers=[track], tooltips=[("episode", "@kind"), ("from", "@x0{0.0} s"),
+                                                       ("to", "@x1{0.0} s")]))
+
+
+def beat_span_s(beat, shared) -> float:
+    """Seconds a beat's row covers on the recording: its interval to the next beat, or for the
+    last beat (which has none) its embedding window."""
+    length = float(beat["length_s"])
+    return length if np.isfinite(length) else shared.embeddings.shape[1] / shared.fs
 
 
 # --------------------------------------------------------------------------- the board

@@ -30,6 +30,7 @@ import panel as pn
 import param
 
 from pipeline import backend, collector
+from pipeline.quality import low_quality
 
 BRUSH_COLUMNS = ("length_s", "z1", "z2", "score", "time_s", "rr_prev_s", "rr_next_s", "family")
 COLOUR_MODES = {"Score": "score", "Reference": "reference", "Review": "review", "Family": "family"}
@@ -123,6 +124,10 @@ class SharedRun:
             beats["family"] = np.zeros(len(beats), dtype=np.int16)
         columns = {c: xp.asarray(beats[c].to_numpy(dtype=np.float64)) for c in BRUSH_COLUMNS}
         columns["is_test"] = xp.asarray(beats["is_test"].to_numpy())
+        # Beats the ranking leaves out unless asked: artefacts are no findings (a run made before
+        # beat quality existed has every beat clean).
+        clean = ~low_quality(beats["quality"].to_numpy()) if "quality" in beats else np.ones(len(beats), bool)
+        columns["clean"] = xp.asarray(clean)
         return cls(run=run, beats=beats, signal=signal, fs=float(run.fs), device=device, xp=xp, columns=columns,
                    embeddings=xp.asarray(np.asarray(run.embeddings, dtype=np.float32)))
 
@@ -349,7 +354,9 @@ class DataStore(pn.viewable.Viewer):
                                   doc="whether the recording view's window filters the beat views")
     split = param.Selector(default="all", objects=SPLITS, label="Beats")
     threshold = param.Number(default=0.0, label="Outlier threshold (score)")
+    rank_low_quality = param.Boolean(default=False, label="Rank low-quality beats (noise, artefacts) too")
     focus = param.Integer(default=None, allow_None=True, doc="beat_id shown in detail (from the table)")
+    zoom_to = param.Range(default=None, allow_None=True, doc="a window (s) the recording view is asked to show")
     colour_by = param.Selector(default="score", objects=COLOUR_MODES, label="Colour the planes by")
     labels_version = param.Integer(default=0, doc="version of the reviewer's labels this session shows")
     selection = param.ClassSelector(class_=Selection, doc="the current selection (output)")
@@ -453,7 +460,7 @@ class DataStore(pn.viewable.Viewer):
         return mask
 
     # ------------------------------------------------------------------ refresh
-    @param.depends("brush", "time_range", "follow_window", "split", "threshold", watch=True)
+    @param.depends("brush", "time_range", "follow_window", "split", "threshold", "rank_low_quality", watch=True)
     def _refresh(self) -> None:
         for column, bounds in self.brush.items():
             if column not in BRUSH_COLUMNS:
@@ -476,9 +483,11 @@ class DataStore(pn.viewable.Viewer):
 
     def _ranked_outliers(self, mask) -> tuple[np.ndarray, int]:
         """Host indices of the selected beats above the threshold, highest score first (ties by
-        beat order), at most TABLE_LIMIT of them; and how many there are in all."""
+        beat order), at most TABLE_LIMIT of them; and how many there are in all. Low-quality beats
+        are left out unless ``rank_low_quality``."""
         xp, scores = self.shared.xp, self.shared.columns["score"]
-        index = xp.flatnonzero(mask & (scores > self.threshold))
+        ranked = mask if self.rank_low_quality else mask & self.shared.columns["clean"]
+        index = xp.flatnonzero(ranked & (scores > self.threshold))
         n_out = int(index.shape[0])
         if n_out > TABLE_LIMIT:  # keep the top scores (ties at the cut included) before sorting
             cut = xp.partition(scores[index], n_out - TABLE_LIMIT)[n_out - TABLE_LIMIT]
@@ -521,10 +530,11 @@ class DataStore(pn.viewable.Viewer):
         elif name == "colour_by":
             widget = pn.widgets.RadioButtonGroup(options=COLOUR_MODES, value=self.colour_by, button_type="primary",
                                                  button_style="outline", **params)
-        elif name == "follow_window":
-            widget = pn.widgets.Checkbox(name=self.param.follow_window.label, value=self.follow_window, **params)
+        elif name in ("follow_window", "rank_low_quality"):
+            widget = pn.widgets.Checkbox(name=self.param[name].label, value=getattr(self, name), **params)
         else:
-            raise ValueError(f"widget name must be one of threshold, split, colour_by, follow_window; got {name!r}")
+            raise ValueError("widget name must be one of threshold, split, colour_by, follow_window, "
+                             f"rank_low_quality; got {name!r}")
         return self._link(widget, name)
 
     def __panel__(self):
@@ -535,6 +545,7 @@ class DataStore(pn.viewable.Viewer):
         colour = pn.pane.HTML("<span style='font-size:13px;font-weight:600;color:#3d4b5c'>Colour the planes by</span>",
                               margin=(8, 10, 0, 10))
         return pn.Column(self.widget("threshold", sizing_mode="stretch_width"), label,
-                         self.widget("split", sizing_mode="stretch_width"), self.widget("follow_window"), colour,
+                         self.widget("split", sizing_mode="stretch_width"), self.widget("follow_window"),
+                         self.widget("rank_low_quality"), colour,
                          self.widget("colour_by", sizing_mode="stretch_width"), clear,
                          sizing_mode="stretch_width", css_classes=["ecg-controls"])

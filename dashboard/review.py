@@ -18,7 +18,7 @@ from panel.io.state import set_curdoc
 from bokeh.models import (ColumnDataSource, DataTable, Line, MultiLine, NumberFormatter, Range1d,
                           SingleIntervalTicker, TableColumn, Text, VArea)
 
-from dashboard.charts import add, drop_grid, figure, hidden_box
+from dashboard.charts import add, beat_span_s, drop_grid, figure, hidden_box
 from dashboard.data_store import DataStore, one_patch
 from dashboard.labels import REVIEW_LABELS
 from dashboard.spec import FAMILY_COLORS, OUTLIER_COLOR, SIGNAL_COLOR, ViewSpec, hms
@@ -212,7 +212,7 @@ class StripView(View):
                                    "y": [self.band[0] + 0.06 * (self.band[1] - self.band[0])] * len(rr),
                                    "text": [f"{1000 * v:.0f}" for v in rr]}
             start = float(beats["start"].iloc[focus] - centre) / shared.fs
-            self.focus_box.update(left=start, right=start + float(beats["length_s"].iloc[focus]), visible=True)
+            self.focus_box.update(left=start, right=start + beat_span_s(beats.iloc[focus], shared), visible=True)
             self.info.object = (f"Beat <b>{focus}</b> at <b>{hms(centre / shared.fs)}</b> on paper: 25 mm/s, "
                                 "10 mm/mV. Labels: yours (in parentheses: the reference's); RR intervals in ms.")
         self.rendered += 1

@@ -21,6 +21,7 @@ from bokeh.models import (ColumnDataSource, DataTable, HTMLTemplateFormatter, Le
 from dashboard.charts import add, drop_grid, figure
 from dashboard.data_store import TABLE_LIMIT, DataStore, Selection
 from dashboard.spec import CENTRE_COLOR, MEAN_COLOR, MUTED, SIGNAL_COLOR, STYLESHEET, ViewSpec, duration, hms
+from pipeline.quality import low_quality
 
 # Why a beat ranks high, as table columns (when the run has them): its shape's rarity and its timing.
 COMPONENT_COLUMNS = {"p_shape": ("shape rarity", "0.0000"), "rr_pre": ("RR before", "0.00"),
@@ -170,8 +171,11 @@ class BeatDetail(View):
 
         review = self.store.shared.review_of_beats()[int(beat["beat_id"])]
         why = f"<br>Why: {escape(explain(beat))}" if all(c in beat for c in ("p_shape", "rr_pre", "rr_post")) else ""
+        length = f"{beat['length_s'] * 1000:.0f} ms" if np.isfinite(beat["length_s"]) else "– (the last beat)"
+        quality = (f" · <b>low quality</b> ({beat['quality']:.2f}: noise or artefact)"
+                   if "quality" in beat and low_quality(beat["quality"]) else "")
         return (f"Beat <b>{int(beat['beat_id'])}</b> at <b>{hms(beat['time_s'])}</b> · length "
-                f"{beat['length_s'] * 1000:.0f} ms · score <b>{beat['score']:.2f}</b> · "
+                f"{length}{quality} · score <b>{beat['score']:.2f}</b> · "
                 f"{escape(beat['split'])}{label} · yours <b>{escape(review or '–')}</b>{why}")
 
     def _draw(self, event=None) -> None:

@@ -1,0 +1,95 @@
+"""Pauses and episodes end to end, without a browser: a recording with sinus pauses (2–6 s) and
+ventricular flutter, run through the pipeline; the run keeps both beats around every pause and no
+beat inside the flutter, lists them as episodes, and the dashboard's episode list zooms the
+recording view to the one clicked. (The browser's side: tests/test_events_browser.py.)"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline import stress
+
+PAUSES_S = (2.0, 3.0, 4.5, 6.0)
+
+
+def write_pauses_and_flutter(folder) -> tuple:
+    """One CSV: the ``pauses`` stress case followed by the ``flutter`` one (both at 360 Hz, lead II
+    as ECG1); returns the path, the true pauses (start, end in s) and the flutter's (start, end)."""
+    first, second = stress.make_case("pauses"), stress.make_case("flutter")
+    offset = first.signal.size
+    joined = stress.StressCase(name="pauses+flutter", fs=first.fs,
+                               signal=np.concatenate([first.signal, second.signal]),
+                               second=np.concatenate([first.second, second.second]),
+                               beats=np.concatenate([first.beats, second.beats + offset]),
+                               symbols=np.concatenate([first.symbols, second.symbols]), episodes=())
+    rr = np.diff(first.beats) / first.fs
+    pauses = [(first.beats[i] / first.fs, first.beats[i + 1] / first.fs) for i in np.flatnonzero(rr >= 1.9)]
+    (_, start, end), = second.episodes
+    path = stress.write_case(joined, folder / "pauses-flutter.csv")
+    return path, pauses, (start + offset / first.fs, end + offset / first.fs)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    from pipeline.config import VAEConfig
+    from pipeline.run import RunRequest, run_pipeline
+
+    folder = tmp_path_factory.mktemp("events")
+    path, pauses, flutter = write_pauses_and_flutter(folder)
+    result = run_pipeline(RunRequest(input=str(path), fs=360.0, device="cpu", out=str(folder / "runs"),
+                                     vae=VAEConfig(epochs=2), warm_up=False))
+    return result, pauses, flutter
+
+
+def test_every_pause_is_listed_with_both_of_its_beats(run):
+    result, pauses, _ = run
+    assert len(pauses) == len(PAUSES_S)
+    listed = result.episodes[result.episodes["kind"] == "pause"]
+    assert len(listed) == len(pauses)
+    time = result.beats["time_s"].to_numpy()
+    for (start, end), (_, row) in zip(pauses, listed.iterrows()):
+        assert row["start_s"] == pytest.approx(start, abs=0.05) and row["end_s"] == pytest.approx(end, abs=0.05)
+        assert np.abs(time - start).min() < 0.05 and np.abs(time - end).min() < 0.05   # both beats kept
+    durations = (listed["end_s"] - listed["start_s"]).to_numpy()
+    np.testing.assert_allclose(np.sort(durations), PAUSES_S, atol=0.05)
+    long = result.beats["length_s"] >= 2.0
+    # the beats before the pauses are in the table, and so is the last one before the flutter
+    assert long.sum() == len(pauses) + 1
+
+
+def test_flutter_is_an_episode_and_holds_no_beats(run):
+    result, _, (start, end) = run
+    flutter = result.episodes[result.episodes["kind"] == "flutter"]
+    assert len(flutter) == 1
+    found = flutter.iloc[0]
+    overlap = min(found["end_s"], end) - max(found["start_s"], start)
+    assert overlap >= 0.8 * (end - start)
+    time = result.beats["time_s"]
+    assert not time.between(found["start_s"], found["end_s"]).any()
+    # no pause is listed across the flutter: its waves were taken out, not missed
+    pauses = result.episodes[result.episodes["kind"] == "pause"]
+    assert not ((pauses["start_s"] < found["end_s"]) & (pauses["end_s"] > found["start_s"])).any()
+
+
+def test_the_episode_list_zooms_the_recording_to_the_episode(run):
+    from dashboard.charts import BokehBoard
+    from dashboard.data_store import DataStore, SharedRun
+    from dashboard.events import CONTEXT_S, EventList
+    from dashboard.spec import VIEWS
+
+    result, pauses, _ = run
+    store = DataStore(SharedRun.from_run(result))
+    signal = BokehBoard(store).chart(VIEWS["signal"])
+    events = EventList(store)
+    kinds = events.source.data["kind"]
+    assert kinds[:len(pauses)] == ["pause"] * len(pauses) and "ventricular flutter/fibrillation" in kinds
+    assert events.source.data["duration_s"][0] == pytest.approx(max(PAUSES_S), abs=0.05)   # longest first
+    assert "4 pause" in events.caption.object
+    for row in (0, 0, 2):                     # the same row twice: the second click zooms again
+        signal.zoom(0.0, store.shared.duration_s)
+        events.source.selected.indices = [row]
+        start, end = events.source.data["start_s"][row], events.source.data["end_s"][row]
+        x_range = signal.figure.x_range
+        assert (x_range.start, x_range.end) == pytest.approx((max(start - CONTEXT_S, 0), end + CONTEXT_S))
+    track = signal.figure.select_one({"name": "ecg-episodes"})
+    assert sorted(set(track.data["kind"])) == ["flutter", "pause"]
