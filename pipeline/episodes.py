@@ -42,6 +42,7 @@ pipeline.embed.embed_beats : the step after; beats inside episodes need not reac
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from dataclasses import dataclass, field
@@ -278,9 +279,7 @@ def flutter_features(signal, fs: float, *, window_s: float = 2.0, hop_s: float =
     n_fft = 1 << int(math.ceil(math.log2(2 * length)))
     step = rate / n_fft
     low, high = int(math.ceil(total_hz[0] / step)), int(total_hz[1] / step)
-    angle = (2 * np.pi / n_fft) * np.outer(np.arange(length), np.arange(low, high + 1))
-    basis = np.hanning(length)[:, None] * np.concatenate([np.cos(angle), np.sin(angle)], axis=1)
-    spectrum = frames @ xp.asarray(basis, dtype=xp.float32)  # a small host → device copy
+    spectrum = frames @ xp.asarray(_dft_basis(length, n_fft, low, high))  # a small host → device copy
     bins = high - low + 1
     power = spectrum[:, :bins] ** 2 + spectrum[:, bins:] ** 2
     freqs = (xp.arange(low, high + 1) * step).astype(xp.float32)
@@ -305,6 +304,17 @@ def flutter_features(signal, fs: float, *, window_s: float = 2.0, hop_s: float =
     return {"dominant_hz": dominant.astype(xp.float32), "concentration": concentration.astype(xp.float32),
             "off_baseline": off_baseline, "sine_ratio": (mean_hz / dominant).astype(xp.float32),
             "subharmonic": subharmonic.astype(xp.float32), "centre_s": centre}
+
+
+@functools.lru_cache(maxsize=8)
+def _dft_basis(length: int, n_fft: int, low: int, high: int) -> np.ndarray:
+    """(length, 2 bins) float32: Hann-windowed cosines, then sines, of bins low..high of an
+    ``n_fft``-point transform."""
+    angle = (2 * np.pi / n_fft) * np.outer(np.arange(length), np.arange(low, high + 1))
+    basis = np.hanning(length)[:, None] * np.concatenate([np.cos(angle), np.sin(angle)], axis=1)
+    basis = basis.astype(np.float32)
+    basis.flags.writeable = False  # shared by every call
+    return basis
 
 
 def _flutter_episodes(features: dict, duration: float, *, window_s, hop_s, flutter_hz, min_concentration,
@@ -367,11 +377,14 @@ def noise_severity(signal, fs: float, positions=None, *, tick_s: float = 0.1, hf
 
 
 def _typical_amplitude(signal, positions, fs: float, ranges, half_s: float = 0.05) -> float:
-    """The median peak-to-peak within ±``half_s`` of the fiducials, else the median 1-s range."""
+    """The median peak-to-peak within ±``half_s`` of the fiducials (of 4096 of them at most,
+    evenly spread), else the median 1-s range."""
     xp = backend.xp_of(signal)
     if positions is not None and positions.shape[0] >= 3:
         half = max(1, int(round(half_s * fs)))
-        around = xp.clip(positions[:, None] + xp.arange(-half, half + 1)[None, :], 0, signal.shape[0] - 1)
+        # Beats spread evenly over the recording are enough for a median (a day holds 100,000).
+        sample = positions[:: max(1, positions.shape[0] // 4096)]
+        around = xp.clip(sample[:, None] + xp.arange(-half, half + 1)[None, :], 0, signal.shape[0] - 1)
         window = signal[around]
         value = float(xp.median(window.max(axis=1) - window.min(axis=1)))  # sync: a scalar
     else:
@@ -390,8 +403,8 @@ def _noise_episodes(severity, tick_s: float, duration: float, *, min_s, max_gap_
     # The mean severity of the flagged ticks of each run (capped, so that a flat stretch's
     # enormous ratio does not stand for the whole run).
     xp = backend.xp_of(severity)
-    level = _run_sums(xp.where(flagged, xp.minimum(severity, 10.0), 0.0), first, last)
-    level = level / np.maximum(_run_sums(flagged, first, last), 1)
+    sums = _run_sums(xp.stack([xp.where(flagged, xp.minimum(severity, 10.0), 0.0), flagged]), first, last)
+    level = sums[0] / np.maximum(sums[1], 1)
     confidence = np.clip(1.0 - 0.5 / np.maximum(level, 1.0), 0.0, 1.0)
     return Episodes(np.full(int(keep.sum()), "noise"), start[keep], end[keep], confidence[keep])
 
@@ -404,8 +417,9 @@ def _runs(flags, max_gap: int) -> tuple[np.ndarray, np.ndarray]:
     less than ``max_gap`` + 1 apart joined."""
     xp = backend.xp_of(flags)
     edges = xp.diff(flags.astype(xp.int8), prepend=0, append=0)
-    first = backend.to_host(xp.flatnonzero(edges == 1))  # small copies: two numbers a run
-    last = backend.to_host(xp.flatnonzero(edges == -1)) - 1
+    changes = xp.flatnonzero(edges)
+    changes, rising = backend.to_host(changes), backend.to_host(edges[changes] > 0)  # two numbers a run
+    first, last = changes[rising], changes[~rising] - 1
     if first.shape[0] > 1:
         joined = first[1:] - last[:-1] - 1 <= max_gap
         first = first[np.concatenate([[True], ~joined])]
@@ -414,12 +428,14 @@ def _runs(flags, max_gap: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _run_sums(values, first: np.ndarray, last: np.ndarray) -> np.ndarray:
-    """Host float64 array: the sum of ``values`` (on its device) over each run first..last."""
+    """Host float64 array: the sums of ``values`` (on its device; 1-D, or 2-D for several rows at
+    once) over each run first..last."""
     xp = backend.xp_of(values)
-    total = xp.concatenate([xp.zeros(1), xp.cumsum(values, dtype=xp.float64)])
-    bounds = xp.asarray(np.concatenate([first, last + 1]))
-    ends = backend.to_host(total[bounds])  # small copy: two numbers a run
-    return ends[first.shape[0]:] - ends[:first.shape[0]]
+    rows = values.reshape(-1, values.shape[-1])
+    total = xp.concatenate([xp.zeros((rows.shape[0], 1)), xp.cumsum(rows, axis=1, dtype=xp.float64)], axis=1)
+    ends = backend.to_host(total[:, xp.asarray(np.concatenate([first, last + 1]))])  # two numbers a run
+    sums = ends[:, first.shape[0]:] - ends[:, :first.shape[0]]
+    return sums.reshape(values.shape[:-1] + (first.shape[0],))
 
 
 def _merged(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
