@@ -56,7 +56,9 @@ class EventList(pn.viewable.Viewer):
         if episodes is None or not len(episodes):
             return "No pause of 2 s or more, no flutter and no noise episode."
         counts = episodes["kind"].value_counts()
-        parts = [f"{int(counts[k]):,} {EPISODE_NAMES[k]}" for k in ORDER if k in counts]
+        noun = {"pause": ("pause", "pauses"), "flutter": ("flutter/fibrillation episode", "flutter/fibrillation episodes"),
+                "noise": ("noise episode", "noise episodes")}
+        parts = [f"{int(counts[k]):,} {noun[k][int(counts[k]) != 1]}" for k in ORDER if k in counts]
         return " · ".join(parts) + " · click a row to see it in the recording"
 
     def _clicked(self, indices: list) -> None:

@@ -1,0 +1,66 @@
+"""Pauses and episodes in headless Chromium: a recording with sinus pauses and ventricular flutter
+is served; its episodes are drawn as bands on the recording view, the pauses are listed in the
+sidebar, and a click on one shows it in the recording.
+
+Servers and pages as in ``tests/test_browser.py`` (its ``Page`` and ``browser``)."""
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.served import Server
+from test_browser import ARTIFACTS, UPDATE_S, Page, browser  # noqa: F401  (browser: the module's Chromium fixture)
+from test_events import write_pauses_and_flutter
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("events-served")
+    path, pauses, flutter = write_pauses_and_flutter(tmp)
+    srv = Server(["--input", str(path), "--fs", "360", "--epochs", "3", "--device", "cpu", "--out", str(tmp / "runs")],
+                 tmp / "server.log")
+    try:
+        srv.wait_http(120)
+        yield srv, pauses, flutter
+    finally:
+        srv.stop()
+
+
+def _pixel(png: bytes, x: float, y: float) -> tuple[int, int, int]:
+    import io
+
+    from PIL import Image
+
+    return Image.open(io.BytesIO(png)).convert("RGB").getpixel((int(x), int(y)))
+
+
+def test_episodes_are_drawn_listed_and_a_click_shows_one(served, browser):
+    srv, pauses, (flutter_start, flutter_end) = served
+    page = Page(browser, srv.url)
+    page.wait_dashboard()
+    # the bands: in the recording view, the flutter's stretch is tinted red and a stretch of sinus
+    # rhythm is not (both looked at just under the frame's top edge, above the trace)
+    view = page.page.locator(".ecg-view-signal .bk-Canvas").first
+    view.scroll_into_view_if_needed()
+    box = view.bounding_box()
+    png = view.screenshot()
+    top = page.page.evaluate("""() => { const v = Bokeh.index.find_one(Bokeh.documents[0].get_model_by_name('ecg-signal'));
+        return v.frame.bbox.top; }""")
+    inside = page.to_screen("signal", (flutter_start + flutter_end) / 2)[0] - box["x"]
+    outside = page.to_screen("signal", 5.0)[0] - box["x"]
+    red, _, blue = _pixel(png, inside, top + 4)
+    assert red > blue + 20, f"no flutter band drawn: {(red, blue)}"
+    assert _pixel(png, outside, top + 4)[0] - _pixel(png, outside, top + 4)[2] < 10
+    # the list: pauses first, the longest on top; a click shows it in the recording
+    rows = page.page.locator(".bk-DataTable .slick-row", has_text="pause")
+    page.wait_until(lambda: rows.count() == len(pauses), "the pauses listed")
+    first = rows.first.inner_text().split()
+    longest = max(pauses, key=lambda p: p[1] - p[0])
+    assert float(first[-1]) == pytest.approx(longest[1] - longest[0], abs=0.1)
+    rows.first.click()
+    page.wait_until(lambda: abs(page.x_range()[0] - (longest[0] - 3.0)) < 0.1, "the recording zoomed to the pause")
+    assert page.x_range()[1] == pytest.approx(longest[1] + 3.0, abs=0.1)
+    page.shot("events.png")
+    assert not page.errors, "\n".join(page.errors)
+    page.close()
