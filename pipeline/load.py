@@ -1,9 +1,10 @@
 """Load an ECG recording into device memory, validated.
 
 CSV (one value per line, optional header, optional several columns, a decimal point or a
-decimal comma), WFDB (``.hea`` + signal files, PhysioNet), ``.npy`` and Parquet. On the GPU, CSV and
-Parquet are parsed by cuDF straight into device memory and handed to CuPy without a copy; elsewhere
-pyarrow parses on the host.
+decimal comma), WFDB (``.hea`` + signal files, PhysioNet), ``.npy`` and Parquet. On the GPU, CSV is
+parsed by cuDF straight into device memory and handed to CuPy without a copy; elsewhere pyarrow
+parses on the host. A Parquet column is decoded by pyarrow on the host on either device (cuDF's
+reader hung on a file with damaged compressed pages, which pyarrow refuses) and then copied.
 
 Every malformed input ends in one :class:`InputError` (a ValueError) whose message is one line
 naming the file: the readers turn the libraries' errors (zlib, gzip, pyarrow, NumPy, wfdb) into it
@@ -15,12 +16,15 @@ pipeline.wavelet.ricker_response : the next step.
 """
 from __future__ import annotations
 
+import contextlib
+import csv
 import functools
 import math
 import re
 import stat
 import warnings
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -120,7 +124,10 @@ def load_ecg(path, *, fs: float | None = None, column: str | int | None = None,
     Raises
     ------
     InputError
-        A ValueError with a one-line message naming the file for every kind of bad input.
+        A ValueError with a one-line message naming the file for every kind of bad input: no
+        regular file (a folder, FIFO, device), damaged compression or content, a sampling rate
+        outside ``MIN_FS``–``MAX_FS`` Hz (given, from the file, or the default), long gaps, too
+        short, flat, or fewer than ``MIN_LEVELS`` distinct values (no ECG is so coarse).
     """
     path = Path(path)
     if fs is not None:  # checked before anything is read
@@ -349,11 +356,24 @@ def _sniff_csv(path: Path) -> _Layout:
     if layout is None:
         first = lines[0]
         delimiter = max((",", ";", "\t"), key=first.count) if any(d in first for d in ",;\t") else ","
-        fields = [f.strip().strip('"') for f in first.split(delimiter)]
+        fields = _split_fields(first, delimiter)
         layout = _Layout(delimiter, None if all(_is_number(f) for f in fields if f) else fields, len(fields))
     if layout.header is not None and len(lines) == 1:
         raise InputError(f"{path.name} has a header but no data rows")
+    if layout.n_fields > 1 and not text.split("\n", 1)[0].strip():
+        # The parsers count a file's columns on its first line: a blank one gives one column, so
+        # the rows do not parse (pyarrow) or a later column is read out of bounds (cuDF crashed).
+        raise InputError(f"{path.name}: line 1 is blank, but the rows have {layout.n_fields} fields; "
+                         "remove the blank line(s) before the first row")
     return layout
+
+
+def _split_fields(line: str, delimiter: str) -> list[str]:
+    """A line's fields as the CSV parsers split them (a quoted field may hold the delimiter)."""
+    try:
+        return [f.strip() for f in next(csv.reader([line], delimiter=delimiter), [""])]
+    except csv.Error:  # a stray line break character: split plainly
+        return [f.strip().strip('"') for f in line.split(delimiter)]
 
 
 # One number written with a decimal comma (and no thousands separator): '-0,125', '3,2e-3'.
@@ -374,7 +394,7 @@ def _decimal_comma_layout(lines: list[str]) -> _Layout | None:
     separator = next((d for d in (";", "\t") if any(d in line for line in lines)), None)
 
     def split(line):
-        return [f.strip().strip('"') for f in (line.split(separator) if separator else [line])]
+        return _split_fields(line, separator) if separator else [line.strip().strip('"')]
 
     def is_value(field):
         return bool(_COMMA_NUMBER.fullmatch(field) or _PLAIN_FIELD.fullmatch(field))
@@ -430,8 +450,46 @@ def _read_csv(path: Path, choice: _LeadChoice, device):
             parsed[index] = read(path, index, layout)
         return parsed[index]
 
-    index = choice.pick(names, path, values_of)
-    return values_of(index), None, names[index], _sidecar_annotations(path)
+    with _gzip_verified(path, device):
+        index = choice.pick(names, path, values_of)
+        values = values_of(index)
+    return values, None, names[index], _sidecar_annotations(path)
+
+
+@contextlib.contextmanager
+def _gzip_verified(path: Path, device: str):
+    """Around cuDF's parse of a .gz: cuDF inflates the stream itself and checks no CRC, so a
+    damaged stream can parse into wrong numbers. The stream is inflated on the host meanwhile
+    (zlib releases the GIL; the output is dropped) and its CRC and length checked; a damaged
+    stream raises here, whatever the parse gave. pyarrow, on the CPU, checks the CRC itself."""
+    if device != "gpu" or not path.name.lower().endswith(".gz"):
+        yield
+        return
+    pool = ThreadPoolExecutor(1, thread_name_prefix="gzip-check")
+    check = pool.submit(_check_gzip_stream, path)
+    pool.shutdown(wait=False)
+    try:
+        yield
+    finally:
+        check.result()  # raises the InputError of a damaged stream, in place of any parse error
+
+
+def _check_gzip_stream(path: Path, chunk_bytes: int = 1 << 20) -> None:
+    """Inflate the whole gzip file (every member), dropping the output: an InputError when a
+    member is damaged, its CRC or length does not match, or the file ends inside one."""
+    try:
+        with open(path, "rb") as f:
+            inflater = zlib.decompressobj(wbits=31)
+            while chunk := f.read(chunk_bytes):
+                while chunk:
+                    inflater.decompress(chunk, chunk_bytes * 16)  # bounded output; the rest waits in the tail
+                    chunk = inflater.unconsumed_tail
+                    if inflater.eof and inflater.unused_data:  # another member follows
+                        chunk, inflater = inflater.unused_data, zlib.decompressobj(wbits=31)
+            if not inflater.eof:
+                raise EOFError("the file ends inside the compressed stream")
+    except (OSError, EOFError, zlib.error) as err:
+        raise _unreadable(path, err) from None
 
 
 def _read_csv_pyarrow(path, index, layout: _Layout):
@@ -677,21 +735,12 @@ def _read_parquet_columns(path: Path, choice: _LeadChoice, device):
         return data.to_numpy(zero_copy_only=False).astype(np.float32)
 
     name = names[choice.pick(names, path, read)]
-    if device == "gpu":
-        import cudf
-
-        try:
-            series = cudf.read_parquet(path, columns=[name])[name]
-        except Exception as err:  # cuDF raises RuntimeError/ValueError subclasses of its own
-            raise InputError(f"{path.name}: not a readable Parquet file ({_first_line(err)})") from None
-        if series.dtype.kind not in "fiu":
-            raise InputError(f"{path.name}: column {name!r} has type {series.dtype}, not numbers")
-        series = series.astype("float32").fillna(np.nan) if series.has_nulls else series.astype("float32")
-        return backend.cudf_to_cupy(series), None, name, _sidecar_annotations(path)
+    # pyarrow on the GPU too: cuDF's reader did not return on damaged compressed pages
     column_data = pq.read_table(path, columns=[name]).column(0)
     if not (pa.types.is_floating(column_data.type) or pa.types.is_integer(column_data.type)):
         raise InputError(f"{path.name}: column {name!r} has type {column_data.type}, not numbers")
-    return _writable_float32(column_data.to_numpy(zero_copy_only=False)), None, name, _sidecar_annotations(path)
+    values = _writable_float32(column_data.to_numpy(zero_copy_only=False))  # nulls become NaN: gaps
+    return _to_device(values, device), None, name, _sidecar_annotations(path)
 
 
 def _writable_float32(values) -> np.ndarray:

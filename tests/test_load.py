@@ -415,6 +415,9 @@ BAD_INPUTS = {
     "npy transposed": (_write("wide.npy", _npy(np.ones((2, N), np.float32))), {},
                        r"wide\.npy: expected \(samples, leads\); got shape \(2, 3000\), more leads than samples"),
     "npy of zero leads": (_write("none.npy", _npy(np.ones((N, 0), np.float32))), {}, r"none\.npy: .* holds no lead"),
+    # cuDF counts the columns on line 1 and read a later column out of bounds (a crash) when it was blank
+    "blank first line of a two-column CSV": (_write("blank1.csv", "\n" + _numbers().replace("\n", ";1\n")), {},
+                                             r"blank1\.csv: line 1 is blank, but the rows have 2 fields"),
     "a directory": (lambda folder: (folder / "adir.csv").mkdir() or folder / "adir.csv", {}, r"adir\.csv is a directory; give a recording file"),
     "unknown suffix": (_write("rec.json", '{"ecg": [1, 2, 3]}'), {}, r"rec\.json: unknown format; expected \.csv, \.txt, \.npy, \.parquet or a WFDB \.hea record"),
 }
@@ -500,7 +503,7 @@ def _load_without_waiting(path: Path, **kwargs):
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
     thread.join(20)
-    if thread.is_alive():
+    if thread.is_alive():  # a FIFO's reader is released below; a reader stuck elsewhere stays behind
         for fifo in [p for p in path.parent.iterdir() if p.is_fifo()]:
             try:
                 os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # the waiting reader sees end of file
@@ -541,17 +544,42 @@ def test_cli_fifo_input_exits_2_without_waiting(tmp_path):
     assert re.match(r"error: .*pipe\.csv is a FIFO \(named pipe\), not a regular file", result.stderr), result.stderr
 
 
-def test_corrupt_deflate_past_the_sniffed_head(tmp_path):
-    """A gzip stream damaged beyond the first 4 KiB, which only the full parse meets (pyarrow's own
-    decompression on the CPU): the same one line. (On the GPU cuDF decompresses, with errors of its
-    own; this checks the CPU reader.)"""
+@pytest.mark.parametrize("damage", ["flipped", "cut"])
+def test_corrupt_deflate_past_the_sniffed_head(tmp_path, device, damage):
+    """A gzip stream damaged or cut beyond the first 4 KiB, which only the full parse meets
+    (pyarrow's decompression on the CPU, cuDF's on the GPU): the same one line."""
     packed = bytearray(gzip.compress(_numbers(20_000).encode(), mtime=0))
-    packed[len(packed) // 2] ^= 0xFF
+    if damage == "flipped":
+        packed[len(packed) // 2] ^= 0xFF
+    else:
+        del packed[len(packed) * 2 // 3:]
     path = tmp_path / "late.csv.gz"
     path.write_bytes(bytes(packed))
     with pytest.raises(ValueError, match=r"^late\.csv\.gz: corrupt or truncated gzip data \(") as raised:
-        load_ecg(path)
+        load_ecg(path, device=device)
     assert raised.value.__suppress_context__
+
+
+def test_parquet_with_damaged_pages_is_refused_without_waiting(tmp_path, device):
+    """A Parquet file with 90 bytes cut out of its first column's pages, its footer intact (so the
+    analysed column's offsets point into the wrong bytes): refused at once on either device. This
+    is the fuzzing case on which cuDF's Parquet reader, used on the GPU before, did not return."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    walk = np.cumsum(np.random.default_rng(5).standard_normal((800, 2)), axis=0).round(4)
+    table = pa.table({"time": np.arange(800) / FS, "MLII": walk[:, 0].astype(np.float32),
+                      "counts": (walk[:, 1] * 200).astype(np.int16), "note": ["x"] * 800})
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer, compression="snappy")
+    data = buffer.getvalue()
+    path = tmp_path / "damaged.parquet"
+    path.write_bytes(data[:232] + data[322:])
+    error = _load_without_waiting(path, device=device)
+    assert isinstance(error, ValueError) and re.match(r"damaged\.parquet: not a readable Parquet file \(", str(error)), \
+        repr(error)
 
 
 def test_few_distinct_values_boundary(tmp_path, device):
