@@ -632,7 +632,7 @@ def test_cuxfilter_board_shows_the_default_boards_counts(gpu_shared):
     beats = shared.beats.astype({c: "float64" for c in ("length_s", "z1", "z2", "score")})
     cux_doc, cux_store, cux = _board_session(shared, "cuxfilter")
     ref_doc, ref_store, ref = _board_session(shared, "bokeh")
-    cases = [("lengths", np.nanquantile(beats["length_s"], [0.2, 0.7])  # the last beat has no length, None, "scores"),
+    cases = [("lengths", np.nanquantile(beats["length_s"], [0.2, 0.7]), None, "scores"),
              ("scores", np.quantile(beats["score"], [0.0, 0.8]), None, "lengths"),
              ("latent", np.quantile(beats["z1"], [0.1, 0.8]), np.quantile(beats["z2"], [0.2, 0.9]), "lengths")]
     for view, x, y, other in cases:
