@@ -403,7 +403,8 @@ def _noise_episodes(severity, tick_s: float, duration: float, *, min_s, max_gap_
     # The mean severity of the flagged ticks of each run (capped, so that a flat stretch's
     # enormous ratio does not stand for the whole run).
     xp = backend.xp_of(severity)
-    sums = _run_sums(xp.stack([xp.where(flagged, xp.minimum(severity, 10.0), 0.0), flagged]), first, last)
+    capped = xp.where(flagged, xp.minimum(severity, 10.0), 0.0)
+    sums = _run_sums(xp.stack([capped, flagged.astype(capped.dtype)]), first, last)
     level = sums[0] / np.maximum(sums[1], 1)
     confidence = np.clip(1.0 - 0.5 / np.maximum(level, 1.0), 0.0, 1.0)
     return Episodes(np.full(int(keep.sum()), "noise"), start[keep], end[keep], confidence[keep])
