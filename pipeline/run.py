@@ -137,7 +137,7 @@ def run_key(digest: dict, device: str, request: RunRequest) -> str:
 
 # --------------------------------------------------------------------------- steps
 def _compute(input_path: Path, request: RunRequest, device: str, stages: "_StageClock") -> dict:
-    from pipeline import embed, episodes, load, peaks, quality, rhythm, wavelet
+    from pipeline import embed, load, peaks, wavelet
 
     cfg = request.signal
     with stages("load"):
@@ -148,12 +148,7 @@ def _compute(input_path: Path, request: RunRequest, device: str, stages: "_Stage
     with stages("wavelet"):
         response = wavelet.ricker_response(signal, fs, cfg.ricker_width_s)
     with stages("peaks"):
-        positions = peaks.find_beats(response, signal, fs, cfg)
-        # Flutter waves are no heartbeats; beats in noise are kept (flagged by their quality below):
-        # a real beat hidden because noise surrounds it would be a missed beat.
-        found = episodes.find_episodes(signal, fs, positions)
-        positions = positions[~episodes.in_episodes(positions, found, fs, "flutter")]
-        pauses = rhythm.pauses(positions, fs, cfg.pause_s)
+        positions, found, pauses = heartbeats(response, signal, fs, cfg)
     del response
     with stages("lengths"):
         lengths = peaks.beat_lengths(positions)
@@ -161,10 +156,7 @@ def _compute(input_path: Path, request: RunRequest, device: str, stages: "_Stage
     with stages("embed"):
         width = cfg.window(fs)
         beats = embed.embed_beats(signal, positions, fs, width=width, pre_fiducial=cfg.pre_fiducial)
-        beat_quality = quality.beat_quality(signal, positions, fs)
-        in_noise = episodes.in_episodes(positions, found, fs, "noise")
-        # A beat inside a noise episode is low quality whatever its own measures say.
-        beat_quality[in_noise] = backend.xp_of(beat_quality).minimum(beat_quality[in_noise], quality.LOW_QUALITY / 2)
+        beat_quality = quality_of_beats(signal, positions, found, fs)
     n_beats = int(beats.rows.shape[0])
     if n_beats < 4:
         raise ValueError(f"{input_path.name}: found {n_beats} heartbeat(s); too few to analyse "
@@ -175,7 +167,7 @@ def _compute(input_path: Path, request: RunRequest, device: str, stages: "_Stage
         # progress view shows it; it comes after loading, so that bad input is reported without it.
         import torch
 
-        from pipeline import score, train
+        from pipeline import rhythm, score, train
 
         embeddings = backend.to_host(beats.rows)
         families = _families_beside_training(embeddings, request.vae.seed, device)
@@ -198,6 +190,30 @@ def _compute(input_path: Path, request: RunRequest, device: str, stages: "_Stage
                 shape_scores=shape_scores, rhythm=beat_rhythm, p_shape=p_shape, p_rhythm=p_rhythm,
                 families=beat_families, grid_z=grid_z, decoded=decoded, width=width,
                 torch_version=torch.__version__)
+
+
+def heartbeats(response, signal, fs: float, cfg: SignalConfig):
+    """The heartbeats of ``signal`` from its Ricker ``response``: (fiducials, episodes, pauses).
+    Flutter waves are no heartbeats, so the fiducials inside flutter episodes are taken out; beats
+    in noise are kept (their quality says so): a real beat hidden because noise surrounds it would
+    be a missed beat. Pauses are the intervals of at least ``cfg.pause_s`` between the beats kept."""
+    from pipeline import episodes, peaks, rhythm
+
+    positions = peaks.find_beats(response, signal, fs, cfg)
+    found = episodes.find_episodes(signal, fs, positions)
+    positions = positions[~episodes.in_episodes(positions, found, fs, "flutter")]
+    return positions, found, rhythm.pauses(positions, fs, cfg.pause_s)
+
+
+def quality_of_beats(signal, positions, found, fs: float):
+    """Each beat's quality (:func:`pipeline.quality.beat_quality`), below the low-quality line for
+    every beat inside a noise episode, whatever its own measures say."""
+    from pipeline import episodes, quality
+
+    beat_quality = quality.beat_quality(signal, positions, fs)
+    in_noise = episodes.in_episodes(positions, found, fs, "noise")
+    beat_quality[in_noise] = backend.xp_of(beat_quality).minimum(beat_quality[in_noise], quality.LOW_QUALITY / 2)
+    return beat_quality
 
 
 def _families_beside_training(embeddings: np.ndarray, seed: int, device: str) -> Callable[[], Families]:
@@ -327,13 +343,10 @@ def _warm_up_file(folder: Path, input_path: Path) -> Path:
 
 def _warm_up_steps(signal, fs: float, cfg: SignalConfig):
     """The segmentation chain of :func:`_compute` on ``signal``; returns the embedded rows."""
-    from pipeline import embed, episodes, peaks, quality, rhythm, wavelet
+    from pipeline import embed, peaks, wavelet
 
-    positions = peaks.find_beats(wavelet.ricker_response(signal, fs, cfg.ricker_width_s), signal, fs, cfg)
-    found = episodes.find_episodes(signal, fs, positions)
-    episodes.in_episodes(positions, found, fs)
-    rhythm.pauses(positions, fs, cfg.pause_s)
-    quality.beat_quality(signal, positions, fs)
+    positions, found, _ = heartbeats(wavelet.ricker_response(signal, fs, cfg.ricker_width_s), signal, fs, cfg)
+    quality_of_beats(signal, positions, found, fs)
     peaks.length_histogram(peaks.beat_lengths(positions), fs)
     return embed.embed_beats(signal, positions, fs, width=cfg.window(fs), pre_fiducial=cfg.pre_fiducial).rows
 
