@@ -433,8 +433,10 @@ def _run_sums(values, first: np.ndarray, last: np.ndarray) -> np.ndarray:
     once) over each run first..last."""
     xp = backend.xp_of(values)
     rows = values.reshape(-1, values.shape[-1])
-    total = xp.concatenate([xp.zeros((rows.shape[0], 1)), xp.cumsum(rows, axis=1, dtype=xp.float64)], axis=1)
-    ends = backend.to_host(total[:, xp.asarray(np.concatenate([first, last + 1]))])  # two numbers a run
+    bounds = xp.asarray(np.concatenate([first, last + 1]))
+    # One 1-D scan a row: CuPy scans a long 1-D array in parallel, the rows of a 2-D one slowly.
+    ends = xp.stack([xp.concatenate([xp.zeros(1), xp.cumsum(row, dtype=xp.float64)])[bounds] for row in rows])
+    ends = backend.to_host(ends)  # two numbers a run
     sums = ends[:, first.shape[0]:] - ends[:, :first.shape[0]]
     return sums.reshape(values.shape[:-1] + (first.shape[0],))
 
