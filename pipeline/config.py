@@ -26,6 +26,9 @@ class SignalConfig:
     twave_flat_slope_ratio: float = 0.35  # ...or, whatever its width, less than this fraction as steep
     max_qrs_width_s: float = 0.15    # a deflection wider than this at half height is a baseline step...
     step_slope_ratio: float = 0.5    # ...unless it is at least this fraction as steep as the median candidate (a wide PVC)
+    second_look_threshold: float = 0.6   # a second look for small beats, at this fraction of the threshold...
+    second_look_gap_s: float = 0.3   # ...at least this far from every beat found...
+    second_look_slope: float = 0.35  # ...and at least this fraction as steep as the beats' median
     pause_s: float = 2.0             # an RR interval at least this long is listed as a pause
     window_s: float = 1.024          # embedding row length: 256 samples at 250 Hz
     pre_fiducial: float = 0.25       # fraction of the row before the fiducial point (P wave, QRS onset)

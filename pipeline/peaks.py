@@ -155,10 +155,37 @@ def find_beats(response, signal, fs: float, cfg):
     positions = fiducials(response, fs, refractory_s=cfg.refractory_s, threshold=cfg.threshold,
                           level_block_s=cfg.level_block_s, level_blocks=cfg.level_blocks)
     positions = refine_to_extremum(signal, positions, fs, search_s=cfg.refine_s, despike_s=cfg.despike_s)
-    return drop_non_qrs(signal, positions, fs, window_s=cfg.twave_window_s, width_ratio=cfg.twave_width_ratio,
-                        slope_ratio=cfg.twave_slope_ratio, window_rr_fraction=cfg.twave_rr_fraction,
-                        max_width_s=cfg.max_qrs_width_s, despike_s=cfg.despike_s,
-                        flat_slope_ratio=cfg.twave_flat_slope_ratio, step_slope_ratio=cfg.step_slope_ratio)
+    positions = drop_non_qrs(signal, positions, fs, window_s=cfg.twave_window_s, width_ratio=cfg.twave_width_ratio,
+                             slope_ratio=cfg.twave_slope_ratio, window_rr_fraction=cfg.twave_rr_fraction,
+                             max_width_s=cfg.max_qrs_width_s, despike_s=cfg.despike_s,
+                             flat_slope_ratio=cfg.twave_flat_slope_ratio, step_slope_ratio=cfg.step_slope_ratio)
+    return second_look(response, signal, positions, fs, cfg)
+
+
+def second_look(response, signal, positions, fs: float, cfg):
+    """Add the small beats the threshold missed: candidates above ``cfg.second_look_threshold`` ×
+    the threshold, at least ``cfg.second_look_gap_s`` from every beat found (past any T wave's
+    peak), kept when their deflection is as narrow as a QRS complex (at most 1.5 × the beats'
+    median width) and at least ``cfg.second_look_slope`` × as steep as the beats' median. In
+    bigeminy the median block maximum is a large ventricular beat's, and a small normal beat
+    between two of them stays under a quarter of it; Pan & Tompkins' search-back looks again
+    with half the threshold for the same reason."""
+    xp = backend.xp_of(positions)
+    if positions.shape[0] < 3:
+        return positions
+    extra = fiducials(response, fs, refractory_s=cfg.refractory_s, threshold=cfg.threshold * cfg.second_look_threshold,
+                      level_block_s=cfg.level_block_s, level_blocks=cfg.level_blocks)
+    extra = refine_to_extremum(signal, extra, fs, search_s=cfg.refine_s, despike_s=cfg.despike_s)
+    after = xp.clip(xp.searchsorted(positions, extra), 1, positions.shape[0] - 1)
+    gap = xp.minimum(xp.abs(extra - positions[after - 1]), xp.abs(positions[after] - extra))
+    extra = extra[gap >= cfg.second_look_gap_s * fs]
+    if extra.shape[0] == 0:
+        return positions
+    _, width, slope = qrs_shape(signal, positions, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
+    _, extra_width, extra_slope = qrs_shape(signal, extra, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
+    narrow_and_steep = ((extra_width <= 1.5 * xp.median(width))
+                        & (extra_slope >= cfg.second_look_slope * xp.median(slope)))
+    return xp.unique(xp.concatenate([positions, extra[narrow_and_steep]]))
 
 
 def _steps_baseline(signal, positions, fs: float, before_s=(-0.3, -0.2), after_s=(0.4, 0.5), reach_s: float = 0.1):

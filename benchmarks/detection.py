@@ -1,0 +1,99 @@
+"""Beat detection as the product shows it (the beats table: fiducials, flutter taken out), against
+reference annotations, AAMI EC57 style, with NeuroKit2 on the same lead beside it.
+
+    python -m benchmarks.detection [FOLDER ...] [--stress] [--out FILE.md]
+
+FOLDER: WFDB records with ``.atr`` (the development set is ../shared/data/mitdb-ds1). ``--stress``
+adds the synthetic stress cases of :mod:`pipeline.stress` (their true beats; flutter episodes left
+out as the reference's are). Detection only: no VAE is trained, so a folder takes seconds a record.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from pipeline import load, stress, wavelet
+from pipeline.config import SignalConfig
+from pipeline.evaluate import PROTOCOL, neurokit_peaks
+from pipeline.metrics import ec57_counts, flutter_episodes, sensitivity_ppv
+from pipeline.run import heartbeats
+
+
+def detect(signal, fs: float, cfg: SignalConfig = SignalConfig()) -> np.ndarray:
+    """The fiducials the run's beats table holds."""
+    positions, _, _ = heartbeats(wavelet.ricker_response(signal, fs, cfg.ricker_width_s), signal, fs, cfg)
+    return np.asarray(positions)
+
+
+def score(name: str, signal, fs: float, reference, excluded) -> dict:
+    row = {"record": name, "beats": len(reference)}
+    row.update(ec57_counts(reference, detect(signal, fs), fs, excluded))
+    row.update({f"nk_{k}": v for k, v in ec57_counts(reference, neurokit_peaks(signal, fs), fs, excluded).items()})
+    return row
+
+
+def records(folder: Path):
+    for header in sorted(Path(folder).glob("*.hea")):
+        if header.with_suffix(".atr").exists():
+            recording = load.load_ecg(header)
+            yield header.stem, recording.signal, recording.fs, recording.annotations[0], flutter_episodes(header)
+
+
+def stress_cases():
+    with tempfile.TemporaryDirectory() as folder:
+        for name in stress.CASES:
+            case = stress.make_case(name)
+            path = stress.write_case(case, Path(folder) / f"{name}.csv")
+            recording = load.load_ecg(path, fs=case.fs)      # read back as a user's file is: lead by name
+            flutter = np.array([(s * case.fs, e * case.fs) for kind, s, e in case.episodes if kind == "flutter"],
+                               dtype=np.int64).reshape(-1, 2)
+            yield f"stress:{name}", recording.signal, recording.fs, case.beats, flutter
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| record | beats | Se 150 | P+ 150 | Se 50 | P+ 50 | NK2 Se 150 | NK2 P+ 150 | NK2 Se 50 | NK2 P+ 50 |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for row in rows:
+        cells = [row["record"], f"{row['beats']:,}"]
+        for prefix in ("", "nk_"):
+            for ms in (150, 50):
+                se, ppv = sensitivity_ppv(row[f"{prefix}tp_{ms}"], row[f"{prefix}fn_{ms}"], row[f"{prefix}fp_{ms}"])
+                cells += [f"{se:.2f}", f"{ppv:.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def gross(rows: list[dict], name: str) -> dict:
+    total = {"record": name, "beats": sum(r["beats"] for r in rows)}
+    for key in rows[0]:
+        if key.startswith(("tp_", "fn_", "fp_", "nk_")):
+            total[key] = sum(r[key] for r in rows)
+    return total
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folders", nargs="*", type=Path)
+    parser.add_argument("--stress", action="store_true", help="add the synthetic stress cases")
+    parser.add_argument("--out", type=Path, help="also write the tables as Markdown here")
+    args = parser.parse_args(argv)
+    sections = [(str(folder), list(records(folder))) for folder in args.folders]
+    if args.stress:
+        sections.append(("synthetic stress cases", list(stress_cases())))
+    text = [f"Protocol: {PROTOCOL}. NeuroKit2: ecg_clean + ecg_peaks on the same lead.", ""]
+    for title, items in sections:
+        rows = [score(*item) for item in items]
+        print(f"{title}: {len(rows)} recordings", file=sys.stderr)
+        text += [f"### {title}", "", table(rows + [gross(rows, "gross")]), ""]
+    print("\n".join(text))
+    if args.out:
+        args.out.write_text("\n".join(text))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

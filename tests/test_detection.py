@@ -1,0 +1,73 @@
+"""Beat detection as the beats table shows it (``run.heartbeats``: fiducials with flutter taken
+out) on the synthetic stress cases of :mod:`pipeline.stress` and on the DS1 records of MIT-BIH,
+matched as AAMI EC57 does (150 ms, flutter left out). The GPU twin finds the same beats."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline import backend, stress, wavelet
+from pipeline.config import SignalConfig
+from pipeline.metrics import ec57_counts, flutter_episodes
+from pipeline.run import heartbeats
+
+# Se and P+ each case must reach at 150 ms. Noise bursts: beats inside them count, and noise there
+# can pass for a beat or hide one; electrode motion: a swing as steep as a QRS complex is taken for
+# one, and a beat on a swing can be missed.
+FLOOR = {"pauses": (1.0, 1.0), "flutter": (1.0, 1.0), "flutter_128hz": (1.0, 1.0), "flutter_1khz": (1.0, 1.0),
+         "tall_t_slow": (1.0, 1.0), "bigeminy": (1.0, 1.0), "ventricular_tachycardia": (1.0, 1.0),
+         "noise_bursts": (0.99, 0.95), "noise_bursts_128hz": (0.95, 0.9), "noise_bursts_1khz": (0.95, 0.9),
+         "electrode_motion": (0.88, 0.9)}
+DS1 = Path(os.environ.get("ECG_MITDB_DS1", Path(__file__).resolve().parents[2] / "shared" / "data" / "mitdb-ds1"))
+
+
+def _found(signal, fs, xp):
+    signal = xp.asarray(np.ascontiguousarray(signal, dtype=np.float32))
+    positions, _, _ = heartbeats(wavelet.ricker_response(signal, fs, SignalConfig().ricker_width_s), signal, fs,
+                                 SignalConfig())
+    return backend.to_host(positions)
+
+
+@pytest.mark.parametrize("name", list(FLOOR))
+def test_stress_cases(name, xp):
+    assert set(FLOOR) == set(stress.CASES)
+    case = stress.make_case(name)
+    flutter = np.array([(s * case.fs, e * case.fs) for kind, s, e in case.episodes if kind == "flutter"],
+                       dtype=np.int64).reshape(-1, 2)
+    found = _found(case.signal, case.fs, xp)
+    counts = ec57_counts(case.beats, found, case.fs, flutter, (0.15,))
+    se = counts["tp_150"] / (counts["tp_150"] + counts["fn_150"])
+    ppv = counts["tp_150"] / (counts["tp_150"] + counts["fp_150"])
+    assert se >= FLOOR[name][0] and ppv >= FLOOR[name][1], (name, counts)
+    if xp is not np:                    # the GPU finds exactly the CPU's beats
+        np.testing.assert_array_equal(found, _found(case.signal, case.fs, np))
+
+
+def test_a_channel_named_ecg2_is_not_read_as_lead_ii(tmp_path):
+    from pipeline.load import load_ecg
+
+    path = stress.write_case(stress.make_case("bigeminy"), tmp_path / "holter.csv")
+    assert load_ecg(path, fs=360.0).channel == "ECG1"
+
+
+@pytest.mark.skipif(not DS1.exists(), reason=f"MIT-BIH DS1 records not found in {DS1} (set ECG_MITDB_DS1)")
+def test_ds1_records_hold_their_floor():
+    """Development data (the product is judged elsewhere): every DS1 record at >= 99 % Se and P+,
+    203 at 98 % Se. The goal is 99.5 % on each; 108 (P+ 99.4: noise), 116 (Se 99.1: its MLII
+    lead goes flat for seconds, beats seen only on V1), 207 and 208 (Se 99.4: wide ventricular
+    beats) and 203 still miss it, and this floor keeps them from sliding further."""
+    from pipeline.load import load_ecg
+
+    for header in sorted(DS1.glob("*.hea")):
+        recording = load_ecg(header)
+        counts = ec57_counts(recording.annotations[0], _found(recording.signal, recording.fs, np), recording.fs,
+                             flutter_episodes(header), (0.15,))
+        se = counts["tp_150"] / (counts["tp_150"] + counts["fn_150"])
+        ppv = counts["tp_150"] / (counts["tp_150"] + counts["fp_150"])
+        if header.stem in ("203",):     # atrial flutter/fibrillation with multiform ventricular beats in noise
+            assert se >= 0.98 and ppv >= 0.995, (header.stem, counts)
+        else:
+            assert se >= 0.99 and ppv >= 0.99, (header.stem, counts)
