@@ -1,0 +1,199 @@
+"""Development evaluation of the reference population (pipeline.reference): today's per-recording
+score against the calibrated score, on MIT-BIH DS1 only, leave-one-record-out.
+
+Needs the product's runs of the 22 DS1 records (each record run as a user runs it, with its
+``.atr`` labels matched to the beats table), made once:
+
+    python -m pipeline evaluate /work/shared/data/mitdb-ds1 --device cpu --no-neurokit \\
+        --out .scratch/ds1-runs --workers 1
+
+Then ``python -m benchmarks.reference_dev --runs .scratch/ds1-runs``. For each record a
+reference is trained on the other 21 records' normal (AAMI N) beats and scores the held-out
+record; labels choose the normal beats for training and score the results, nothing else. A run of
+any record outside DS1 is refused: DS2 and the other databases are where the product is judged.
+
+Figures, for both scores: AUROC of abnormal versus normal beats pooled over records on the raw
+scores; per AAMI class against N; each record's AUROC (median); precision of each record's 10
+top-ranked beats (with its ceiling, since some records have fewer than 10 abnormal beats, and over
+the records that have at least 10); and for the calibrated score, the fraction of normal beats
+at or above the outlier threshold (its false-positive rate) pooled and per record.
+
+``--write-reference PATH`` also trains on all 22 records and writes the reference there (the
+shipped ``pipeline/reference_data/reference-v1``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict, replace
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+
+from pipeline import calibrate, reference
+from pipeline.metrics import aami_class, auroc
+from pipeline.results import NORMAL_SYMBOLS, load_run
+
+DS1 = ("101", "106", "108", "109", "112", "114", "115", "116", "118", "119", "122", "124", "201", "203", "205",
+       "207", "208", "209", "215", "220", "223", "230")
+TOP_K = 10
+
+
+def ds1_runs(folder: Path) -> dict:
+    """{record: RunResult} of the DS1 runs in ``folder``; refuses any other record."""
+    runs = {}
+    for report in sorted(Path(folder).glob("*/report.json")):
+        path = Path(json.loads(report.read_text())["input"]["path"])
+        record = path.stem
+        if record not in DS1 or path.parent.name != "mitdb-ds1":
+            raise SystemExit(f"{report.parent}: {path} is not a DS1 record; only DS1 may be used in development")
+        runs[record] = load_run(report.parent)
+    missing = sorted(set(DS1) - set(runs))
+    if missing:
+        raise SystemExit(f"{folder}: no runs of DS1 record(s) {', '.join(missing)}; run pipeline evaluate first")
+    return runs
+
+
+def loro_scores(runs: dict, cfg: reference.ReferenceConfig, progress: bool = True) -> dict:
+    """{record: ReferenceScores} with each record scored by a reference trained without it."""
+    prepared = {record: reference.reference_beats(run, None, cfg) for record, run in runs.items()}
+    out = {}
+    for i, record in enumerate(runs):
+        started = time.perf_counter()
+        ref = reference.fit_reference([prepared[other] for other in runs if other != record], cfg)
+        run = runs[record]
+        pre = int(round(run.report["config"]["signal"]["pre_fiducial"] * run.embeddings.shape[1]))
+        out[record] = reference.score_reference(np.asarray(run.embeddings), run.beats["fiducial"].to_numpy(),
+                                                run.fs, pre, ref)
+        if progress:
+            print(f"  fold {i + 1}/{len(runs)} ({record}) {time.perf_counter() - started:.1f} s", flush=True)
+    return out
+
+
+def figures(scores: dict, runs: dict, outlier: float | None = None) -> dict:
+    """The figures of one score ({record: per-beat scores}) against the runs' labels."""
+    pooled_scores, pooled_classes, per_record, top, ceiling, top_rich, rich = [], [], [], 0, 0, 0, 0
+    fpr_per_record = {}
+    for record, run in runs.items():
+        labels = run.beats["label"].to_numpy()
+        known = labels != ""
+        score, classes = np.asarray(scores[record], dtype=float)[known], aami_class(labels[known])
+        abnormal = ~np.isin(labels[known], list(NORMAL_SYMBOLS))
+        pooled_scores.append(score)
+        pooled_classes.append(classes)
+        per_record.append(auroc(score, abnormal))
+        hits = int(abnormal[np.argsort(-score, kind="stable")[:TOP_K]].sum())
+        top += hits
+        ceiling += min(TOP_K, int(abnormal.sum()))
+        if abnormal.sum() >= TOP_K:
+            top_rich += hits
+            rich += 1
+        if outlier is not None:
+            fpr_per_record[record] = float((score[classes == "N"] >= outlier).mean())
+    score, classes = np.concatenate(pooled_scores), np.concatenate(pooled_classes)
+    normal = classes == "N"
+    out = {"auroc_pooled_raw": auroc(score, ~normal),
+           "auroc_median_per_record": float(np.nanmedian(per_record)),
+           f"precision_top{TOP_K}": top / (TOP_K * len(runs)),
+           f"precision_top{TOP_K}_ceiling": ceiling / (TOP_K * len(runs)),
+           f"precision_top{TOP_K}_records_with_{TOP_K}_abnormal": top_rich / (TOP_K * rich) if rich else float("nan"),
+           "records_with_10_abnormal": rich}
+    for cls in "SVFQ":
+        keep = normal | (classes == cls)
+        out[f"auroc_{cls}_vs_N"] = auroc(score[keep], (classes == cls)[keep])
+    if outlier is not None:
+        out["outlier_threshold"] = outlier
+        out["false_positive_rate_N"] = float((score[normal] >= outlier).mean())
+        out["false_positive_rate_N_per_record"] = fpr_per_record
+        out["false_positive_rate_N_worst_record"] = max(fpr_per_record.items(), key=lambda kv: kv[1])
+        out["sensitivity_at_threshold"] = {cls: float((score[classes == cls] >= outlier).mean())
+                                           for cls in "SVFQ" if (classes == cls).any()}
+        out["sensitivity_at_threshold"]["all_abnormal"] = float((score[~normal] >= outlier).mean())
+    return out
+
+
+def scoring_speed(ref: reference.Reference, n: int = 100_000, fs: float = 360.0) -> float:
+    """Seconds to score ``n`` beats of 368-sample rows at ``fs`` on the CPU (statistics and
+    calibration, resampling included)."""
+    rng = np.random.default_rng(0)
+    t = np.arange(368) / fs
+    rows = (np.exp(-((t - 0.256) / 0.012) ** 2)[None, :] + 0.02 * rng.standard_normal((n, 368))).astype(np.float32)
+    positions = np.cumsum(rng.integers(250, 330, n)).astype(np.int64)
+    reference.score_reference(rows[:1000], positions[:1000], fs, 92, ref)  # warm
+    started = time.perf_counter()
+    reference.score_reference(rows, positions, fs, 92, ref)
+    return time.perf_counter() - started
+
+
+def markdown(result: dict) -> str:
+    names = [("auroc_pooled_raw", "pooled AUROC (raw scores), abnormal vs N", "≥ 0.95"),
+             ("auroc_S_vs_N", "S vs N (pooled)", "≥ 0.90"),
+             ("auroc_V_vs_N", "V vs N (pooled)", "≥ 0.98"),
+             ("auroc_F_vs_N", "F vs N (pooled)", ""),
+             ("precision_top10", "precision of each record's top 10", "≥ 0.90"),
+             ("precision_top10_ceiling", "  ceiling (records with < 10 abnormal beats)", ""),
+             ("precision_top10_records_with_10_abnormal", "  over records with ≥ 10 abnormal beats", ""),
+             ("auroc_median_per_record", "median per-record AUROC", "≥ 0.97")]
+    variants = list(result["scores"])
+    lines = [f"# Reference population, development figures ({result['date']})", "",
+             result["protocol"], "",
+             "| figure | target | " + " | ".join(variants) + " |",
+             "|---|---|" + "---|" * len(variants)]
+    for key, title, target in names:
+        lines.append(f"| {title} | {target} | " + " | ".join(f"{result['scores'][v][key]:.3f}" for v in variants) + " |")
+    calibrated = result["scores"][variants[1]]
+    lines += ["", f"Outlier threshold: calibrated score ≥ {calibrated['outlier_threshold']:g} "
+              f"(expected false-positive rate among normal beats {calibrate.expected_false_positive_rate():.3%}).",
+              f"Measured on DS1 normal beats (leave-one-record-out): {calibrated['false_positive_rate_N']:.3%} pooled; "
+              f"worst record {calibrated['false_positive_rate_N_worst_record'][0]} "
+              f"{calibrated['false_positive_rate_N_worst_record'][1]:.2%}; per record: "
+              + ", ".join(f"{r} {v:.2%}" for r, v in calibrated["false_positive_rate_N_per_record"].items()) + ".",
+              "Sensitivity at the threshold: " + ", ".join(f"{k} {v:.1%}" for k, v in calibrated["sensitivity_at_threshold"].items())
+              + ".", "", f"Scoring speed (CPU, statistics + calibration + resampling): {result['score_100k_beats_s']:.2f} s "
+              "for 100,000 beats.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--runs", default=".scratch/ds1-runs", help="folder of the product's DS1 runs")
+    p.add_argument("--out", default="benchmarks/results", help="folder for reference-dev-<date>.json/.md")
+    p.add_argument("--population-weight", type=float, action="append", default=[],
+                   help="also evaluate with this weight of the population component (repeatable)")
+    p.add_argument("--write-reference", help="train on all DS1 records and write the reference here (.npz + .json)")
+    args = p.parse_args(argv)
+    runs = ds1_runs(Path(args.runs))
+    cfg = reference.ReferenceConfig()
+    result = {"date": date.today().isoformat(), "config": asdict(cfg),
+              "protocol": ("MIT-BIH DS1 (22 records), the product's runs (360 Hz, MLII); today = each record's "
+                           "VAE + rhythm score (the beats table's `score`); calibrated = pipeline.reference, "
+                           "leave-one-record-out (each record scored by a reference trained on the other 21 "
+                           "records' AAMI-N beats). Beats without a reference label are left out."),
+              "scores": {}}
+    result["scores"]["today"] = figures({r: run.beats["score"].to_numpy() for r, run in runs.items()}, runs)
+    print("LORO, default config", flush=True)
+    scored = loro_scores(runs, cfg)
+    result["scores"]["calibrated"] = figures({r: s.score for r, s in scored.items()}, runs, calibrate.OUTLIER_SCORE)
+    for weight in args.population_weight:
+        print(f"LORO, population weight {weight:g}", flush=True)
+        variant = loro_scores(runs, replace(cfg, weight_population=weight))
+        result["scores"][f"calibrated, population weight {weight:g}"] = figures(
+            {r: s.score for r, s in variant.items()}, runs, calibrate.OUTLIER_SCORE)
+    full = reference.fit_reference([reference.reference_beats(run, None, cfg) for run in runs.values()], cfg)
+    result["score_100k_beats_s"] = scoring_speed(full)
+    if args.write_reference:
+        path = reference.save_reference(full, Path(args.write_reference))
+        print(f"wrote {path} ({path.stat().st_size:,} bytes) and {path.with_suffix('.json')}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"reference-dev-{result['date']}"
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=1, default=str) + "\n")
+    stem.with_suffix(".md").write_text(markdown(result))
+    print(markdown(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()
