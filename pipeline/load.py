@@ -16,6 +16,7 @@ pipeline.wavelet.ricker_response : the next step.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import functools
 import math
@@ -23,6 +24,7 @@ import re
 import stat
 import warnings
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -448,14 +450,29 @@ def _read_csv(path: Path, choice: _LeadChoice, device):
             parsed[index] = read(path, index, layout)
         return parsed[index]
 
-    if device == "gpu" and path.name.lower().endswith(".gz"):
-        # cuDF inflates a .gz itself and checks no CRC: a damaged stream parsed into wrong numbers.
-        # So the stream is checked on the host first, and cuDF only ever inflates a sound one (its
-        # Parquet reader did not return on damaged pages; its inflater is not trusted further).
-        # pyarrow, on the CPU, checks the CRC itself.
-        _check_gzip_stream(path)
-    index = choice.pick(names, path, values_of)
-    return values_of(index), None, names[index], _sidecar_annotations(path)
+    with _gzip_checked_beside(path, device):
+        index = choice.pick(names, path, values_of)
+        values = values_of(index)
+    return values, None, names[index], _sidecar_annotations(path)
+
+
+@contextlib.contextmanager
+def _gzip_checked_beside(path: Path, device: str):
+    """Around cuDF's parse of a .gz: cuDF inflates the stream (with zlib, on the host) but checks
+    no CRC, so a damaged stream parsed into wrong numbers. The stream is inflated once more in a
+    thread beside the parse (zlib releases the GIL; the output is dropped), which costs no wall
+    time, and its CRC and length checked: a damaged stream raises here, whatever the parse gave.
+    pyarrow, on the CPU, checks the CRC itself."""
+    if device != "gpu" or not path.name.lower().endswith(".gz"):
+        yield
+        return
+    pool = ThreadPoolExecutor(1, thread_name_prefix="gzip-check")
+    check = pool.submit(_check_gzip_stream, path)
+    pool.shutdown(wait=False)
+    try:
+        yield
+    finally:
+        check.result()  # the InputError of a damaged stream, in place of any parse error
 
 
 def _check_gzip_stream(path: Path, chunk_bytes: int = 1 << 20) -> None:
