@@ -49,3 +49,23 @@ def embed_beats(signal, positions, fs: float, *, width: int, pre_fiducial: float
     rows /= scale if scale > 0 else 1.0
     lengths = xp.concatenate([xp.diff(positions), xp.full(min(count, 1), -1, dtype=positions.dtype)])
     return Beats(rows, positions, lengths, scale)
+
+
+def beat_coherence(rows, pre_fiducial: float, window_s: float, *, most: int = 4096) -> float:
+    """How much the beats look alike around their fiducial: the median correlation of each row's
+    ±60 ms QRS window (around column ``pre_fiducial × width``) with that of the median beat, over
+    at most ``most`` evenly spaced rows. An ECG's beats share a QRS complex (above 0.9 on MIT-BIH
+    and the synthetic recordings); the "beats" found in noise do not (below 0.2). One sync."""
+    xp = backend.xp_of(rows)
+    count, width = int(rows.shape[0]), int(rows.shape[1])
+    if count < 2:
+        return 1.0
+    centre = int(round(pre_fiducial * width))
+    half = max(4, int(round(0.06 * width / window_s)))
+    qrs = rows[:: max(1, count // most), max(centre - half, 0):centre + half + 1]
+    qrs = qrs - qrs.mean(axis=1, keepdims=True)
+    template = xp.median(qrs, axis=0)
+    template = template - template.mean()
+    norms = xp.sqrt((qrs * qrs).sum(axis=1) * (template * template).sum())
+    correlation = (qrs @ template) / xp.maximum(norms, xp.float32(1e-12))
+    return float(xp.median(correlation))

@@ -45,6 +45,9 @@ STAGES = {
     "families": "Grouping beats into families",
     "results": "Writing results",
 }
+# Below this median correlation of the beats' QRS windows with the median beat's, what was found
+# is no heartbeat (1-bit, white or band-passed noise: 0.0-0.2; noise three times an ECG: 0.45).
+MIN_BEAT_COHERENCE = 0.3
 SEGMENTATION = ("wavelet", "peaks", "lengths", "embed")
 
 Progress = Callable[[str, float, str], None]  # (stage, fraction of that stage done, message)
@@ -160,6 +163,11 @@ def _compute(input_path: Path, request: RunRequest, device: str, stages: "_Stage
     n_beats = int(beats.rows.shape[0])
     if n_beats < 4:
         raise ValueError(f"{input_path.name}: found {n_beats} heartbeat(s); too few to analyse "
+                         "(is this an ECG? is --fs right?)")
+    coherence = embed.beat_coherence(beats.rows, cfg.pre_fiducial, cfg.window_s)
+    if coherence < MIN_BEAT_COHERENCE:
+        raise ValueError(f"{input_path.name}: the {n_beats:,} beats found share no QRS shape (median correlation "
+                         f"with the median beat {coherence:.2f}; an ECG's is above 0.9): no QRS-like structure "
                          "(is this an ECG? is --fs right?)")
 
     with stages("train") as report:

@@ -160,3 +160,16 @@ def test_evaluate_rejects_a_folder_without_records(tmp_path):
     result = _cli("evaluate", tmp_path, "--device", "cpu", "--no-neurokit", "--out", tmp_path / "runs")
     assert result.returncode == 2
     assert result.stderr.strip() == f"error: {tmp_path}: no WFDB records with .atr reference annotations"
+
+
+def test_noise_without_qrs_structure_is_refused(tmp_path):
+    """White noise has many values and passes the loader's checks, and the detector finds "beats" in
+    it; they share no QRS shape, so the run stops with one line instead of analysing them."""
+    noise = np.random.default_rng(0).standard_normal(250 * 600).astype(np.float32)
+    path = tmp_path / "noise.npy"
+    np.save(path, noise)
+    result = _cli("run", path, "--device", "cpu", "--epochs", 1, "--out", tmp_path / "runs", "--quiet")
+    assert result.returncode == 2, result.stderr
+    assert re.fullmatch(r"error: noise\.npy: the [\d,]+ beats found share no QRS shape \(median correlation with the "
+                        r"median beat -?0\.\d\d; an ECG's is above 0\.9\): no QRS-like structure \(is this an ECG\? "
+                        r"is --fs right\?\)\n", result.stderr)

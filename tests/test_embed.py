@@ -125,3 +125,16 @@ def test_input_is_not_modified(xp):
 def test_invalid_input(signal, positions, width, message, xp):
     with pytest.raises(ValueError, match=message):
         embed_beats(xp.asarray(signal), xp.asarray(positions), FS, width=width)
+
+
+def test_beat_coherence_tells_heartbeats_from_noise(beats_input, xp):
+    from pipeline.embed import beat_coherence
+
+    signal, positions = beats_input
+    beats = embed_beats(xp.asarray(signal), xp.asarray(positions), FS, width=WIDTH)
+    assert beat_coherence(beats.rows, 0.25, 1.024) > 0.9
+    rng = np.random.default_rng(8)
+    noise = rng.standard_normal(200_000).astype(np.float32)
+    spots = np.sort(rng.choice(np.arange(500, 199_000), 300, replace=False)).astype(np.int64)
+    random_rows = embed_beats(xp.asarray(noise), xp.asarray(spots), FS, width=WIDTH).rows
+    assert abs(beat_coherence(random_rows, 0.25, 1.024)) < 0.2
