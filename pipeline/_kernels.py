@@ -201,21 +201,9 @@ def _cuda_jit_cached(kernel):
         return cuda.jit(kernel)
 
 
-def launch(name: str, n: int, *arrays_and_scalars):
-    """Run kernel ``name`` over ``range(n)``; arrays may be CuPy (GPU) or NumPy (CPU), not mixed."""
-    if n <= 0:
-        return
-    args = tuple(backend.as_kernel_array(a) if hasattr(a, "shape") else a for a in arrays_and_scalars)
-    if any(backend.is_cupy_array(a) for a in arrays_and_scalars):
-        kernel = _cuda_kernels()[name]
-        kernel[math.ceil(n / THREADS_PER_BLOCK), THREADS_PER_BLOCK](n, *args)
-    else:
-        {"nms": _nms_cpu, "embed": _embed_cpu, "qrs_shape": _qrs_shape_cpu}[name](n, *args)
-
-
 # --------------------------------------------------------------------------- episodes and beat quality
 # The kernels of pipeline.episodes and pipeline.quality, twinned the same way. They keep their own
-# tables and launcher (launch_added) so that this section stands apart from launch's.
+# table of CUDA twins, compiled when one of them is first needed.
 def _block_stats_one(k, signal, size, step, low_rail, high_rail, out):
     """Statistics of block k, ``signal[k size : (k+1) size]``, written to ``out[k]``:
     0 the mean square of the second difference ``x[i-step] - 2 x[i] + x[i+step]`` (high-frequency
@@ -455,7 +443,7 @@ _block_stats_cuda_body = _beat_stats_cuda_body = _tick_measures_cuda_body = None
 
 
 @functools.cache
-def _added_cuda_kernels() -> dict:
+def _episode_cuda_kernels() -> dict:
     """CUDA twins of this section's kernels, compiled on first use and cached on disk like
     :func:`_cuda_kernels` (numba.cuda and the device bodies reached as module globals)."""
     global cuda, _block_stats_cuda_body, _beat_stats_cuda_body, _tick_measures_cuda_body
@@ -486,13 +474,18 @@ def _added_cuda_kernels() -> dict:
             "tick_measures": _cuda_jit_cached(tick_measures)}
 
 
-def launch_added(name: str, n: int, *arrays_and_scalars):
-    """:func:`launch` for this section's kernels (``block_stats``, ``tick_measures``, ``beat_stats``)."""
+_CPU = {"nms": _nms_cpu, "embed": _embed_cpu, "qrs_shape": _qrs_shape_cpu, "block_stats": _block_stats_cpu,
+        "tick_measures": _tick_measures_cpu, "beat_stats": _beat_stats_cpu}
+_EPISODE_KERNELS = frozenset({"block_stats", "tick_measures", "beat_stats"})
+
+
+def launch(name: str, n: int, *arrays_and_scalars):
+    """Run kernel ``name`` over ``range(n)``; arrays may be CuPy (GPU) or NumPy (CPU), not mixed."""
     if n <= 0:
         return
     args = tuple(backend.as_kernel_array(a) if hasattr(a, "shape") else a for a in arrays_and_scalars)
     if any(backend.is_cupy_array(a) for a in arrays_and_scalars):
-        kernel = _added_cuda_kernels()[name]
+        kernel = (_episode_cuda_kernels() if name in _EPISODE_KERNELS else _cuda_kernels())[name]
         kernel[math.ceil(n / THREADS_PER_BLOCK), THREADS_PER_BLOCK](n, *args)
     else:
-        {"block_stats": _block_stats_cpu, "tick_measures": _tick_measures_cpu, "beat_stats": _beat_stats_cpu}[name](n, *args)
+        _CPU[name](n, *args)

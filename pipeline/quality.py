@@ -133,7 +133,7 @@ def quality_measures(signal, positions, fs: float, *, half_qrs_s: float = 0.06, 
         return max(1, int(round(seconds * fs)))
 
     positions = positions.astype(xp.int64, copy=False)
-    _kernels.launch_added("beat_stats", count, signal, positions, samples(half_qrs_s), samples(before_s),
+    _kernels.launch("beat_stats", count, signal, positions, samples(half_qrs_s), samples(before_s),
                           samples(after_s), max(1, int(round(fs / 100.0))), samples(edge_s),
                           int(round(template_s[0] * fs)), int(round(template_s[1] * fs)), max(1, int(fs // 125)),
                           int(neighbours),

@@ -134,7 +134,7 @@ def test_kernel_equals_numpy(xp):
     count = positions.shape[0]
     out = [xp.empty(count, dtype=xp.float32) for _ in range(5)]
     fs = case.fs
-    _kernels.launch_added("beat_stats", count, xp.asarray(signal), xp.asarray(positions), int(round(0.06 * fs)),
+    _kernels.launch("beat_stats", count, xp.asarray(signal), xp.asarray(positions), int(round(0.06 * fs)),
                           int(round(0.35 * fs)), int(round(0.5 * fs)), max(1, int(round(fs / 100))),
                           int(round(0.04 * fs)), int(round(-0.1 * fs)), int(round(0.15 * fs)), max(1, int(fs // 125)), 4,
                           *out)
