@@ -318,10 +318,21 @@ def _warm_up(device: str, request: RunRequest, input_path: Path) -> None:
     if device == "gpu":
         xp = backend.xp_for(device)
         fs = 250.0
-        t = xp.arange(1 << 21, dtype=xp.float64) / fs  # 2.3 h, ~10,000 beats
-        pulses = xp.exp(-((t % 0.8) - 0.4) ** 2 / 2e-4).astype(xp.float32)
-        rows = _warm_up_steps(pulses, fs, request.signal)
+        rows = _warm_up_steps(_warm_up_signal(xp, fs), fs, request.signal)
         _warm_up_training(rows, request.vae)
+
+
+def _warm_up_signal(xp, fs: float):
+    """2.3 h of pulses (~10,000 beats) with what takes the segmentation's every path, so that none
+    compiles its kernels inside the run: small pulses between the large ones (the second look),
+    10 s of a 4.5 Hz sine (flutter) and 2 s of noise."""
+    t = xp.arange(1 << 21, dtype=xp.float64) / fs
+    signal = xp.exp(-((t % 0.8) - 0.4) ** 2 / 2e-4) + 0.2 * xp.exp(-((t % 0.8) - 0.8) ** 2 / 2e-4)
+    flutter = (t > 600) & (t < 610)
+    signal[flutter] = xp.sin(2 * xp.pi * 4.5 * t[flutter])
+    noisy = (t > 1200) & (t < 1202)
+    signal[noisy] += xp.random.RandomState(0).standard_normal(int(noisy.sum()))
+    return signal.astype(xp.float32)
 
 
 def _warm_up_file(folder: Path, input_path: Path) -> Path:
