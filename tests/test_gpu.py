@@ -257,11 +257,12 @@ def test_fused_adam_makes_torch_optim_adams_updates(beats_and_cpu_model):
         theirs(index)
     torch.cuda.synchronize()
     assert max(float((p.detach() - q).abs().max()) for p, q in zip(ours_model.parameters(), initial)) > 2 * cfg.learning_rate
-    # Adam moves a weight ~lr (4e-3) a step; 1e-4 is 2.5 % of one step. cuDNN's convolution gradients
-    # are not bit-reproducible, and Adam's normalization magnifies that where a gradient is near zero:
-    # one H200 differed by 2.2e-5 on 2 of 2,560 weights after 8 steps. A wrong update misses by ~lr.
+    # Adam moves a weight ~lr (4e-3) a step; 1e-3 is a quarter of one step. cuDNN's convolution
+    # gradients are not bit-reproducible, and Adam's normalization magnifies that where a gradient is
+    # near zero: H200s differed by 2.2e-5 on 2 of 2,560 weights, and by 3.4e-4 on 66 of 65,536 with
+    # every beat in the table (edge rows zero-padded), after 8 steps. A wrong update misses by ~lr.
     for a, b in zip(theirs_model.parameters(), ours_model.parameters()):
-        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-3)
 
 
 def test_captured_training_finds_the_same_outliers(beats_and_cpu_model, synthetic_ecg):
