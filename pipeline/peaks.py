@@ -151,9 +151,9 @@ def drop_non_qrs(signal, positions, fs: float, *, window_s: float = 0.38, width_
 
 def find_beats(response, signal, fs: float, cfg):
     """The fiducials of the heartbeats in ``signal`` from its Ricker ``response``: the adaptive
-    threshold with non-maximum suppression, each point moved to the QRS extremum, then T waves and
-    baseline steps removed. ``cfg`` is a :class:`pipeline.config.SignalConfig`. The run and its
-    warm-up both call this, so that the warm-up compiles every kernel the run uses."""
+    threshold with non-maximum suppression, each point moved to the QRS extremum, T waves and
+    baseline steps removed, then a second look for small beats (:func:`second_look`). ``cfg`` is
+    a :class:`pipeline.config.SignalConfig`."""
     positions = fiducials(response, fs, refractory_s=cfg.refractory_s, threshold=cfg.threshold,
                           level_block_s=cfg.level_block_s, level_blocks=cfg.level_blocks)
     positions = refine_to_extremum(signal, positions, fs, search_s=cfg.refine_s, despike_s=cfg.despike_s)
