@@ -34,7 +34,7 @@ import numpy as np
 
 from pipeline import calibrate, reference
 from pipeline.metrics import aami_class, auroc
-from pipeline.results import NORMAL_SYMBOLS, load_run
+from pipeline.reference import NORMAL_SYMBOLS
 
 DS1 = ("101", "106", "108", "109", "112", "114", "115", "116", "118", "119", "122", "124", "201", "203", "205",
        "207", "208", "209", "215", "220", "223", "230")
@@ -43,6 +43,8 @@ TOP_K = 10
 
 def ds1_runs(folder: Path) -> dict:
     """{record: RunResult} of the DS1 runs in ``folder``; refuses any other record."""
+    from pipeline.results import load_run
+
     runs = {}
     for report in sorted(Path(folder).glob("*/report.json")):
         path = Path(json.loads(report.read_text())["input"]["path"])
@@ -72,10 +74,15 @@ def loro_scores(runs: dict, cfg: reference.ReferenceConfig, progress: bool = Tru
     return out
 
 
-def figures(scores: dict, runs: dict, outlier: float | None = None) -> dict:
-    """The figures of one score ({record: per-beat scores}) against the runs' labels."""
+THRESHOLDS = (calibrate.OUTLIER_SCORE, 3.0)
+
+
+def figures(scores: dict, runs: dict, thresholds: tuple = ()) -> dict:
+    """The figures of one score ({record: per-beat scores}) against the runs' labels; for each of
+    ``thresholds`` (calibrated scores), the fraction of normal beats at or above it (pooled and per
+    record) and of each AAMI class's beats."""
     pooled_scores, pooled_classes, per_record, top, ceiling, top_rich, rich = [], [], [], 0, 0, 0, 0
-    fpr_per_record = {}
+    fpr_per_record = {t: {} for t in thresholds}
     for record, run in runs.items():
         labels = run.beats["label"].to_numpy()
         known = labels != ""
@@ -90,8 +97,8 @@ def figures(scores: dict, runs: dict, outlier: float | None = None) -> dict:
         if abnormal.sum() >= TOP_K:
             top_rich += hits
             rich += 1
-        if outlier is not None:
-            fpr_per_record[record] = float((score[classes == "N"] >= outlier).mean())
+        for t in thresholds:
+            fpr_per_record[t][record] = float((score[classes == "N"] >= t).mean())
     score, classes = np.concatenate(pooled_scores), np.concatenate(pooled_classes)
     normal = classes == "N"
     out = {"auroc_pooled_raw": auroc(score, ~normal),
@@ -103,28 +110,48 @@ def figures(scores: dict, runs: dict, outlier: float | None = None) -> dict:
     for cls in "SVFQ":
         keep = normal | (classes == cls)
         out[f"auroc_{cls}_vs_N"] = auroc(score[keep], (classes == cls)[keep])
-    if outlier is not None:
-        out["outlier_threshold"] = outlier
-        out["false_positive_rate_N"] = float((score[normal] >= outlier).mean())
-        out["false_positive_rate_N_per_record"] = fpr_per_record
-        out["false_positive_rate_N_worst_record"] = max(fpr_per_record.items(), key=lambda kv: kv[1])
-        out["sensitivity_at_threshold"] = {cls: float((score[classes == cls] >= outlier).mean())
-                                           for cls in "SVFQ" if (classes == cls).any()}
-        out["sensitivity_at_threshold"]["all_abnormal"] = float((score[~normal] >= outlier).mean())
+    for t in thresholds:
+        at = {"false_positive_rate_N": float((score[normal] >= t).mean()),
+              "false_positive_rate_N_per_record": fpr_per_record[t],
+              "false_positive_rate_N_worst_record": max(fpr_per_record[t].items(), key=lambda kv: kv[1]),
+              "sensitivity": {cls: float((score[classes == cls] >= t).mean())
+                              for cls in "SVFQ" if (classes == cls).any()}}
+        at["sensitivity"]["all_abnormal"] = float((score[~normal] >= t).mean())
+        out[f"at_{t:g}"] = at
     return out
 
 
-def scoring_speed(ref: reference.Reference, n: int = 100_000, fs: float = 360.0) -> float:
-    """Seconds to score ``n`` beats of 368-sample rows at ``fs`` on the CPU (statistics and
-    calibration, resampling included)."""
+def scoring_speed(ref: reference.Reference, n: int = 100_000, fs: float = 360.0) -> dict:
+    """Seconds to score ``n`` beats (368-sample rows at ``fs``: resampling, statistics, calibration)
+    on the CPU and, where CuPy finds a GPU, on the GPU (data already there, as in a run), with the
+    largest difference between the two backends' scores."""
     rng = np.random.default_rng(0)
-    t = np.arange(368) / fs
-    rows = (np.exp(-((t - 0.256) / 0.012) ** 2)[None, :] + 0.02 * rng.standard_normal((n, 368))).astype(np.float32)
+    t = (np.arange(368) - 92) / fs
+    beat = np.exp(-(t / 0.012) ** 2) + 0.3 * np.exp(-((t - 0.25) / 0.05) ** 2)
+    rows = (beat[None, :] * rng.uniform(0.8, 1.2, (n, 1)) + 0.02 * rng.standard_normal((n, 368))).astype(np.float32)
+    rows[::50] = np.roll(rows[::50], 20, axis=1) * 1.5     # 2 % of the beats another shape
     positions = np.cumsum(rng.integers(250, 330, n)).astype(np.int64)
-    reference.score_reference(rows[:1000], positions[:1000], fs, 92, ref)  # warm
+    reference.score_reference(rows[:2000], positions[:2000], fs, 92, ref)  # first-call costs
     started = time.perf_counter()
-    reference.score_reference(rows, positions, fs, 92, ref)
-    return time.perf_counter() - started
+    expected = reference.score_reference(rows, positions, fs, 92, ref).score
+    out = {"beats": n, "cpu_s": time.perf_counter() - started}
+    try:
+        import cupy
+        cupy.cuda.runtime.getDeviceCount()
+    except Exception:  # no CuPy or no GPU here
+        return out
+    device_rows, device_positions = cupy.asarray(rows), cupy.asarray(positions)
+    reference.score_reference(device_rows[:2000], device_positions[:2000], fs, 92, ref)
+    times = []
+    for _ in range(5):
+        cupy.cuda.Device().synchronize()
+        started = time.perf_counter()
+        got = reference.score_reference(device_rows, device_positions, fs, 92, ref).score
+        cupy.cuda.Device().synchronize()
+        times.append(time.perf_counter() - started)
+    out.update(gpu=cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(), gpu_s=float(np.median(times)),
+               max_abs_difference=float(np.abs(cupy.asnumpy(got) - expected).max()))
+    return out
 
 
 def markdown(result: dict) -> str:
@@ -142,17 +169,26 @@ def markdown(result: dict) -> str:
              "| figure | target | " + " | ".join(variants) + " |",
              "|---|---|" + "---|" * len(variants)]
     for key, title, target in names:
-        lines.append(f"| {title} | {target} | " + " | ".join(f"{result['scores'][v][key]:.3f}" for v in variants) + " |")
+        values = " | ".join(f"{result['scores'][v][key]:.3f}" for v in variants)
+        lines.append(f"| {title} | {target} | {values} |")
     calibrated = result["scores"][variants[1]]
-    lines += ["", f"Outlier threshold: calibrated score ≥ {calibrated['outlier_threshold']:g} "
-              f"(expected false-positive rate among normal beats {calibrate.expected_false_positive_rate():.3%}).",
-              f"Measured on DS1 normal beats (leave-one-record-out): {calibrated['false_positive_rate_N']:.3%} pooled; "
-              f"worst record {calibrated['false_positive_rate_N_worst_record'][0]} "
-              f"{calibrated['false_positive_rate_N_worst_record'][1]:.2%}; per record: "
-              + ", ".join(f"{r} {v:.2%}" for r, v in calibrated["false_positive_rate_N_per_record"].items()) + ".",
-              "Sensitivity at the threshold: " + ", ".join(f"{k} {v:.1%}" for k, v in calibrated["sensitivity_at_threshold"].items())
-              + ".", "", f"Scoring speed (CPU, statistics + calibration + resampling): {result['score_100k_beats_s']:.2f} s "
-              "for 100,000 beats.", ""]
+    speed = result["speed"]
+    lines += ["", "| calibrated score at least | expected FP rate | measured FP rate (N, pooled) | worst record "
+              "| sensitivity: all abnormal | S | V | F |", "|---|---|---|---|---|---|---|---|"]
+    for t in THRESHOLDS:
+        at = calibrated[f"at_{t:g}"]
+        worst, sens = at["false_positive_rate_N_worst_record"], at["sensitivity"]
+        lines.append(f"| {t:g}{' (OUTLIER_SCORE)' if t == calibrate.OUTLIER_SCORE else ''} "
+                     f"| {calibrate.expected_false_positive_rate(t):.2%} | {at['false_positive_rate_N']:.2%} "
+                     f"| {worst[0]} {worst[1]:.2%} | {sens['all_abnormal']:.1%} | {sens.get('S', float('nan')):.1%} "
+                     f"| {sens.get('V', float('nan')):.1%} | {sens.get('F', float('nan')):.1%} |")
+    at = calibrated[f"at_{calibrate.OUTLIER_SCORE:g}"]
+    lines += ["", f"Normal beats at or above {calibrate.OUTLIER_SCORE:g}, per record: "
+              + ", ".join(f"{r} {v:.2%}" for r, v in at["false_positive_rate_N_per_record"].items()) + ".", "",
+              f"Scoring speed (resampling, statistics, calibration) of {speed['beats']:,} beats: "
+              f"CPU {speed['cpu_s']:.2f} s"
+              + (f", GPU ({speed['gpu']}) {speed['gpu_s']:.3f} s" if "gpu_s" in speed else ""),
+              ""]
     return "\n".join(lines)
 
 
@@ -160,10 +196,17 @@ def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", default=".scratch/ds1-runs", help="folder of the product's DS1 runs")
     p.add_argument("--out", default="benchmarks/results", help="folder for reference-dev-<date>.json/.md")
-    p.add_argument("--population-weight", type=float, action="append", default=[],
-                   help="also evaluate with this weight of the population component (repeatable)")
+    p.add_argument("--variant", action="append", default=[], metavar="FIELD=VALUE[,FIELD=VALUE]",
+                   help="also evaluate a ReferenceConfig with these fields changed (repeatable), e.g. "
+                        "weight_population=0.25 or core_fraction=1 (the template from all beats)")
     p.add_argument("--write-reference", help="train on all DS1 records and write the reference here (.npz + .json)")
+    p.add_argument("--speed", action="store_true", help="only time the shipped reference's scoring (CPU, and GPU "
+                   "where CuPy finds one) on synthetic beats; needs no runs")
     args = p.parse_args(argv)
+    if args.speed:
+        speed = scoring_speed(reference.load_reference())
+        print(json.dumps(speed, indent=1))
+        return speed
     runs = ds1_runs(Path(args.runs))
     cfg = reference.ReferenceConfig()
     result = {"date": date.today().isoformat(), "config": asdict(cfg),
@@ -175,14 +218,15 @@ def main(argv: list[str] | None = None) -> dict:
     result["scores"]["today"] = figures({r: run.beats["score"].to_numpy() for r, run in runs.items()}, runs)
     print("LORO, default config", flush=True)
     scored = loro_scores(runs, cfg)
-    result["scores"]["calibrated"] = figures({r: s.score for r, s in scored.items()}, runs, calibrate.OUTLIER_SCORE)
-    for weight in args.population_weight:
-        print(f"LORO, population weight {weight:g}", flush=True)
-        variant = loro_scores(runs, replace(cfg, weight_population=weight))
-        result["scores"][f"calibrated, population weight {weight:g}"] = figures(
-            {r: s.score for r, s in variant.items()}, runs, calibrate.OUTLIER_SCORE)
+    result["scores"]["calibrated"] = figures({r: s.score for r, s in scored.items()}, runs, THRESHOLDS)
+    for text in args.variant:
+        fields = dict(item.split("=", 1) for item in text.split(","))
+        changed = replace(cfg, **{name: type(getattr(cfg, name))(float(value)) for name, value in fields.items()})
+        print(f"LORO, {text}", flush=True)
+        variant = loro_scores(runs, changed)
+        result["scores"][f"calibrated, {text}"] = figures({r: s.score for r, s in variant.items()}, runs, THRESHOLDS)
     full = reference.fit_reference([reference.reference_beats(run, None, cfg) for run in runs.values()], cfg)
-    result["score_100k_beats_s"] = scoring_speed(full)
+    result["speed"] = scoring_speed(full)
     if args.write_reference:
         path = reference.save_reference(full, Path(args.write_reference))
         print(f"wrote {path} ({path.stat().st_size:,} bytes) and {path.with_suffix('.json')}")

@@ -40,6 +40,18 @@ KNOTS = 256            # knots of the empirical part, log-spaced in tail probabi
 TRANSFORMS = ("identity", "log1p")
 
 
+# The beats-table columns of a calibrated run (pipeline.reference.ReferenceScores.columns), described
+# for results.SCORE_COMPONENTS and the views.
+COLUMNS = {
+    "score_calibrated": "calibrated outlier score: -log10 of the fraction of the reference population's normal "
+                        f"beats at least as unusual (an outlier from {OUTLIER_SCORE:g})",
+    "p_ref_shape": "fraction of the population's normal beats as far from their recording's normal template",
+    "p_ref_rhythm": "fraction of the population's normal beats with a rhythm score at least this high",
+    "p_ref_population": "fraction of the population's normal beats as far from the nearest population centroid",
+    "ref_shape": "squared distance to the recording's normal template / its median among the normal beats",
+}
+
+
 def expected_false_positive_rate(score: float = OUTLIER_SCORE) -> float:
     """Fraction of the reference population's normal beats that reach ``score`` (10^-score)."""
     return 10.0 ** (-score)
@@ -52,7 +64,7 @@ def is_outlier(score):
 
 
 # --------------------------------------------------------------------------- tail tables
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class TailTable:
     """Right-tail distribution of a statistic among reference normal beats.
 
@@ -67,6 +79,10 @@ class TailTable:
     theta: float
     transform: str
     count: int
+
+    def __repr__(self) -> str:
+        return (f"TailTable({self.transform}, {self.count:,} values, {len(self.u)} knots, "
+                f"tail from {self.u[-1]:.3g} with mean excess {self.theta:.3g})")
 
     def as_arrays(self, prefix: str) -> dict:
         """The table as named host arrays (for an ``.npz``)."""
@@ -89,7 +105,8 @@ def _transform(values, transform: str, xp):
     raise ValueError(f"transform must be one of {', '.join(TRANSFORMS)}; got {transform!r}")
 
 
-def fit_tail(values, transform: str = "log1p", *, knots: int = KNOTS, tail_fraction: float = TAIL_FRACTION) -> TailTable:
+def fit_tail(values, transform: str = "log1p", *, knots: int = KNOTS,
+             tail_fraction: float = TAIL_FRACTION) -> TailTable:
     """The :class:`TailTable` of ``values`` (host array; NaN counts as 0, i.e. unremarkable).
 
     Knots sit at right-tail probabilities log-spaced from 1 to ``tail_fraction``; the exponential
@@ -109,6 +126,16 @@ def fit_tail(values, transform: str = "log1p", *, knots: int = KNOTS, tail_fract
     index = np.clip(np.round(n - probability * n).astype(np.int64), 0, n - 1)
     knot_u, knot_p = u[index], (n - index) / n
     keep = np.concatenate([[True], np.diff(knot_u) > 0])  # first of each run of ties: the largest probability
+    knot_u, knot_p = knot_u[keep], knot_p[keep]
+    # Just above a value many beats share, the probability drops to the fraction strictly above it:
+    # a knot there keeps interpolation from spreading the tie over the gap to the next knot.
+    above = (n - np.searchsorted(u, knot_u, side="right")) / n
+    step = (above < 0.99 * knot_p) & (above > 0)
+    knot_u = np.concatenate([knot_u, np.nextafter(knot_u[step], np.inf)])
+    knot_p = np.concatenate([knot_p, above[step]])
+    order = np.argsort(knot_u, kind="stable")
+    knot_u, knot_p = knot_u[order], knot_p[order]
+    keep = np.concatenate([[True], np.diff(knot_u) > 0])
     knot_u, knot_p = knot_u[keep], knot_p[keep]
     excess = u[u > knot_u[-1]] - knot_u[-1]
     theta = float(excess.mean()) if len(excess) else 1.0
@@ -167,11 +194,12 @@ PAUSE = 0.12              # ..."pause after it" from 12 % longer than the local 
 def explain_calibrated(row) -> str:
     """Why a beat has its calibrated score, in words, from a mapping (or pandas row) holding
     ``score_calibrated``, ``p_ref_shape``, ``p_ref_rhythm`` (and optionally ``p_ref_population``,
-    ``rr_pre``, ``rr_post``): the components named from the rarest down.
+    ``rr_pre``, ``rr_post``: the beats table's columns): the score, what it means among the
+    population's normal beats, then the components that made it, rarest first.
 
     >>> explain_calibrated({"score_calibrated": 4.2, "p_ref_shape": 0.3, "p_ref_rhythm": 2e-5,
-    ...                     "p_ref_population": 0.2, "rr_pre": 0.72, "rr_post": 1.31})
-    'outlier (score 4.2, 1 in 16,000 normal beats): premature by 28 %, pause after it (1.31 × the local RR); shape typical of this recording'
+    ...                     "p_ref_population": 0.2, "rr_pre": 0.72, "rr_post": 1.05})
+    'outlier (score 4.2, 1 in 16,000 normal beats): premature by 28 %; shape typical of this recording'
     """
     score = float(row["score_calibrated"])
     head = (f"{'outlier' if score >= OUTLIER_SCORE else 'not an outlier'} "
@@ -187,13 +215,15 @@ def explain_calibrated(row) -> str:
             timing.append(f"pause after it ({rr_post:.2f} × the local RR)")
         parts.append((p_rhythm, ", ".join(timing) or f"timing irregular for this recording (1 in {_one_in(p_rhythm)})"))
     p_shape = float(row["p_ref_shape"])
-    if p_shape <= COMPONENT_RARE:
-        parts.append((p_shape, f"shape unlike this recording's normal beats (1 in {_one_in(p_shape)})"))
-    elif p_shape <= COMPONENT_UNUSUAL:
-        parts.append((p_shape, f"shape unusual for this recording (1 in {_one_in(p_shape)})"))
+    # How unlike anyone's normal beat it is qualifies a shape already unusual for its recording; alone it
+    # would name every beat of a person whose normal beats are uncommon.
     p_population = float(row.get("p_ref_population", 1.0))
-    if p_population <= COMPONENT_RARE:
-        parts.append((p_population, f"shape unlike the population's normal beats (1 in {_one_in(p_population)})"))
+    population = (f" and unlike the population's normal beats (1 in {_one_in(p_population)})"
+                  if p_population <= COMPONENT_RARE else "")
+    if p_shape <= COMPONENT_RARE:
+        parts.append((p_shape, f"shape unlike this recording's normal beats (1 in {_one_in(p_shape)}){population}"))
+    elif p_shape <= COMPONENT_UNUSUAL:
+        parts.append((p_shape, f"shape unusual for this recording (1 in {_one_in(p_shape)}){population}"))
     words = [text for _, text in sorted(parts, key=lambda part: part[0])]
     if p_shape > COMPONENT_UNUSUAL:
         words.append("shape typical of this recording")

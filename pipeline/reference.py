@@ -40,11 +40,12 @@ import math
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from pipeline import PipelineWarning, backend, calibrate, rhythm
+from pipeline.quality import LOW_QUALITY
 
 REFERENCE_DIR = Path(__file__).with_name("reference_data")
 DEFAULT_REFERENCE = REFERENCE_DIR / "reference-v1.npz"
@@ -115,20 +116,10 @@ class ReferenceScores:
     block: object
 
     def columns(self) -> dict:
-        """The beats-table columns (see :data:`COLUMNS`), as arrays on the input's device."""
+        """The beats-table columns (named and described in :data:`pipeline.calibrate.COLUMNS`), as
+        arrays on the input's device."""
         return {"score_calibrated": self.score, "p_ref_shape": self.p["shape"], "p_ref_rhythm": self.p["rhythm"],
                 "p_ref_population": self.p["population"], "ref_shape": self.statistics["shape"]}
-
-
-# Columns a run adds to its beats table (descriptions for results.SCORE_COMPONENTS).
-COLUMNS = {
-    "score_calibrated": "calibrated outlier score: -log10 of the fraction of the reference population's normal "
-                        f"beats at least as unusual (outlier from {calibrate.OUTLIER_SCORE:g})",
-    "p_ref_shape": "fraction of the population's normal beats as far from their recording's normal template",
-    "p_ref_rhythm": "fraction of the population's normal beats with a rhythm score at least this high",
-    "p_ref_population": "fraction of the population's normal beats as far from the nearest population centroid",
-    "ref_shape": "squared distance to the recording's normal template / its median among the normal beats",
-}
 
 
 # --------------------------------------------------------------------------- resampling
@@ -171,8 +162,8 @@ def resample_rows(rows, fs: float, pre: int, cfg: ReferenceConfig = ReferenceCon
         raise ValueError(f"fs must be a positive sampling rate in Hz; got {fs}")
     if not 0 <= pre < rows.shape[1]:
         raise ValueError(f"pre must be a column of the rows (0 to {rows.shape[1] - 1}); got {pre}")
-    matrix = xp.asarray(_interpolation_matrix(int(rows.shape[1]), int(pre), float(fs), cfg.width, cfg.pre, float(cfg.fs),
-                                              float(cfg.lowpass_hz)))
+    matrix = xp.asarray(_interpolation_matrix(int(rows.shape[1]), int(pre), float(fs), cfg.width, cfg.pre,
+                                              float(cfg.fs), float(cfg.lowpass_hz)))
     out = xp.concatenate([chunk @ matrix for chunk in _chunks(rows, batch)]) if rows.shape[0] else \
         xp.zeros((0, cfg.width), dtype=xp.float32)
     if out.shape[0]:
@@ -239,7 +230,8 @@ def template_distance(rows, population, cfg: ReferenceConfig = ReferenceConfig()
     return (distance / typical).astype(xp.float32), is_core, templates.astype(xp.float32), block
 
 
-def reference_statistics(rows, positions, fs: float, centroids, cfg: ReferenceConfig = ReferenceConfig()) -> tuple[dict, tuple]:
+def reference_statistics(rows, positions, fs: float, centroids,
+                         cfg: ReferenceConfig = ReferenceConfig()) -> tuple[dict, tuple]:
     """The raw statistics of every beat ({"shape", "rhythm", "population"}: float32 arrays on the
     rows' device) from reference-rate ``rows`` (:func:`resample_rows`) and the beats' fiducials
     ``positions`` (samples at ``fs``); also ``(is_core, templates, block)`` of
@@ -393,11 +385,14 @@ def fit_reference(recordings: Sequence[ReferenceBeats], cfg: ReferenceConfig = R
 
 
 def reference_beats(item, labels, cfg: ReferenceConfig) -> ReferenceBeats:
-    """A training input as :class:`ReferenceBeats` (see :func:`train_reference`)."""
+    """A training input as :class:`ReferenceBeats` (see :func:`train_reference`). A run's
+    low-quality beats (its ``quality`` column) are never normal examples: noise is no normal
+    variation of a heartbeat."""
     if isinstance(item, (str, Path)):
         from pipeline.results import load_run   # a finished run's directory: read as the product reads it
 
         item = load_run(Path(item))
+    clean = None
     if isinstance(item, tuple):
         if len(item) != 4:
             raise ValueError(f"an array input must be (rows, positions, fs, pre); got a tuple of {len(item)}")
@@ -405,11 +400,14 @@ def reference_beats(item, labels, cfg: ReferenceConfig) -> ReferenceBeats:
         source, symbols = {"name": f"arrays {len(rows)} beats"}, None
     elif hasattr(item, "embeddings") and hasattr(item, "beats"):
         report = item.report
-        rows, positions, fs = np.asarray(item.embeddings), item.beats["fiducial"].to_numpy(), float(report["input"]["fs"])
+        rows, positions = np.asarray(item.embeddings), item.beats["fiducial"].to_numpy()
+        fs = float(report["input"]["fs"])
         pre = int(round(report["config"]["signal"]["pre_fiducial"] * rows.shape[1]))
         source = {"name": Path(report["input"]["path"]).name, "sha256": report["input"].get("sha256"),
                   "annotations_sha256": report["input"].get("annotations_sha256"), "run": str(item.path.name)}
         symbols = item.beats["label"].to_numpy() if "label" in item.beats else None
+        if "quality" in item.beats:
+            clean = item.beats["quality"].to_numpy() >= LOW_QUALITY
     else:
         raise ValueError(f"inputs must be run directories, RunResults or (rows, positions, fs, pre) tuples; "
                          f"got {type(item).__name__}")
@@ -426,6 +424,8 @@ def reference_beats(item, labels, cfg: ReferenceConfig) -> ReferenceBeats:
     if normal.shape != (len(rows),):
         raise ValueError(f"{source['name']}: labels must give one entry per beat; got {normal.shape[0]} "
                          f"for {len(rows)} beats")
+    if clean is not None:
+        normal &= clean
     return ReferenceBeats(resample_rows(rows, fs, pre, cfg), positions, fs, normal, source)
 
 
@@ -439,8 +439,9 @@ def save_reference(reference: Reference, path: Path) -> Path:
         arrays.update(table.as_arrays(name))
     with open(path, "wb") as f:
         np.savez_compressed(f, **arrays)
+    meta = {k: v for k, v in reference.meta.items() if k != "file"}
     sidecar = {"format": "ecg-reference", "version": 1, "config": asdict(reference.config),
-               "npz_sha256": hashlib.sha256(path.read_bytes()).hexdigest(), **reference.meta}
+               "npz_sha256": hashlib.sha256(path.read_bytes()).hexdigest(), **meta}
     path.with_suffix(".json").write_text(json.dumps(sidecar, indent=1) + "\n")
     return path
 
@@ -466,16 +467,13 @@ def load_reference(path: Path | None = None) -> Reference:
         tables = {name: calibrate.TailTable.from_arrays(arrays, name) for name in (*COMPONENTS, "combined")}
         centroids = arrays["centroids"].astype(np.float32)
     meta = {k: v for k, v in sidecar.items() if k not in ("format", "version", "config", "npz_sha256")}
+    meta["file"] = {"name": path.name, "sha256": sidecar["npz_sha256"]}  # for a run's report and cache key
     return Reference(cfg, centroids, tables, meta)
 
 
 def describe(reference: Reference) -> str:
     """One line about a reference: what it was trained on."""
     meta = reference.meta
+    digest = str(meta.get("training_data_sha256", "?"))[:12]
     return (f"reference of {len(meta.get('records', []))} recordings, {meta.get('normal_beats', 0):,} normal beats "
-            f"at {reference.config.fs:g} Hz (training data SHA-256 {str(meta.get('training_data_sha256', '?'))[:12]}…)")
-
-
-def records_of(reference: Reference) -> Iterable[str]:
-    """Names of the recordings a reference was trained on."""
-    return [rec.get("name", "?") for rec in reference.meta.get("records", [])]
+            f"at {reference.config.fs:g} Hz (training data SHA-256 {digest}…)")
