@@ -35,9 +35,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import io
 import json
 import math
 import warnings
+import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -210,6 +212,9 @@ def template_distance(rows, population, cfg: ReferenceConfig = ReferenceConfig()
     """
     xp = backend.xp_of(rows)
     n = int(rows.shape[0])
+    if n == 0:
+        return (xp.zeros(0, dtype=xp.float32), xp.zeros(0, dtype=bool), xp.zeros((0, rows.shape[1]), dtype=xp.float32),
+                xp.zeros(0, dtype=xp.int64))
     edges = block_edges(n, cfg.block_beats)
     distance = xp.zeros(n, dtype=xp.float32)
     is_core = xp.zeros(n, dtype=bool)
@@ -437,8 +442,15 @@ def save_reference(reference: Reference, path: Path) -> Path:
     arrays = {"centroids": reference.centroids.astype(np.float32)}
     for name, table in reference.tables.items():
         arrays.update(table.as_arrays(name))
-    with open(path, "wb") as f:
-        np.savez_compressed(f, **arrays)
+    # Written member by member with a fixed timestamp (np.savez stamps the current time), so the same
+    # reference always has the same bytes and the same SHA-256.
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, array in sorted(arrays.items()):
+            buffer = io.BytesIO()
+            np.lib.format.write_array(buffer, np.ascontiguousarray(array), allow_pickle=False)
+            member = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            member.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(member, buffer.getvalue())
     meta = {k: v for k, v in reference.meta.items() if k != "file"}
     sidecar = {"format": "ecg-reference", "version": 1, "config": asdict(reference.config),
                "npz_sha256": hashlib.sha256(path.read_bytes()).hexdigest(), **meta}
@@ -461,8 +473,6 @@ def load_reference(path: Path | None = None) -> Reference:
                          "the reference is damaged or was replaced")
     known = ReferenceConfig.__dataclass_fields__
     cfg = ReferenceConfig(**{k: v for k, v in sidecar["config"].items() if k in known})
-    import io
-
     with np.load(io.BytesIO(payload)) as arrays:
         tables = {name: calibrate.TailTable.from_arrays(arrays, name) for name in (*COMPONENTS, "combined")}
         centroids = arrays["centroids"].astype(np.float32)
