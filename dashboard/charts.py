@@ -604,7 +604,6 @@ class SignalChart(pn.viewable.Viewer):
             p.yaxis.ticker = FixedTicker(ticks=middles)
             p.yaxis.major_label_overrides = {m: name for m, (name, _) in zip(middles, self.leads)}
             p.yaxis.axis_label = "leads"
-        add_episode_track(p, self.store.shared)
         add(p, self.image, Image(**IMAGE, color_mapper=opacity_mapper(SIGNAL_COLOR)))
         add(p, self.samples, MultiLine(xs="t", ys="y", line_color=SIGNAL_COLOR, line_width=1.2))
         add(p, self.selected, Scatter(x="t", y="y", size=5, fill_color=SELECTED_COLOR, fill_alpha=0.55, line_color=None),
@@ -612,6 +611,7 @@ class SignalChart(pn.viewable.Viewer):
         flagged = add(p, self.outliers, Scatter(x="t", y="y", marker="inverted_triangle", size=11,
                                                 fill_color=OUTLIER_COLOR, line_color="white"), level=CHANGES_WITH_BRUSH)
         hover.renderers = [flagged]
+        add_episode_track(p, self.store.shared)     # last in the list, drawn first (its level)
         p.add_layout(self.focus_box)
         self.window_watch = RangeWatch([p.x_range], self.image)     # the tachogram joins in: it shares the x range
         self.window_watch.add(self._redraw)
@@ -774,13 +774,13 @@ class TachogramChart(pn.viewable.Viewer):
                    y_range=Range1d(*self.y_range))
         p.toolbar.active_scroll, p.toolbar.active_drag = wheel, pan
         p.xaxis.formatter = hms_tick_formatter()
-        add_episode_track(p, shared)
         add(p, self.image, Image(**IMAGE, color_mapper=opacity_mapper(SIGNAL_COLOR)))
         add(p, self.selected, Scatter(x="t", y="y", size=5, fill_color=SELECTED_COLOR, fill_alpha=0.6, line_color=None),
             level=CHANGES_WITH_BRUSH)
         hover.renderers = [add(p, self.outliers, Scatter(x="t", y="y", marker="inverted_triangle", size=9,
                                                          fill_color=OUTLIER_COLOR, line_color="white"),
                                level=CHANGES_WITH_BRUSH)]
+        add_episode_track(p, shared)                # last in the list, drawn first (its level)
         self.figure = p
         self._window = None
         self._rebin()
