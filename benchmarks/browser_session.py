@@ -208,9 +208,13 @@ class BrowserPage:
         linked chart's plot frame, as a user brushes what the chart shows; time mouse-up → every
         view repainted."""
         brushed = (await self.brush_bounds())[view]
-        for drags, shift in enumerate((0.0, 0.004, -0.004), start=1):
+        shifts = (0.0, 0.004, -0.004, 0.01, -0.01)
+        for drags, shift in enumerate(shifts, start=1):
             # A drag that left the chart's brush as it was (one that gives the brush it has already,
-            # or one the page missed) repaints nothing: it is made again, a few pixels aside.
+            # or one the page missed while it was still laying itself out) repaints nothing: it is
+            # made again, a few pixels aside, after a moment's pause.
+            if drags > 1:
+                await asyncio.sleep(0.25 * drags)
             box = await self.canvas_box(view)
             frame = (await self.frame_geometry(view))["frame"]
             x0, x1 = (box["x"] + frame["x"] + frame["width"] * (f + shift) for f in x)
@@ -222,7 +226,7 @@ class BrowserPage:
             if await self._brush_moved(view, brushed):
                 break
         else:
-            raise GestureError(f"brush {view}: three drags left the chart's brush at {brushed}")
+            raise GestureError(f"brush {view}: {len(shifts)} drags left the chart's brush at {brushed}")
         gesture = await self._wait_version_painted(before, ("mouseup", "pointerup"), f"brush {view}", timeout_s)
         gesture.detail["drags"] = drags
         return gesture
