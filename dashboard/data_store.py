@@ -30,12 +30,12 @@ import panel as pn
 import param
 
 from pipeline import backend, collector
+from pipeline.calibrate import OUTLIER_SCORE
 from pipeline.quality import low_quality
 
 BRUSH_COLUMNS = ("length_s", "z1", "z2", "score", "time_s", "rr_prev_s", "rr_next_s", "family")
 COLOUR_MODES = {"Score": "score", "Reference": "reference", "Review": "review", "Family": "family"}
 SPLITS = {"All beats": "all", "Training 75%": "train", "Held-out 25%": "test"}
-OUTLIER_QUANTILE = 0.98     # default threshold: the top 2% of scores
 TABLE_LIMIT = 500           # rows the ranked outlier table holds at most
 BACKGROUND_DELAY_S = 10.0   # work for later starts this long after the run is ready, or when the first page is up
 # A brush is ~150 small array operations (masks, bin counts, means). On the GPU each one is a kernel
@@ -160,7 +160,9 @@ class SharedRun:
         return float(np.nanmin(values)), float(np.nanmax(values))
 
     def default_threshold(self) -> float:
-        return float(np.quantile(self.beats["score"].to_numpy(dtype=np.float64), OUTLIER_QUANTILE))
+        """The one line between outliers and the rest that the command line and the archive also
+        draw (:data:`pipeline.calibrate.OUTLIER_SCORE`): scores mean the same in every recording."""
+        return OUTLIER_SCORE
 
     def host(self, column: str) -> np.ndarray:
         """A selection column as a host array."""
@@ -353,7 +355,8 @@ class DataStore(pn.viewable.Viewer):
     follow_window = param.Boolean(default=True, label="Filter beats to the visible window",
                                   doc="whether the recording view's window filters the beat views")
     split = param.Selector(default="all", objects=SPLITS, label="Beats")
-    threshold = param.Number(default=0.0, label="Outlier threshold (score)")
+    threshold = param.Number(default=OUTLIER_SCORE, label="Outlier threshold (score; 2 = as unusual as 1 in 100 "
+                             "normal beats)")
     rank_low_quality = param.Boolean(default=False, label="Rank low-quality beats (noise, artefacts) too")
     focus = param.Integer(default=None, allow_None=True, doc="beat_id shown in detail (from the table)")
     zoom_to = param.Range(default=None, allow_None=True, doc="a window (s) the recording view is asked to show")
@@ -365,6 +368,7 @@ class DataStore(pn.viewable.Viewer):
 
     def __init__(self, shared: SharedRun, **params):
         lo, hi = shared.extent("score")
+        hi = max(hi, shared.default_threshold())   # a recording without outliers still shows the line
         params.setdefault("threshold", shared.default_threshold())
         super().__init__(shared=shared, **params)
         self.param.threshold.bounds = (lo, hi)

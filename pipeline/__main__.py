@@ -1,4 +1,4 @@
-"""Command line: ``python -m pipeline run | batch | synth | evaluate``.
+"""Command line: ``python -m pipeline run | batch | synth | reference | evaluate``.
 
 Bad input (a file, or an option's value) ends with one line on stderr (``error: …``) and exit
 status 2; warnings print as ``warning: …``.
@@ -42,7 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="run the pipeline on a recording (default: the synthetic one)")
-    run.add_argument("input", nargs="?", help="CSV, WFDB (.hea), .npy or .parquet; default: synthetic ECG "
+    run.add_argument("input", nargs="?", help="CSV, WFDB (.hea), .npy, .parquet or EDF/EDF+/BDF (.edf, .bdf); "
+                     "default: synthetic ECG "
                      "(20M samples on the GPU, 2M on the CPU)")
     _add_run_options(run)
     run.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -56,8 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     _add_cluster_options(batch)
     batch.set_defaults(func=_cmd_batch)
 
-    synth = sub.add_parser("synth", help="write a synthetic ECG as CSV (+ <stem>.annotations.csv)")
-    synth.add_argument("output", help="CSV path to write")
+    synth = sub.add_parser("synth", help="write a synthetic ECG as CSV (+ <stem>.annotations.csv), or as EDF+/BDF+ "
+                           "with the beats as annotations")
+    synth.add_argument("output", help="path to write: .csv, or .edf / .bdf (EDF+ / 24-bit BDF+)")
     synth.add_argument("--samples", type=int, default=2_000_000)
     synth.add_argument("--fs", type=float, default=250.0)
     synth.add_argument("--seed", type=int, default=0)
@@ -65,6 +67,17 @@ def _parser() -> argparse.ArgumentParser:
     synth.add_argument("--pvc-fraction", type=float, default=0.015)
     synth.add_argument("--aberrant-fraction", type=float, default=0.01)
     synth.set_defaults(func=_cmd_synth)
+
+    reference = sub.add_parser("reference", help="train a reference beat model (what calibrates the outlier "
+                               "score) on the normal beats of annotated recordings or run folders")
+    reference.add_argument("inputs", nargs="+", metavar="INPUT",
+                           help="run folders (written by 'run' or 'batch'), annotated recordings, folders of "
+                                "them or glob patterns; at least two recordings")
+    reference.add_argument("--out", required=True, help="path of the reference to write (.npz, and .json beside it)")
+    reference.add_argument("--runs", default="runs", help="folder of cached runs for recordings (default: runs)")
+    reference.add_argument("--device", choices=("auto", "gpu", "cpu"), default="auto")
+    reference.add_argument("--quiet", action="store_true", help="no progress bars")
+    reference.set_defaults(func=_cmd_reference)
 
     evaluate = sub.add_parser("evaluate", help="score detection and outliers on annotated WFDB records")
     evaluate.add_argument("directory", help="folder of WFDB records with .atr reference annotations")
@@ -87,6 +100,8 @@ def _add_run_options(p: argparse.ArgumentParser, synthetic: bool = True) -> None
         p.add_argument("--samples", type=int, help="length of the synthetic default recording")
     p.add_argument("--epochs", type=int, default=VAEConfig.epochs, help="VAE training epochs")
     p.add_argument("--no-cache", action="store_true", help="recompute even when a cached run exists")
+    p.add_argument("--reference", help="reference beat model (.npz written by the 'reference' command) that "
+                   "calibrates the outlier score; default: the one shipped with the package")
 
 
 def _add_cluster_options(p: argparse.ArgumentParser) -> None:
@@ -108,6 +123,10 @@ def _check_run_options(args) -> None:
         raise ValueError(f"--epochs must be at least 1 (the VAE's training epochs); got {args.epochs}")
     if getattr(args, "samples", None) is not None and args.samples < 1:
         raise ValueError(f"--samples must be a positive number of samples; got {args.samples}")
+    if getattr(args, "reference", None) is not None:
+        from pipeline.reference import reference_digest
+
+        reference_digest(args.reference)
     if getattr(args, "fs", None) is not None and hasattr(args, "epochs"):  # run, batch, evaluate (synth checks its own)
         from pipeline.load import check_sampling_rate
 
@@ -133,7 +152,8 @@ def _request(args, input_path):
     return RunRequest(input=input_path, device=args.device, out=args.out, fs=args.fs,
                       column=int(lead) if lead and lead.isdigit() else lead,
                       samples=getattr(args, "samples", None), signal=SignalConfig(),
-                      vae=replace(VAEConfig(), epochs=args.epochs), use_cache=not args.no_cache)
+                      vae=replace(VAEConfig(), epochs=args.epochs), use_cache=not args.no_cache,
+                      reference=args.reference)
 
 
 # --------------------------------------------------------------------------- run
@@ -207,15 +227,16 @@ def summary(run) -> str:
                  + f"host peak RSS {mem['host_peak_rss_bytes'] / 2**20:.0f} MiB")
     from pipeline.quality import low_quality
 
-    ranked = beats[~low_quality(beats["quality"])] if "quality" in beats else beats   # artefacts are no findings
-    top = ranked.nlargest(5, "score")
-    lines.append("outliers   " + ", ".join(f"beat {b.beat_id} at {b.time_s:.1f} s (score {b.score:.1f})"
-                                           for b in top.itertuples()))
-    if "score_shape" in beats:  # runs written before the rhythm score have no components to explain
-        from pipeline.score import explain
+    from pipeline.calibrate import OUTLIER_SCORE, explain_calibrated, is_outlier
 
-        lines.append("why        " + "\n           ".join(f"beat {row['beat_id']}: {explain(row)}"
-                                                           for _, row in top.iterrows()))
+    ranked = beats[~low_quality(beats["quality"])]   # artefacts are no findings
+    top = ranked.nlargest(5, "score")
+    flagged = int(is_outlier(ranked["score"]).sum())
+    lines.append(f"outliers   {flagged:,} beat{'s' if flagged != 1 else ''} with a calibrated score of "
+                 f"{OUTLIER_SCORE:g} or more ({r['reference']['description']}); highest: "
+                 + ", ".join(f"beat {b.beat_id} at {b.time_s:.1f} s ({b.score:.1f})" for b in top.itertuples()))
+    lines.append("why        " + "\n           ".join(f"beat {row['beat_id']}: {explain_calibrated(row)}"
+                                                       for _, row in top.iterrows()))
     if "abnormal" in beats:
         from pipeline.metrics import auroc
 
@@ -264,9 +285,49 @@ def _cmd_synth(args) -> int:
     cfg = synth.SynthConfig(n_samples=args.samples, fs=args.fs, seed=args.seed, heart_rate=args.heart_rate,
                             pvc_fraction=args.pvc_fraction, aberrant_fraction=args.aberrant_fraction)
     ecg = synth.synthesize(cfg)
+    if Path(args.output).suffix.lower() in (".edf", ".bdf"):
+        from pipeline.edf import write_edf
+
+        path = write_edf(args.output, ecg.signal, ecg.fs, annotations=(ecg.r_peaks, ecg.symbols))
+        print(f"wrote {path} ({args.samples:,} samples, {len(ecg.r_peaks):,} beats as EDF+ annotations)")
+        return 0
     path = synth.write_csv(ecg, Path(args.output))
     print(f"wrote {path} ({args.samples:,} samples, {len(ecg.r_peaks):,} beats) and {synth.annotations_path(path)}")
     return 0
+
+
+def _cmd_reference(args) -> int:
+    """Train and write a reference from run folders, or from recordings run first (cached in --runs).
+    Beats count as normal by their reference annotations (AAMI class N); a recording without any
+    is refused, since its abnormal beats would be learnt as normal."""
+    from pipeline import reference, results
+    from pipeline.run import RunRequest, run_pipeline
+
+    runs = []
+    for item in _reference_inputs(args.inputs, args.runs):
+        if isinstance(item, Path) and (item / "report.json").is_file():
+            run = results.load_run(item)
+        else:
+            with _ProgressBars(enabled=not args.quiet) as bars:
+                run = run_pipeline(RunRequest(input=str(item), device=args.device, out=args.runs), progress=bars.update)
+        if "label" not in run.beats:
+            raise ValueError(f"{Path(run.report['input']['path']).name}: no reference annotations; a reference "
+                             "learns from the beats annotated normal (give annotated recordings)")
+        runs.append(run)
+    with _ProgressBars(enabled=not args.quiet) as bars:
+        trained = reference.train_reference(runs, progress=lambda f, m: bars.update("score", f, m))
+    path = reference.save_reference(trained, Path(args.out))
+    print(f"wrote {path} and {path.with_suffix('.json').name}: {reference.describe(trained)}")
+    return 0
+
+
+def _reference_inputs(inputs: list[str], runs: str) -> list[Path]:
+    """Run folders as given; every other input through the batch's discovery of recordings."""
+    from pipeline import batch
+
+    folders = [Path(i) for i in inputs if (Path(i) / "report.json").is_file()]
+    others = [i for i in inputs if not (Path(i) / "report.json").is_file()]
+    return folders + (list(batch.find_recordings(others, exclude=runs)) if others else [])
 
 
 def _cmd_evaluate(args) -> int:

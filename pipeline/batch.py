@@ -46,19 +46,13 @@ import pandas as pd
 
 from pipeline import PipelineWarning
 from pipeline import one_line as _one_line
+from pipeline.calibrate import OUTLIER_SCORE, is_outlier
 
 ARCHIVE = "archive.parquet"
 CLUSTERS = ("auto", "local", "local-cuda")  # or a scheduler address such as tcp://host:8786
 # A folder (or a glob) contributes the files with these endings; a WFDB record counts once, by its .hea.
 RECORDING_SUFFIXES = (".csv", ".txt", ".tsv", ".csv.gz", ".txt.gz", ".npy", ".parquet", ".pq", ".hea")
 ANNOTATION_SIDECAR = ".annotations.csv"
-# A beat counts as an outlier in the archive when its score passes this many times the median
-# score of its recording. Scores of different recordings share no scale, and the dashboard's
-# default view threshold (the top 2 % of a recording's scores) flags 2 % of every recording by
-# construction, so it cannot rank recordings; a multiple of the recording's own typical beat
-# can. On synthetic recordings (300k samples, 10 epochs) it flagged 0 beats of a clean one, 18
-# of 18 injected PVCs, and 47 beats (46 of them abnormal) where 8 % of the beats were abnormal.
-OUTLIER_RATIO = 10.0
 EVENT_TOPIC = "ecg-batch"
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS")
 
@@ -407,7 +401,9 @@ def run_row(job: Job, run) -> dict:
     report, beats = run.report, run.beats
     scores = beats["score"].to_numpy(dtype=np.float64)
     median = float(np.median(scores)) if len(scores) else float("nan")
-    outliers = int((scores > OUTLIER_RATIO * median).sum()) if len(scores) else 0
+    from pipeline.quality import low_quality   # its kernels' module imports Numba
+
+    outliers = int((is_outlier(scores) & ~low_quality(beats["quality"].to_numpy())).sum())
     inp = report["input"]
     row = {
         "input": job.input, "name": display_name(job.input), "status": "cached" if run.cached else "ok", "error": "",
@@ -494,7 +490,7 @@ ARCHIVE_COLUMNS: dict[str, tuple[str, str]] = {
     "samples": ("Int64", "samples in the analysed lead"),
     "duration_s": ("float64", "recording length, s"),
     "beats": ("Int64", "beats kept (scored)"),
-    "outliers": ("Int64", f"beats scoring above {OUTLIER_RATIO:g} x the recording's median score"),
+    "outliers": ("Int64", f"beats of good quality with a calibrated score of {OUTLIER_SCORE:g} or more"),
     "outlier_fraction": ("float64", "outliers / beats"),
     "score_median": ("float64", "median outlier score of the recording"),
     "score_max": ("float64", "highest outlier score of the recording"),

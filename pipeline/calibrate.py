@@ -40,16 +40,16 @@ KNOTS = 256            # knots of the empirical part, log-spaced in tail probabi
 TRANSFORMS = ("identity", "log1p")
 
 
-# The beats-table columns of a calibrated run (pipeline.reference.ReferenceScores.columns), described
-# for results.SCORE_COMPONENTS and the views.
+# The beats-table columns that explain the calibrated score (pipeline.reference.ReferenceScores.columns),
+# described for results.SCORE_COMPONENTS and the views. The score itself is the table's ``score``.
 COLUMNS = {
-    "score_calibrated": "calibrated outlier score: -log10 of the fraction of the reference population's normal "
-                        f"beats at least as unusual (an outlier from {OUTLIER_SCORE:g})",
     "p_ref_shape": "fraction of the population's normal beats as far from their recording's normal template",
     "p_ref_rhythm": "fraction of the population's normal beats with a rhythm score at least this high",
     "p_ref_population": "fraction of the population's normal beats as far from the nearest population centroid",
     "ref_shape": "squared distance to the recording's normal template / its median among the normal beats",
 }
+SCORE_DESCRIPTION = ("calibrated outlier score: -log10 of the fraction of the reference population's normal beats "
+                     f"at least as unusual (an outlier from {OUTLIER_SCORE:g})")
 
 
 def expected_false_positive_rate(score: float = OUTLIER_SCORE) -> float:
@@ -193,15 +193,15 @@ PAUSE = 0.12              # ..."pause after it" from 12 % longer than the local 
 
 def explain_calibrated(row) -> str:
     """Why a beat has its calibrated score, in words, from a mapping (or pandas row) holding
-    ``score_calibrated``, ``p_ref_shape``, ``p_ref_rhythm`` (and optionally ``p_ref_population``,
+    ``score`` (calibrated), ``p_ref_shape``, ``p_ref_rhythm`` (and optionally ``p_ref_population``,
     ``rr_pre``, ``rr_post``: the beats table's columns): the score, what it means among the
     population's normal beats, then the components that made it, rarest first.
 
-    >>> explain_calibrated({"score_calibrated": 4.2, "p_ref_shape": 0.3, "p_ref_rhythm": 2e-5,
+    >>> explain_calibrated({"score": 4.2, "p_ref_shape": 0.3, "p_ref_rhythm": 2e-5,
     ...                     "p_ref_population": 0.2, "rr_pre": 0.72, "rr_post": 1.05})
     'outlier (score 4.2, 1 in 16,000 normal beats): premature by 28 %; shape typical of this recording'
     """
-    score = float(row["score_calibrated"])
+    score = float(row["score"])
     head = (f"{'outlier' if score >= OUTLIER_SCORE else 'not an outlier'} "
             f"(score {score:.1f}, 1 in {_one_in(10.0 ** -score)} normal beats)")
     parts = []

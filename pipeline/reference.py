@@ -46,8 +46,7 @@ from typing import Sequence
 
 import numpy as np
 
-from pipeline import PipelineWarning, backend, calibrate, rhythm
-from pipeline.quality import LOW_QUALITY
+from pipeline import PipelineWarning, backend, calibrate
 
 REFERENCE_DIR = Path(__file__).with_name("reference_data")
 DEFAULT_REFERENCE = REFERENCE_DIR / "reference-v1.npz"
@@ -118,9 +117,9 @@ class ReferenceScores:
     block: object
 
     def columns(self) -> dict:
-        """The beats-table columns (named and described in :data:`pipeline.calibrate.COLUMNS`), as
-        arrays on the input's device."""
-        return {"score_calibrated": self.score, "p_ref_shape": self.p["shape"], "p_ref_rhythm": self.p["rhythm"],
+        """The beats-table columns that explain ``score`` (named and described in
+        :data:`pipeline.calibrate.COLUMNS`), as arrays on the input's device."""
+        return {"p_ref_shape": self.p["shape"], "p_ref_rhythm": self.p["rhythm"],
                 "p_ref_population": self.p["population"], "ref_shape": self.statistics["shape"]}
 
 
@@ -241,6 +240,8 @@ def reference_statistics(rows, positions, fs: float, centroids,
     rows' device) from reference-rate ``rows`` (:func:`resample_rows`) and the beats' fiducials
     ``positions`` (samples at ``fs``); also ``(is_core, templates, block)`` of
     :func:`template_distance`."""
+    from pipeline import rhythm   # Numba: imported where used, so a cached start reads the digest without it
+
     xp = backend.xp_of(rows)
     if positions.shape[0] != rows.shape[0]:
         raise ValueError(f"positions must give one fiducial per row; got {positions.shape[0]} for {rows.shape[0]} rows")
@@ -412,6 +413,8 @@ def reference_beats(item, labels, cfg: ReferenceConfig) -> ReferenceBeats:
                   "annotations_sha256": report["input"].get("annotations_sha256"), "run": str(item.path.name)}
         symbols = item.beats["label"].to_numpy() if "label" in item.beats else None
         if "quality" in item.beats:
+            from pipeline.quality import LOW_QUALITY
+
             clean = item.beats["quality"].to_numpy() >= LOW_QUALITY
     else:
         raise ValueError(f"inputs must be run directories, RunResults or (rows, positions, fs, pre) tuples; "
@@ -479,6 +482,20 @@ def load_reference(path: Path | None = None) -> Reference:
     meta = {k: v for k, v in sidecar.items() if k not in ("format", "version", "config", "npz_sha256")}
     meta["file"] = {"name": path.name, "sha256": sidecar["npz_sha256"]}  # for a run's report and cache key
     return Reference(cfg, centroids, tables, meta)
+
+
+@functools.lru_cache(maxsize=4)
+def reference_digest(path: Path | str | None = None) -> str:
+    """The SHA-256 of a reference's ``.npz`` (default: the shipped one), as its ``.json`` records it:
+    a run's cache key, read without loading the reference (:func:`load_reference` checks it)."""
+    path = Path(path or DEFAULT_REFERENCE).with_suffix(".json")
+    for needed in (path.with_suffix(".npz"), path):
+        if not needed.is_file():
+            raise ValueError(f"no reference at {path.with_suffix('.npz')}: {needed.name} is missing")
+    try:
+        return str(json.loads(path.read_text())["npz_sha256"])
+    except (ValueError, KeyError, TypeError):
+        raise ValueError(f"{path.name} is not a reference's description (no npz_sha256)") from None
 
 
 def describe(reference: Reference) -> str:

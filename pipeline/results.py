@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import xxhash
 
-from pipeline import PipelineWarning
+from pipeline import PipelineWarning, calibrate
 from pipeline.synth import annotations_path  # the sidecar's name, as load.py finds it
 
 if TYPE_CHECKING:
@@ -79,8 +79,13 @@ class RunResult:
 
 
 # --------------------------------------------------------------------------- table
-# Columns that explain the outlier score (``components`` of :func:`beats_table`), in table order.
+# Columns that explain the outlier score (``components`` of :func:`beats_table`), in table order: the
+# reference's calibrated components, then the recording's own ranking (its VAE and rhythm) and the
+# rhythm's measures.
 SCORE_COMPONENTS = {
+    **calibrate.COLUMNS,
+    "score_recording": "within-recording outlier score: -log10 of the Fisher-combined p_shape and p_rhythm "
+                       "(as unusual as 1 beat in 10^score of this recording; no scale shared across recordings)",
     "score_shape": "the VAE's shape score: negative ELBO of the beat (higher = less like the recording's beats)",
     "score_rhythm": "rhythm score: sqrt(z_early² + z_pause²), robust z-scores of rr_pre / rr_post in this recording",
     "p_shape": "fraction of the recording's beats whose shape score is at least this high",
@@ -125,7 +130,8 @@ def beats_table(*, fiducial, length, start, fs, is_train, z, score, annotations=
                 tolerance_s: float = 0.15) -> pd.DataFrame:
     """One row per beat (host arrays in); ``length`` is the samples to the next beat (-1 for the last
     one, whose ``length_s`` is NaN), so ``length_s`` is the RR interval after the beat and
-    ``rr_before_s`` the one before it. ``score`` is the outlier score the views rank by;
+    ``rr_before_s`` the one before it. ``score`` is the outlier score the views rank by (a run's
+    calibrated score, :data:`pipeline.calibrate.SCORE_DESCRIPTION`);
     ``components`` (a dict of arrays named as in :data:`SCORE_COMPONENTS`) are added as float32
     columns after it. With reference annotations, each beat gets the symbol of the nearest
     reference beat within ``tolerance_s`` ('' when none) and ``abnormal``."""

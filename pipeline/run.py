@@ -67,6 +67,7 @@ class RunRequest:
     signal: SignalConfig = field(default_factory=SignalConfig)
     vae: VAEConfig = field(default_factory=VAEConfig)
     use_cache: bool = True
+    reference: str | None = None      # reference beat model (.npz); None: the one shipped with the package
     # Run every kernel and reader once on a tiny recording first, so that the report's stage times
     # measure the work rather than one-off set-up. A server that only waits for the result skips
     # it: the set-up then falls inside the stages, and nothing is computed twice.
@@ -130,9 +131,12 @@ def _run(request: RunRequest, progress: Progress | None) -> results.RunResult | 
 
 def run_key(digest: dict, device: str, request: RunRequest) -> str:
     """The cache key of a run: the input's digests (:func:`pipeline.results.input_digest`), the
-    device and every parameter. A sidecar of reference labels enters only when there is one, so an
-    input without one keeps the key it always had."""
-    parts = [digest["sha256"], device, request.fs, request.column, request.signal, request.vae]
+    device, every parameter and the reference beat model's digest. A sidecar of reference labels
+    enters only when there is one."""
+    from pipeline.reference import reference_digest
+
+    parts = [digest["sha256"], device, request.fs, request.column, request.signal, request.vae,
+             {"reference": reference_digest(request.reference)}]
     if digest.get("annotations"):
         parts.append({"annotations": digest["annotations"]})
     return config_hash(*parts)
@@ -175,7 +179,7 @@ def _compute(input_path: Path, request: RunRequest, device: str, stages: "_Stage
         # progress view shows it; it comes after loading, so that bad input is reported without it.
         import torch
 
-        from pipeline import rhythm, score, train
+        from pipeline import reference, rhythm, score, train
 
         embeddings = backend.to_host(beats.rows)
         families = _families_beside_training(embeddings, request.vae.seed, device)
@@ -189,12 +193,16 @@ def _compute(input_path: Path, request: RunRequest, device: str, stages: "_Stage
         xp = backend.xp_of(beats.rows)
         shape_scores, z = backend.from_torch(scores, xp), backend.from_torch(z, xp)
         beat_rhythm = rhythm.describe_rhythm(positions, fs)
-        scores, p_shape, p_rhythm = score.combine_scores(shape_scores, beat_rhythm.score)
+        score_recording, p_shape, p_rhythm = score.combine_scores(shape_scores, beat_rhythm.score)
+        population = reference.load_reference(request.reference)
+        calibrated = reference.score_reference(beats.rows, positions, fs, int(round(cfg.pre_fiducial * width)),
+                                               population)
     with stages("families"):
         beat_families = families()
     return dict(recording=recording, positions=positions, beats=beats, episodes=found, pauses=pauses,
                 quality=beat_quality, embeddings=embeddings, histogram=histogram,
-                model=model, history=history, is_train=is_train.numpy(), scores=scores, z=z,
+                model=model, history=history, is_train=is_train.numpy(), scores=calibrated.score, z=z,
+                calibrated=calibrated, reference=population, score_recording=score_recording,
                 shape_scores=shape_scores, rhythm=beat_rhythm, p_shape=p_shape, p_rhythm=p_rhythm,
                 families=beat_families, grid_z=grid_z, decoded=decoded, width=width,
                 torch_version=torch.__version__)
@@ -249,7 +257,8 @@ def _write(input_path, digest, key, request, device, c, stages, handoffs, memory
     pre = int(round(request.signal.pre_fiducial * c["width"]))
     fiducial = host(beats.fiducial)
     beat_rhythm = c["rhythm"]
-    components = {"score_shape": c["shape_scores"], "score_rhythm": beat_rhythm.score, "p_shape": c["p_shape"],
+    components = {**c["calibrated"].columns(), "score_recording": c["score_recording"],
+                  "score_shape": c["shape_scores"], "score_rhythm": beat_rhythm.score, "p_shape": c["p_shape"],
                   "p_rhythm": c["p_rhythm"], "rr_pre": beat_rhythm.rr_pre, "rr_post": beat_rhythm.rr_post,
                   "prematurity": beat_rhythm.prematurity, "local_rr_s": beat_rhythm.local_rr_s}
     table = results.beats_table(fiducial=fiducial, length=host(beats.length), start=fiducial - pre,
@@ -282,6 +291,7 @@ def _write(input_path, digest, key, request, device, c, stages, handoffs, memory
                              "edges_s": host(c["histogram"][1]).round(4).tolist()},
         "training": {"epochs": request.vae.epochs, "loss_history": [round(v, 4) for v in c["history"]]},
         "beat_scale": beats.scale,
+        "reference": _describe_reference(c["reference"]),
     }
     checkpoint = {"config": asdict(c["model"].cfg), "width": c["width"], "model": c["model"].state_dict()}
     embeddings, signal = c["embeddings"], host(recording.signal)
@@ -299,6 +309,16 @@ def _write(input_path, digest, key, request, device, c, stages, handoffs, memory
     return run
 
 
+def _describe_reference(population) -> dict:
+    """What the run's calibrated scores were measured against, for its report."""
+    from pipeline.calibrate import OUTLIER_SCORE
+    from pipeline.reference import describe
+
+    meta = population.meta
+    return {"file": meta.get("file", {}), "training_data_sha256": meta.get("training_data_sha256"),
+            "description": describe(population), "outlier_score": OUTLIER_SCORE}
+
+
 def _warm_up(device: str, request: RunRequest, input_path: Path) -> None:
     """Run every reader and kernel of the run once on a small synthetic recording, so that stage
     times measure the work, not one-off set-up (a server start pays this once; the report shows it
@@ -314,11 +334,11 @@ def _warm_up(device: str, request: RunRequest, input_path: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="ecg-warmup-") as folder:
         tiny = _warm_up_file(Path(folder), input_path)
         recording = load.load_ecg(tiny, device=device, default_fs=250.0)
-        _warm_up_steps(recording.signal, recording.fs, request.signal)
+        _warm_up_steps(recording.signal, recording.fs, request)
     if device == "gpu":
         xp = backend.xp_for(device)
         fs = 250.0
-        rows = _warm_up_steps(_warm_up_signal(xp, fs), fs, request.signal)
+        rows = _warm_up_steps(_warm_up_signal(xp, fs), fs, request)
         _warm_up_training(rows, request.vae)
 
 
@@ -360,14 +380,20 @@ def _warm_up_file(folder: Path, input_path: Path) -> Path:
     return path
 
 
-def _warm_up_steps(signal, fs: float, cfg: SignalConfig):
-    """The segmentation chain of :func:`_compute` on ``signal``; returns the embedded rows."""
-    from pipeline import embed, peaks, wavelet
+def _warm_up_steps(signal, fs: float, request: RunRequest):
+    """The segmentation chain of :func:`_compute` on ``signal`` and the reference's scoring (which
+    also reads the reference); returns the embedded rows."""
+    from pipeline import embed, peaks, reference, wavelet
 
+    cfg = request.signal
     positions, found, _ = heartbeats(wavelet.ricker_response(signal, fs, cfg.ricker_width_s), signal, fs, cfg)
     quality_of_beats(signal, positions, found, fs)
     peaks.length_histogram(peaks.beat_lengths(positions), fs)
-    return embed.embed_beats(signal, positions, fs, width=cfg.window(fs), pre_fiducial=cfg.pre_fiducial).rows
+    width = cfg.window(fs)
+    rows = embed.embed_beats(signal, positions, fs, width=width, pre_fiducial=cfg.pre_fiducial).rows
+    reference.score_reference(rows, positions, fs, int(round(cfg.pre_fiducial * width)),
+                              reference.load_reference(request.reference))
+    return rows
 
 
 def _warm_up_training(rows, cfg: VAEConfig) -> None:

@@ -54,6 +54,7 @@ def test_run_prints_the_summary(small_csv, tmp_path):
     assert lines["input"].startswith(f"{small_csv}  [column 0]  150,000 samples at 250 Hz")
     assert re.match(r"\d[\d,]* found; \d[\d,]* train / \d[\d,]* held out$", lines["beats"])
     assert re.search(r"abnormal beats; outlier AUROC (0|1)\.\d{3}$", lines["reference"])
+    assert re.match(r"\d[\d,]* beats? with a calibrated score of 2 or more \(reference of 22 recordings", lines["outliers"])
     assert lines["outliers"].count("beat ") == 5
     why = [line for line in result.stdout.splitlines() if line.startswith("why") or line.startswith("           beat")]
     assert len(why) == 5 and all(re.search(r"beat \d+: .*(shape|premature|pause)", line) for line in why)
@@ -173,3 +174,38 @@ def test_noise_without_qrs_structure_is_refused(tmp_path):
     assert re.fullmatch(r"error: noise\.npy: the [\d,]+ beats found share no QRS shape \(median correlation with the "
                         r"median beat -?0\.\d\d; an ECG's is above 0\.9\): no QRS-like structure \(is this an ECG\? "
                         r"is --fs right\?\)\n", result.stderr)
+
+
+def test_reference_trains_on_run_folders_and_a_run_uses_it(cpu_run, small_csv, tmp_path):
+    """``reference`` trains on annotated runs (their normal beats); ``run --reference`` scores against
+    it, and the reference enters the cache key and the report; a missing or unannotated one is one line."""
+    import json
+
+    out = tmp_path / "runs"
+    other = _cli("synth", tmp_path / "other.csv", "--samples", 60_000, "--seed", 5)
+    assert other.returncode == 0, other.stderr
+    result = _cli("reference", cpu_run.run.path, tmp_path / "other.csv", "--runs", out, "--device", "cpu",
+                  "--out", tmp_path / "mine", "--quiet")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"wrote {tmp_path / 'mine.npz'} and mine.json: reference of 2 recordings")
+    mine = json.loads((tmp_path / "mine.json").read_text())
+
+    shipped = _cli("run", small_csv, "--device", "cpu", "--epochs", 1, "--out", out, "--quiet")
+    ours = _cli("run", small_csv, "--device", "cpu", "--epochs", 1, "--out", out, "--quiet",
+                "--reference", tmp_path / "mine.npz")
+    assert shipped.returncode == 0 and ours.returncode == 0, shipped.stderr + ours.stderr
+    first = {line.split(None, 1)[0]: line.split(None, 1)[1] for line in shipped.stdout.splitlines() if line[:1] != " "}
+    second = {line.split(None, 1)[0]: line.split(None, 1)[1] for line in ours.stdout.splitlines() if line[:1] != " "}
+    assert first["run"] != second["run"]                  # another reference, another cache entry
+    report = json.loads((Path(second["run"]) / "report.json").read_text())
+    assert report["reference"]["file"]["sha256"] == mine["npz_sha256"]
+    assert "reference of 2 recordings" in second["outliers"]
+
+    missing = _cli("run", small_csv, "--device", "cpu", "--out", out, "--reference", tmp_path / "none.npz")
+    assert missing.returncode == 2 and missing.stderr.startswith("error: no reference at ")
+    assert len(missing.stderr.strip().splitlines()) == 1
+    bare = tmp_path / "bare.npy"
+    np.save(bare, np.loadtxt(small_csv, dtype=np.float32))
+    unlabelled = _cli("reference", cpu_run.run.path, bare, "--runs", out, "--device", "cpu", "--out",
+                      tmp_path / "x", "--quiet")
+    assert unlabelled.returncode == 2 and "no reference annotations" in unlabelled.stderr

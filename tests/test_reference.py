@@ -237,17 +237,17 @@ def test_outlier_threshold_is_one_number_with_its_false_positive_rate():
 
 
 def test_explain_calibrated_names_the_rarest_component_first():
-    premature = {"score_calibrated": 4.2, "p_ref_shape": 0.3, "p_ref_rhythm": 2e-5, "p_ref_population": 0.2,
+    premature = {"score": 4.2, "p_ref_shape": 0.3, "p_ref_rhythm": 2e-5, "p_ref_population": 0.2,
                  "rr_pre": 0.72, "rr_post": 1.31}
     text = calibrate.explain_calibrated(premature)
     assert text.startswith("outlier (score 4.2")
     assert "premature by 28 %, pause after it (1.31 × the local RR); shape typical of this recording" in text
-    wide = {"score_calibrated": 5.0, "p_ref_shape": 1e-5, "p_ref_rhythm": 0.5, "p_ref_population": 1e-4,
+    wide = {"score": 5.0, "p_ref_shape": 1e-5, "p_ref_rhythm": 0.5, "p_ref_population": 1e-4,
             "rr_pre": 1.0, "rr_post": 1.0}
     text = calibrate.explain_calibrated(wide)
     assert "unlike this recording's normal beats (1 in 100,000) and unlike the population's normal beats" in text
     assert text.endswith("timing regular")
     usual_here = dict(wide, p_ref_shape=0.3)   # an uncommon person's normal beat: no word about the population
     assert "population" not in calibrate.explain_calibrated(usual_here)
-    quiet = dict(wide, score_calibrated=0.2, p_ref_shape=0.4, p_ref_population=0.5)
+    quiet = dict(wide, score=0.2, p_ref_shape=0.4, p_ref_population=0.5)
     assert calibrate.explain_calibrated(quiet).startswith("not an outlier")

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline import PipelineWarning, results
+from pipeline import PipelineWarning, reference, results
 from pipeline.config import SignalConfig, VAEConfig
 from pipeline.run import SEGMENTATION, STAGES, RunRequest, run_pipeline
 from pipeline.synth import annotations_path
@@ -128,6 +128,10 @@ def test_report_fields(cpu_run):
     assert report["config"]["vae"]["epochs"] == 3 and report["config"]["signal"] == asdict(SignalConfig())
     assert len(report["training"]["loss_history"]) == 3 and np.isfinite(report["training"]["loss_history"]).all()
     assert report["memory"]["host_peak_rss_bytes"] > 50 * 2 ** 20
+    shipped = json.loads(reference.DEFAULT_REFERENCE.with_suffix(".json").read_text())
+    assert report["reference"]["file"] == {"name": "reference-v1.npz", "sha256": shipped["npz_sha256"]}
+    assert report["reference"]["training_data_sha256"] == shipped["training_data_sha256"]
+    assert report["reference"]["outlier_score"] == 2.0
     histogram = report["length_histogram"]
     assert len(histogram["edges_s"]) == len(histogram["counts"]) + 1
     assert sum(histogram["counts"]) == counts["fiducials"] - 1  # every beat length (all under 2.5 s here)
@@ -174,8 +178,9 @@ def test_premature_beats_of_normal_shape_rank_high(cpu_run):
     s_or_n = beats[beats["label"].isin(["S", "N"])]
     is_s = s_or_n["label"] == "S"
     assert is_s.sum() >= 5
-    assert auroc(s_or_n["score"], is_s) >= 0.97
-    assert auroc(s_or_n["score"], is_s) > auroc(s_or_n["score_shape"], is_s) + 0.05
+    for name in ("score", "score_recording"):   # calibrated against the reference, and within the recording
+        assert auroc(s_or_n[name], is_s) >= 0.97, name
+        assert auroc(s_or_n[name], is_s) > auroc(s_or_n["score_shape"], is_s) + 0.05, name
     top = beats.nlargest(int(0.1 * len(beats)), "score")
     assert (top["label"] == "S").sum() >= 0.8 * is_s.sum()  # nearly all of them in the top 10 %
 
