@@ -1,7 +1,8 @@
 """Load an ECG recording into device memory, validated.
 
 CSV (one value per line, optional header, optional several columns, a decimal point or a
-decimal comma), WFDB (``.hea`` + signal files, PhysioNet), ``.npy`` and Parquet. On the GPU, CSV is
+decimal comma), WFDB (``.hea`` + signal files, PhysioNet), ``.npy``, Parquet and EDF/EDF+/BDF
+(:mod:`pipeline.edf`). On the GPU, CSV is
 parsed by cuDF straight into device memory and handed to CuPy without a copy; elsewhere pyarrow
 parses on the host. A Parquet column is decoded by pyarrow on the host on either device (cuDF's
 reader hung on a file with damaged compressed pages, which pyarrow refuses) and then copied.
@@ -110,7 +111,7 @@ def load_ecg(path, *, fs: float | None = None, column: str | int | None = None,
     ----------
     path : str or Path
         ``.csv``/``.txt`` (optionally ``.gz``), a WFDB record (``.hea``, ``.dat`` or the record
-        name without suffix), ``.npy`` or ``.parquet``.
+        name without suffix), ``.npy``, ``.parquet``, or ``.edf``/``.bdf`` (EDF, EDF+, BDF).
     fs : float, optional
         Sampling rate in Hz; overrides the file's own. Files without one use ``default_fs``.
     column : str or int, optional
@@ -149,7 +150,7 @@ def load_ecg(path, *, fs: float | None = None, column: str | int | None = None,
 # worked ("MLII": modified lead II), compared without case, spaces or punctuation. Only names that
 # say lead II: "ECG2" or "ch2" number a recorder's channels (a Holter's second channel is often a
 # precordial lead), so a channel number never counts as lead II.
-LEAD_II_NAMES = {"mlii", "ii", "leadii", "ecgii", "limbleadii"}
+LEAD_II_NAMES = {"mlii", "ii", "leadii", "ecgii", "limbleadii", "ecgmlii", "ekgii"}  # EDF+: "ECG MLII", "EKG II"
 CLEARER_BY = 1.25  # another lead replaces the first only when its QRS clarity is this much higher
 
 
@@ -280,7 +281,10 @@ def _reader_for(path: Path):
         return _read_npy
     if name.endswith((".parquet", ".pq")):
         return _read_parquet
-    raise InputError(f"{path.name}: unknown format; expected .csv, .txt, .npy, .parquet or a WFDB .hea record")
+    if name.endswith((".edf", ".bdf")):
+        return _read_edf
+    raise InputError(f"{path.name}: unknown format; expected .csv, .txt, .npy, .parquet or a WFDB .hea record, or "
+                     ".edf/.bdf (EDF, EDF+, BDF)")
 
 
 _FILE_KINDS = {stat.S_ISFIFO: "a FIFO (named pipe)", stat.S_ISSOCK: "a socket", stat.S_ISCHR: "a character device",
@@ -742,6 +746,16 @@ def _read_parquet_columns(path: Path, choice: _LeadChoice, device):
         raise InputError(f"{path.name}: column {name!r} has type {column_data.type}, not numbers")
     values = _writable_float32(column_data.to_numpy(zero_copy_only=False))  # nulls become NaN: gaps
     return _to_device(values, device), None, name, _sidecar_annotations(path)
+
+
+def _read_edf(path: Path, choice: _LeadChoice, device):
+    from pipeline import edf
+
+    try:
+        values, fs, lead, annotations = edf.read_edf(path, choice.column, choice.pick, BEAT_SYMBOLS)
+    except edf.EdfError as err:  # one line naming the file already
+        raise InputError(str(err)) from None
+    return _to_device(values, device), fs, lead, annotations
 
 
 def _writable_float32(values) -> np.ndarray:
