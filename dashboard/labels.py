@@ -47,17 +47,16 @@ import numpy as np
 import pandas as pd
 
 from pipeline.results import match_labels
+from pipeline.reviewed import DATABASE_SUFFIX, MATCH_TOLERANCE_S, labels_database
 
 REVIEW_LABELS = ("N", "S", "V", "F", "Q", "artefact")    # the buttons; any short text is allowed too
 WFDB_SYMBOLS = {"N": "N", "S": "S", "V": "V", "F": "F", "Q": "Q", "artefact": "|"}  # '|': isolated QRS-like artefact
 FREE_TEXT_SYMBOL = '"'        # WFDB comment annotation; the text goes into its aux note (UTF-8)
 MAX_LABEL_LENGTH = 40
-MATCH_TOLERANCE_S = 0.05
 SOURCES = ("beat", "selection", "family", "undo", "migrated", "recovered")   # where a row's label came from
 BUSY_TIMEOUT_S = 30.0         # how long a write waits for another process's transaction
 WATCH_S = 1.0                 # how often listeners are told of other processes' changes
 SCHEMA_VERSION = 1
-DATABASE_SUFFIX = ".sqlite"
 
 # Unicode categories a label may not hold: control characters (NUL, tabs, line ends, escapes),
 # lone surrogates (no UTF-8 for them) and line/paragraph separators (a label is one line).
@@ -171,8 +170,7 @@ class ReviewLabels:
     @classmethod
     def for_run(cls, run) -> "ReviewLabels":
         """The labels of the recording a run analysed, in its runs folder."""
-        name = run.report["input"]["sha256"][:24]
-        return cls(Path(run.path).parent / "labels" / f"{name}{DATABASE_SUFFIX}", run.fs)
+        return cls(labels_database(run), run.fs)
 
     # ------------------------------------------------------------------ opening
     def _open(self) -> None:

@@ -31,7 +31,8 @@ from pipeline.run import STAGES, RunRequest
 
 BOARDS = ("auto", "bokeh", "cuxfilter")
 ENV = {"input": "ECG_INPUT", "device": "ECG_DEVICE", "samples": "ECG_SAMPLES", "epochs": "ECG_EPOCHS",
-       "out": "ECG_OUT", "board": "ECG_BOARD", "fs": "ECG_FS", "column": "ECG_COLUMN", "archive": "ECG_ARCHIVE"}
+       "out": "ECG_OUT", "board": "ECG_BOARD", "fs": "ECG_FS", "column": "ECG_COLUMN", "archive": "ECG_ARCHIVE",
+       "reference": "ECG_REFERENCE"}
 OPEN_RUNS = 4              # runs of an archive kept ready in memory (the most recently opened)
 # The stages of a run found in the cache; any other stage means the run is being computed.
 CACHED_STAGES = ("hash", "results")
@@ -69,6 +70,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--column", help="CSV/Parquet column or WFDB lead")
     p.add_argument("--board", help="linked charts drawn by: bokeh (default), cuxfilter (GPU runs) or auto")
     p.add_argument("--archive", help="folder of a batch (python -m pipeline batch … --out DIR): open its recordings")
+    p.add_argument("--reference", help="reference beat model (.npz) that calibrates the outlier score "
+                   "(default: the one shipped with the package)")
     p.add_argument("--no-cache", action="store_true", help="recompute even when a cached run exists")
     return p
 
@@ -84,7 +87,8 @@ def settings_from(argv: list[str] | None = None, environ: dict | None = None) ->
     args, unknown = _parser().parse_known_args(list(argv or []))
     if unknown:
         raise ValueError(f"server arguments: unknown {' '.join(unknown)!r} "
-                         "(known: --input --device --samples --epochs --out --fs --column --board --archive --no-cache)")
+                         "(known: --input --device --samples --epochs --out --fs --column --board --archive --reference "
+                         "--no-cache)")
     values = {}
     for name, var in ENV.items():
         value = getattr(args, name)
@@ -119,7 +123,12 @@ def settings_from(argv: list[str] | None = None, environ: dict | None = None) ->
                          fs=number("fs", float), column=column, samples=number("samples", int),
                          signal=SignalConfig(),
                          vae=replace(VAEConfig(), epochs=epochs) if epochs else VAEConfig(),
-                         use_cache=not args.no_cache, warm_up=False)  # the server waits for the result only
+                         use_cache=not args.no_cache, warm_up=False,  # the server waits for the result only
+                         reference=values["reference"] or None)
+    if request.reference is not None:
+        from pipeline.reference import reference_digest
+
+        reference_digest(request.reference)   # a missing or foreign file: one line now, not after the run
     return Settings(request=request, board=board, archive=values["archive"] or None)
 
 

@@ -74,9 +74,11 @@ def _parser() -> argparse.ArgumentParser:
                            help="run folders (written by 'run' or 'batch'), annotated recordings, folders of "
                                 "them or glob patterns; at least two recordings")
     reference.add_argument("--out", required=True, help="path of the reference to write (.npz, and .json beside it)")
+    reference.add_argument("--labels", action="store_true", help="learn from the reviewer's labels saved by the "
+                           "dashboard too (N is normal, any other label is not; they win over annotations)")
     reference.add_argument("--runs", default="runs", help="folder of cached runs for recordings (default: runs)")
     reference.add_argument("--device", choices=("auto", "gpu", "cpu"), default="auto")
-    reference.add_argument("--quiet", action="store_true", help="no progress bars")
+    _add_cluster_options(reference)
     reference.set_defaults(func=_cmd_reference)
 
     evaluate = sub.add_parser("evaluate", help="score detection and outliers on annotated WFDB records")
@@ -297,37 +299,39 @@ def _cmd_synth(args) -> int:
 
 
 def _cmd_reference(args) -> int:
-    """Train and write a reference from run folders, or from recordings run first (cached in --runs).
-    Beats count as normal by their reference annotations (AAMI class N); a recording without any
-    is refused, since its abnormal beats would be learnt as normal."""
-    from pipeline import reference, results
-    from pipeline.run import RunRequest, run_pipeline
+    """Train and write a reference from run folders, and from recordings run first (on a Dask
+    cluster, cached in --runs). Beats count as normal by their reference annotations (AAMI class
+    N) and, with --labels, by the reviewer's labels, which win; a recording with neither counts
+    every beat as normal, with a warning."""
+    from pipeline import reference, results, reviewed
 
-    runs = []
-    for item in _reference_inputs(args.inputs, args.runs):
-        if isinstance(item, Path) and (item / "report.json").is_file():
-            run = results.load_run(item)
-        else:
-            with _ProgressBars(enabled=not args.quiet) as bars:
-                run = run_pipeline(RunRequest(input=str(item), device=args.device, out=args.runs), progress=bars.update)
-        if "label" not in run.beats:
-            raise ValueError(f"{Path(run.report['input']['path']).name}: no reference annotations; a reference "
-                             "learns from the beats annotated normal (give annotated recordings)")
-        runs.append(run)
+    runs = [results.load_run(path) for path in _reference_runs(args)]
+    normal = [reviewed.normal_beats(run, args.labels) for run in runs]   # None: the run's own annotations, if any
     with _ProgressBars(enabled=not args.quiet) as bars:
-        trained = reference.train_reference(runs, progress=lambda f, m: bars.update("score", f, m))
+        trained = reference.train_reference(runs, labels=normal, progress=lambda f, m: bars.update("score", f, m))
     path = reference.save_reference(trained, Path(args.out))
     print(f"wrote {path} and {path.with_suffix('.json').name}: {reference.describe(trained)}")
     return 0
 
 
-def _reference_inputs(inputs: list[str], runs: str) -> list[Path]:
-    """Run folders as given; every other input through the batch's discovery of recordings."""
+def _reference_runs(args) -> list[Path]:
+    """Run folders as given; every other input discovered as the batch does and run on its cluster."""
     from pipeline import batch
+    from pipeline.run import RunRequest
 
-    folders = [Path(i) for i in inputs if (Path(i) / "report.json").is_file()]
-    others = [i for i in inputs if not (Path(i) / "report.json").is_file()]
-    return folders + (list(batch.find_recordings(others, exclude=runs)) if others else [])
+    folders = [Path(i) for i in args.inputs if (Path(i) / "report.json").is_file()]
+    others = [i for i in args.inputs if not (Path(i) / "report.json").is_file()]
+    if not others:
+        return folders
+    jobs = [batch.Job(RunRequest(input=str(path), device=args.device, out=args.runs))
+            for path in batch.find_recordings(others, exclude=args.runs)]
+    result = batch.run_batch(jobs, cluster=args.cluster, workers=args.workers, threads=args.threads,
+                             progress=not args.quiet, write_archive=False)
+    if result.failed:
+        row = result.failed[0]
+        raise ValueError(f"{row['name']}: {row['error']}" + (f" (and {len(result.failed) - 1} more failed)"
+                                                            if len(result.failed) > 1 else ""))
+    return folders + [Path(row["run_dir"]) for row in result.rows]
 
 
 def _cmd_evaluate(args) -> int:

@@ -185,7 +185,7 @@ def test_reference_trains_on_run_folders_and_a_run_uses_it(cpu_run, small_csv, t
     other = _cli("synth", tmp_path / "other.csv", "--samples", 60_000, "--seed", 5)
     assert other.returncode == 0, other.stderr
     result = _cli("reference", cpu_run.run.path, tmp_path / "other.csv", "--runs", out, "--device", "cpu",
-                  "--out", tmp_path / "mine", "--quiet")
+                  "--out", tmp_path / "mine", "--quiet", "--cluster", "local", "--workers", "2")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"wrote {tmp_path / 'mine.npz'} and mine.json: reference of 2 recordings")
     mine = json.loads((tmp_path / "mine.json").read_text())
@@ -207,5 +207,37 @@ def test_reference_trains_on_run_folders_and_a_run_uses_it(cpu_run, small_csv, t
     bare = tmp_path / "bare.npy"
     np.save(bare, np.loadtxt(small_csv, dtype=np.float32))
     unlabelled = _cli("reference", cpu_run.run.path, bare, "--runs", out, "--device", "cpu", "--out",
-                      tmp_path / "x", "--quiet")
-    assert unlabelled.returncode == 2 and "no reference annotations" in unlabelled.stderr
+                      tmp_path / "x", "--quiet", "--workers", "1")
+    assert unlabelled.returncode == 0, unlabelled.stderr
+    assert "warning: bare.npy: no labels; every beat counts as normal in the reference" in unlabelled.stderr
+
+
+def test_reference_learns_the_reviewers_labels(cpu_run, tmp_path):
+    """``reference --labels``: the dashboard's saved labels decide which beats are normal (an N the
+    annotations call V is learnt, a V they call N is not); without --labels they are ignored."""
+    import json
+    import shutil
+
+    from dashboard.labels import ReviewLabels
+    from pipeline.results import load_run
+    from pipeline.reference import NORMAL_SYMBOLS
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    copies = [load_run(shutil.copytree(cpu_run.run.path, runs / name)) for name in ("a", "b")]
+    beats = copies[0].beats
+    annotated_normal = np.isin(beats["label"].astype(str), list(NORMAL_SYMBOLS)) & (beats["quality"] >= 0.5)
+    ventricular = beats.loc[(beats["label"] == "V") & (beats["quality"] >= 0.5), "fiducial"].to_numpy()[:3]
+    normal = beats.loc[annotated_normal, "fiducial"].to_numpy()[:5]
+    store = ReviewLabels.for_run(copies[0])       # both copies analysed the same recording: one database
+    store.set(ventricular, "N", who="test")
+    store.set(normal, "V", who="test")
+
+    counts = {}
+    for flag in ((), ("--labels",)):
+        result = _cli("reference", runs / "a", runs / "b", "--out", tmp_path / f"ref{len(flag)}", "--quiet", *flag)
+        assert result.returncode == 0, result.stderr
+        meta = json.loads((tmp_path / f"ref{len(flag)}.json").read_text())
+        counts[flag] = [record["normal_beats"] for record in meta["records"]]
+    assert counts[()] == [int(annotated_normal.sum())] * 2
+    assert counts[("--labels",)] == [int(annotated_normal.sum()) + len(ventricular) - len(normal)] * 2

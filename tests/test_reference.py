@@ -251,3 +251,18 @@ def test_explain_calibrated_names_the_rarest_component_first():
     assert "population" not in calibrate.explain_calibrated(usual_here)
     quiet = dict(wide, score=0.2, p_ref_shape=0.4, p_ref_population=0.5)
     assert calibrate.explain_calibrated(quiet).startswith("not an outlier")
+
+
+def test_the_server_takes_a_reference_and_refuses_a_missing_one(tmp_path):
+    """``serve … --args --reference PATH`` (or ECG_REFERENCE) reaches the run's request; a path with no
+    reference is refused in one line before any run."""
+    from dashboard import startup
+
+    for suffix in (".npz", ".json"):
+        shutil.copy(reference.DEFAULT_REFERENCE.with_suffix(suffix), tmp_path / f"mine{suffix}")
+    settings = startup.settings_from(["--reference", str(tmp_path / "mine.npz")], {})
+    assert settings.request.reference == str(tmp_path / "mine.npz")
+    assert startup.settings_from([], {"ECG_REFERENCE": str(tmp_path / "mine.npz")}).request == settings.request
+    assert startup.settings_from([], {}).request.reference is None
+    with pytest.raises(ValueError, match=r"no reference at .*none\.npz: none\.npz is missing"):
+        startup.settings_from(["--reference", str(tmp_path / "none.npz")], {})
