@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
-# Set up once, then run.   ./run.sh [serve|pipeline|test|bench] [ARGS...]
+# Set up once, then run.   ./run.sh [serve|pipeline|ecg|test|test-all|bench] [ARGS...]
 #   serve     (default) the dashboard on http://127.0.0.1:$PORT (5006); ARGS go to the app. ADDRESS=0.0.0.0
 #             serves other machines too, with a warning (the dashboard has no authentication of its own);
 #             ORIGIN=HOST:PORT then names the server as their browsers do
 #   pipeline  python -m pipeline ARGS (default: run on the synthetic recording)
-#   test      the test suite (pytest ARGS); installs Chromium for the browser tests if missing
+#   ecg       the installed command: ecg ARGS (run, serve, batch, evaluate, synth, reference)
+#   test      the fast layer of the test suite: every test not marked browser or slow (pytest ARGS; a
+#             -m of your own replaces that selection)
+#   test-all  every test, browser tests included (what CI runs; `test --all` is the same); installs
+#             Chromium for them with apt-get when run as root and none is there, saying so first
 #   bench     python -m benchmarks.run ARGS
-# Installs into ./.venv (sharing the system's packages, so a GPU box's CUDA torch/RAPIDS are used).
+# Installs into ./.venv (sharing the system's packages, so a GPU box's CUDA torch/RAPIDS are used),
+# saying so first: the project in editable mode with its test extra (and the gpu extra when
+# nvidia-smi sees a GPU), which puts the `ecg` command at .venv/bin/ecg.
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV=${VENV:-.venv}
@@ -20,7 +26,7 @@ setup() {
   has_gpu && extras="gpu,test"
   stamp="$VENV/.installed-$extras-$(sha1sum pyproject.toml | cut -c1-12)"
   [ -f "$stamp" ] && return
-  echo "setting up $VENV (extras: $extras)…" >&2
+  echo "setting up $VENV: installing this project (editable) with extras $extras and their dependencies (pip)…" >&2
   # Without a GPU take the CPU build of torch; with one, pip's default (CUDA) build.
   "$PY" -c "import torch" 2>/dev/null || { has_gpu && "$PY" -m pip install -q torch || "$PY" -m pip install -q "torch==2.13.0"; }
   "$PY" -m pip install -q -e ".[$extras]"
@@ -30,7 +36,7 @@ setup() {
 browser() {
   command -v chromium >/dev/null 2>&1 && return
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "installing chromium for the browser tests…" >&2
+    echo "installing Debian's chromium for the browser tests (apt-get install chromium, as root)…" >&2
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
   else
     echo "chromium not found: browser tests will be skipped (apt-get install chromium)" >&2
@@ -49,7 +55,12 @@ case "$cmd" in
     exec "$PY" -m dashboard.serve dashboard/app.py --address "$address" --port "$port" \
       ${ORIGIN:+--allow-websocket-origin "$ORIGIN"} --num-procs 1 --warm --args "$@" ;;
   pipeline) exec "$PY" -m pipeline "${@:-run}" ;;
-  test) browser; exec "$PY" -m pytest "$@" ;;
+  ecg) exec "$VENV/bin/ecg" "$@" ;;
+  # The fast layer: what a change needs before it is committed. A -m in ARGS comes later and wins.
+  test)
+    if [ "${1:-}" = --all ]; then shift; browser; exec "$PY" -m pytest "$@"; fi
+    exec "$PY" -m pytest -m "not browser and not slow" "$@" ;;
+  test-all) browser; exec "$PY" -m pytest "$@" ;;
   bench) exec "$PY" -m benchmarks.run "$@" ;;
-  *) echo "usage: ./run.sh [serve|pipeline|test|bench] [ARGS...]" >&2; exit 2 ;;
+  *) echo "usage: ./run.sh [serve|pipeline|ecg|test|test-all|bench] [ARGS...]" >&2; exit 2 ;;
 esac
