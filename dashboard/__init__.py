@@ -1,6 +1,7 @@
 """The cross-filtered dashboard: ``panel serve dashboard/app.py`` (or ``./run.sh``).
 
-startup.py        server arguments, the one pipeline run per server process, its progress
+settings.py       the server's arguments (or ECG_* variables), read once into Settings
+startup.py        the one pipeline run per server process, its progress
 pipeline_process  that run computed in a child process, started before Panel is imported
 announcement.py   an event set by background work (the run's end, Datashader compiled) that also calls back
 data_store.py     SharedRun (read-only data of the run, on its device) and DataStore (one session's selections)

@@ -13,7 +13,7 @@ server's log. The server then reads the finished run from its directory, as it r
 run. The child ends itself when its stdin closes: when the server stops, even if killed.
 
 ``python -m dashboard.pipeline_process FD [APP ARGS | -]`` is the child: FD is the pipe's write
-end; APP ARGS are the server's ``--args`` (parsed by :func:`dashboard.startup.settings_from`), or
+end; APP ARGS are the server's ``--args`` (parsed by :func:`dashboard.settings.settings_from`), or
 ``-`` for a pickled :class:`~pipeline.run.RunRequest` on stdin.
 """
 from __future__ import annotations
@@ -121,7 +121,7 @@ def for_request(request) -> PipelineProcess:
     """The child computing ``request``: the one :func:`start_early` started, if it was started
     for this request, or a new one."""
     global _EARLY
-    from dashboard.startup import settings_from
+    from dashboard.settings import settings_from
 
     child, _EARLY = _EARLY, None
     if child is not None:
@@ -148,7 +148,7 @@ def _child(write_end: int, app_args: list[str]) -> int:
         if app_args == ["-"]:
             request = pickle.load(sys.stdin.buffer)
         else:
-            from dashboard.startup import settings_from
+            from dashboard.settings import settings_from
 
             settings = settings_from(app_args)
             if settings.archive:

@@ -51,7 +51,7 @@ from pipeline.calibrate import OUTLIER_SCORE, is_outlier
 ARCHIVE = "archive.parquet"
 CLUSTERS = ("auto", "local", "local-cuda")  # or a scheduler address such as tcp://host:8786
 # A folder (or a glob) contributes the files with these endings; a WFDB record counts once, by its .hea.
-RECORDING_SUFFIXES = (".csv", ".txt", ".tsv", ".csv.gz", ".txt.gz", ".npy", ".parquet", ".pq", ".hea")
+RECORDING_SUFFIXES = (".csv", ".txt", ".tsv", ".csv.gz", ".txt.gz", ".npy", ".parquet", ".pq", ".hea", ".edf", ".bdf")
 ANNOTATION_SIDECAR = ".annotations.csv"
 EVENT_TOPIC = "ecg-batch"
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS")

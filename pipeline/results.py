@@ -181,7 +181,7 @@ def match_labels(fiducial: np.ndarray, ref_samples: np.ndarray, ref_symbols: np.
 HASH_CACHE = ".input-hashes.json"  # in the runs folder: input path → (stat signature, digests)
 HASH_CACHE_ENTRIES = 256
 FILE_HASH = "xxh3_128"             # of the run's files, named in the report
-RECORDING_FORMATS = ".csv, .txt, .npy, .parquet or a WFDB .hea record"
+RECORDING_FORMATS = ".csv, .txt, .npy, .parquet, .edf, .bdf or a WFDB .hea record"
 
 
 def _shown(path) -> str:

@@ -503,7 +503,7 @@ def test_fifo_input_is_refused_at_once_in_one_line(tmp_path):
     result = _cli("run", fifo, "--device", "cpu", "--out", tmp_path / "runs", "--quiet")
     assert result.returncode == 2, result.stderr
     assert result.stderr.splitlines() == [f"error: {fifo} is a FIFO (named pipe), not a regular file; give a "
-                                          "recording file (.csv, .txt, .npy, .parquet or a WFDB .hea record)"]
+                                          "recording file (.csv, .txt, .npy, .parquet, .edf, .bdf or a WFDB .hea record)"]
 
 
 def test_folder_input_is_refused_in_plain_words(tmp_path):
@@ -512,6 +512,6 @@ def test_folder_input_is_refused_in_plain_words(tmp_path):
     result = _cli("run", folder, "--device", "cpu", "--out", tmp_path / "runs", "--quiet")
     assert result.returncode == 2, result.stderr
     assert result.stderr.splitlines() == [f"error: {folder} is a folder; give a recording file "
-                                          "(.csv, .txt, .npy, .parquet or a WFDB .hea record)"]
+                                          "(.csv, .txt, .npy, .parquet, .edf, .bdf or a WFDB .hea record)"]
     with pytest.raises(ValueError, match=r"is a folder; give a recording file"):
         run_pipeline(RunRequest(input=str(folder), device="cpu", out=str(tmp_path / "runs")))
