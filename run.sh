@@ -21,13 +21,15 @@ PY="$VENV/bin/python"
 has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
 
 setup() {
-  [ -x "$PY" ] || python3 -m venv --system-site-packages "$VENV"
+  [ -x "$PY" ] || { echo "creating the virtualenv $VENV (python3 -m venv --system-site-packages)…" >&2
+                    python3 -m venv --system-site-packages "$VENV"; }
   local extras="test" stamp
   has_gpu && extras="gpu,test"
   stamp="$VENV/.installed-$extras-$(sha1sum pyproject.toml | cut -c1-12)"
   [ -f "$stamp" ] && return
-  echo "setting up $VENV: installing this project (editable) with extras $extras and their dependencies (pip)…" >&2
-  # Without a GPU take the CPU build of torch; with one, pip's default (CUDA) build.
+  echo "setting up $VENV: installing PyTorch (unless present) and this project (editable) with extras $extras" \
+       "and their dependencies (pip)…" >&2
+  # PyTorch first, unless the system has it: pip's newest with a GPU, 2.13.0 without one.
   "$PY" -c "import torch" 2>/dev/null || { has_gpu && "$PY" -m pip install -q torch || "$PY" -m pip install -q "torch==2.13.0"; }
   "$PY" -m pip install -q -e ".[$extras]"
   touch "$stamp"
