@@ -18,6 +18,8 @@ import base64
 import contextlib
 import gc
 import importlib.util
+import os
+import shlex
 import sys
 import threading
 import time
@@ -42,7 +44,7 @@ from dashboard.events import EventList
 from dashboard.page import card, layout
 from dashboard.review import ReviewPanel
 from dashboard.spec import ASSETS, STYLESHEET, duration, hms
-from dashboard.views import SelectionSummary, escape, html, status_line
+from dashboard.views import RecordingHeader, SelectionSummary, escape, html, recording_name
 
 TITLE = "ECG explorer · abnormal heartbeats"
 POLL_MS = 400
@@ -171,19 +173,60 @@ class ProgressView:
         self.done.object = f"<div class='ecg-progress-done'>{done}</div>"
 
 
-def error_view(message: str) -> list:
+def launch_command(argv: list[str] | None = None) -> tuple[str, str]:
+    """(the command that started this server process, as near as the process knows it; the app's
+    own arguments, those after ``--args``, which ``./run.sh`` passes on as they were typed)."""
+    argv = list(getattr(sys, "orig_argv", sys.argv) if argv is None else argv)
+    app_args = argv[argv.index("--args") + 1:] if "--args" in argv else []
+    shown = ["python" if argv and Path(argv[0]).name.startswith("python") else argv[0], *argv[1:]] if argv else []
+    if len(shown) > 1 and Path(shown[1]).name in ("panel", "bokeh"):     # python …/bin/panel serve …
+        shown = [Path(shown[1]).name, *shown[2:]]
+    return shlex.join(shown), shlex.join(app_args)
+
+
+def error_view(message: str, argv: list[str] | None = None, environ: dict | None = None) -> list:
+    """The error page: the error in plain words, then the command and settings that led to it."""
+    command, app_args = launch_command(argv)
+    environ = os.environ if environ is None else environ
+    variables = " ".join(f"{name}={shlex.quote(environ[name])}" for name in startup.ENV.values()
+                         if environ.get(name, "") != "")
+    asked = (f"<div>The server's arguments: <code>{escape(app_args)}</code></div>" if app_args else
+             "<div>The server was given no arguments of its own (<code>--args …</code>).</div>")
+    env = f"<div>Settings from the environment: <code>{escape(variables)}</code></div>" if variables else ""
     return [
         html("<div class='ecg-error-title'>The pipeline could not run</div>", margin=(10, 10)),
         # (An Alert renders Markdown: inside a <div>, an HTML block, its text is left as it is.)
         pn.pane.Alert(f"<div>{escape(message)}</div>", alert_type="danger", sizing_mode="stretch_width",
                       margin=(10, 10)),
-        html("<div class='ecg-muted'>The input, device and sizes come from the server's arguments "
-             "(<code>--args --input … --device …</code>) or <code>ECG_*</code> environment variables; "
-             "fix them and restart the server.</div>", margin=(0, 10)),
+        html(f"<div class='ecg-error-command'>{asked}{env}"
+             f"<div>The command that started it: <code>{escape(command)}</code></div></div>", margin=(0, 10)),
+        html("<div class='ecg-muted'>Fix the input or the arguments and start the server again, for example "
+             "<code>./run.sh --input recording.csv</code> (a CSV, WFDB .hea, .npy, .parquet or .edf recording). "
+             "For a folder of recordings, analyse them all with <code>python -m pipeline batch FOLDER --out "
+             "runs</code> and open them with <code>./run.sh --archive runs</code>.</div>", margin=(6, 10)),
     ]
 
 
 # --------------------------------------------------------------------------- the page
+def section(title: str, top: int = 10) -> pn.pane.HTML:
+    """A title in the sidebar."""
+    return html(f"<div class='ecg-card-title'>{title}</div>", margin=(top, 10, 0, 10))
+
+
+def filters(store: DataStore) -> pn.Column:
+    """The sidebar's filters of this session's selection. (The outlier threshold has its one
+    slider above the outlier table.)"""
+    def label(text: str) -> pn.pane.HTML:
+        return html(f"<span class='ecg-label'>{text}</span>", margin=(8, 10, 0, 10))
+
+    clear = pn.widgets.Button(name="Clear selection", button_type="default", sizing_mode="stretch_width")
+    clear.on_click(lambda _: store.clear())
+    return pn.Column(label("Beats shown"), store.widget("split", sizing_mode="stretch_width"),
+                     store.widget("follow_window"), store.widget("rank_low_quality"), label("Colour the planes by"),
+                     store.widget("colour_by", sizing_mode="stretch_width"), clear, sizing_mode="stretch_width",
+                     css_classes=["ecg-controls"])
+
+
 class App(pn.viewable.Viewer):
     """One browser session: progress, then the dashboard (or the error)."""
 
@@ -195,6 +238,7 @@ class App(pn.viewable.Viewer):
         self.job = job
         self.store: DataStore | None = None
         self.above: list = []          # what stays above the dashboard (an archive's recordings)
+        self.archive_sidebar: list = []  # and above the sidebar (the archive's totals and search)
         self.board = None
         self.views: dict = {}
         self._callback = None
@@ -206,6 +250,8 @@ class App(pn.viewable.Viewer):
             self._open_run = open_run
             self.archive = ArchiveView(archive, self.open)
             self.above = [card(ARCHIVE_SPEC, self.archive)]
+            self.archive_sidebar = [section("Archive"), self.archive.sidebar]
+            self.sidebar.objects = list(self.archive_sidebar)
             self.main.objects = [*self.above, self.statusbar]
             self.statusbar.object = "Open a recording of the archive: click its row or its point."
             self.state = "archive"
@@ -311,24 +357,28 @@ class App(pn.viewable.Viewer):
         body, self.views = layout(self.store, self.board)
         summary = SelectionSummary(self.store)
         self.views["summary"] = summary
-        self.statusbar.object = status_line(shared)
+        self.views["header"] = header = RecordingHeader(self.store)
         self.review = ReviewPanel(self.store)
+        if self.above:
+            self.statusbar.object = f"Showing <b>{escape(recording_name(shared))}</b> below."
         self.sidebar.objects = [
-            html("<div class='ecg-card-title'>Selection</div>", margin=(10, 10, 0, 10)), summary,
-            html("<div class='ecg-card-title'>Filters</div>", margin=(14, 10, 0, 10)), self.store,
-            html("<div class='ecg-card-title'>Pauses and episodes</div>", margin=(14, 10, 0, 10)), EventList(self.store),
-            html("<div class='ecg-card-title'>Review</div>", margin=(14, 10, 0, 10)), self.review,
+            *self.archive_sidebar,
+            section("Selection"), summary,
+            section("Filters", top=14), filters(self.store),
+            section("Pauses and episodes", top=14), EventList(self.store),
+            section("Review", top=14), self.review,
             html("<div class='ecg-card-title'>How to explore</div>"
-                 "<div class='ecg-card-help'>Brush a range in the length or score histogram, or a box in "
-                 "the latent space: every beat view, the recording's markers and the outlier table follow "
-                 "(each chart shows what the other charts' brushes select). Double-click a chart to clear its "
-                 "brush. Zoom the recording to restrict everything to that stretch of time. Click an outlier "
-                 "to zoom to it and compare it with what the VAE reconstructs.</div>", margin=(14, 10, 0, 10)),
+                 "<div class='ecg-card-help'>Click an outlier in the table to see that beat, its strip at paper "
+                 "speed and the recording around it. Brush a range in the length or score histogram, or a box in "
+                 "the latent space or the Poincaré plot: every beat view, the recording's markers and the "
+                 "outlier table follow (each chart shows what the other charts' brushes select). Double-click a "
+                 "chart to clear its brush. Zoom the recording to restrict everything to that stretch of time. "
+                 "Hover a column's title in the table for its meaning.</div>", margin=(14, 10, 0, 10)),
             html(f"<div class='ecg-muted'>Board: {self.board.name} · input "
                  f"{escape(Path(shared.report['input']['path']).name)} · "
                  f"{duration(shared.duration_s)}</div>", margin=(14, 10)),
         ]
-        self.main.objects = [*self.above, self.statusbar, body]
+        self.main.objects = [*self.above, *([self.statusbar] if self.above else []), header, body]
         self.state = "ready"
         if "first_page" in shared.extras:   # the page is drawn: what waited for it may start
             pn.state.onload(shared.extras["first_page"].set)

@@ -302,7 +302,7 @@ class PlaneChart(LinkedChart):
         add(p, self.background, Image(**IMAGE, color_mapper=opacity_mapper(UNSELECTED_COLOR)))
         add(p, self.foreground, ImageRGBA(**IMAGE), level=CHANGES_WITH_BRUSH)
         mapper = LinearColorMapper(palette=SCORE_CMAP, low=50, high=100)
-        p.add_layout(ColorBar(color_mapper=mapper, width=8, title="score pct", title_text_font_size="10px",
+        p.add_layout(ColorBar(color_mapper=mapper, width=8, title="score percentile", title_text_font_size="10px",
                               major_label_text_font_size="10px", padding=2), "right")
         return p
 
@@ -585,7 +585,7 @@ class SignalChart(pn.viewable.Viewer):
         store.param.watch(lambda event: self.draw_markers(event.new), "selection")
         store.param.watch(self._focus_changed, "focus")
         store.param.watch(lambda event: event.new is not None and self.zoom(*event.new), "zoom_to")
-        self.whole = pn.widgets.Button(name="Show the whole recording", button_type="light", width=200,
+        self.whole = pn.widgets.Button(name="Show the whole recording", button_type="default", width=200,
                                        margin=(0, 10))
         self.whole.on_click(lambda _: self.zoom(*self._extent))
 

@@ -1,5 +1,5 @@
 """The run's episodes as a list beside the dashboard: pauses, ventricular flutter/fibrillation and
-noise, each with its start (h:mm:ss) and duration, longest pauses first; a click shows that
+noise, each with its onset (hh:mm:ss) and duration, longest pauses first; a click shows that
 stretch in the recording view (with a few seconds around it).
 
 See Also
@@ -19,6 +19,7 @@ from dashboard.views import html
 
 ORDER = ("pause", "flutter", "noise")     # what a Holter report lists first
 CONTEXT_S = 3.0                           # seconds shown on either side of an episode
+MAX_HEIGHT = 150                          # px of the list; fewer episodes, a shorter list
 
 
 def event_rows(episodes) -> dict:
@@ -42,11 +43,13 @@ class EventList(pn.viewable.Viewer):
         self.store = store
         episodes = store.shared.run.episodes
         self.source = ColumnDataSource(event_rows(episodes))
-        self.table = DataTable(source=self.source, height=150, sizing_mode="stretch_width", index_position=None,
-                               reorderable=False, name="ecg-events", columns=[
-                                   TableColumn(field="kind", title="episode", formatter=StringFormatter(), width=120),
-                                   TableColumn(field="start", title="start", width=70),
-                                   TableColumn(field="duration_s", title="duration (s)", width=70,
+        rows = len(self.source.data["kind"])
+        self.table = DataTable(source=self.source, height=min(MAX_HEIGHT, 30 + 25 * max(rows, 1)),
+                               sizing_mode="stretch_width", index_position=None, reorderable=False, name="ecg-events",
+                               columns=[
+                                   TableColumn(field="kind", title="Episode", formatter=StringFormatter(), width=120),
+                                   TableColumn(field="start", title="Onset", width=70),
+                                   TableColumn(field="duration_s", title="Duration (s)", width=70,
                                                formatter=NumberFormatter(format="0.0"))])
         self.caption = html(self._caption(episodes), css_classes=["ecg-muted"], margin=(0, 10))
         self.source.selected.on_change("indices", lambda attr, old, new: self._clicked(new))
@@ -70,5 +73,5 @@ class EventList(pn.viewable.Viewer):
         self.store.update(zoom_to=(max(start - CONTEXT_S, 0.0), min(end + CONTEXT_S, self.store.shared.duration_s)))
 
     def __panel__(self):
-        return pn.Column(self.caption, pn.pane.Bokeh(self.table, sizing_mode="stretch_width"),
-                         sizing_mode="stretch_width")
+        listed = [pn.pane.Bokeh(self.table, sizing_mode="stretch_width")] if len(self.source.data["kind"]) else []
+        return pn.Column(self.caption, *listed, sizing_mode="stretch_width")

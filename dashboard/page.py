@@ -21,6 +21,11 @@ VIEW_CLASSES = {"table": OutlierTable, "beat": BeatDetail, "strip": StripView, "
                 "decoded": DecodedGrid, "centre": SelectionCentre}
 
 
+def share(spec: ViewSpec) -> dict:
+    """The CSS that gives a box of a row its part of the row's width (``spec.share``)."""
+    return {"flex": f"{spec.share:g} 1 0px", "min-width": "0px"}
+
+
 def card(spec: ViewSpec, body, controls: tuple = ()) -> pn.Column:
     """A titled box around one view; the CSS class ``ecg-view-<name>`` lets tests find it."""
     header = html(f"<div class='ecg-card-title'>{spec.title}</div>"
@@ -80,5 +85,8 @@ def layout(store: DataStore, board) -> tuple[pn.Column, dict]:
         cells = [pn.Tabs(*[(VIEWS[n].tab or VIEWS[n].title, one(n, deferred=k > 0)) for k, n in enumerate(name)],
                          dynamic=True, sizing_mode="stretch_width", margin=(6, 6), css_classes=["ecg-tabs"])
                  if isinstance(name, tuple) else one(name) for name in names]
+        if len(cells) > 1:
+            for cell, name in zip(cells, names):
+                cell.styles = share(VIEWS[name[0] if isinstance(name, tuple) else name])
         rows.append(pn.Row(*cells, sizing_mode="stretch_width") if len(cells) > 1 else cells[0])
     return pn.Column(*rows, *board.extras(), sizing_mode="stretch_width", css_classes=["ecg-dashboard"]), views

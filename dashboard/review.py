@@ -21,7 +21,7 @@ from bokeh.models import (ColumnDataSource, DataTable, Line, MultiLine, NumberFo
 from dashboard.charts import add, beat_span_s, drop_grid, figure, hidden_box
 from dashboard.data_store import DataStore, one_patch
 from dashboard.labels import REVIEW_LABELS
-from dashboard.spec import FAMILY_COLORS, OUTLIER_COLOR, SIGNAL_COLOR, ViewSpec, hms
+from dashboard.spec import FAMILY_COLORS, OUTLIER_COLOR, SIGNAL_COLOR, ViewSpec, hms, plural
 from dashboard.views import View, beat_axis, escape, html
 
 STRIP_SECONDS = 5.0          # the strip shows the focused beat ± this
@@ -67,13 +67,14 @@ class FamiliesView(View):
     def __init__(self, store: DataStore, spec: ViewSpec):
         super().__init__(store, spec)
         self.source = ColumnDataSource(family_summary(store))
-        columns = [TableColumn(field="family", title="family", width=50),
-                   TableColumn(field="count", title="beats", formatter=NumberFormatter(format="0,0")),
-                   TableColumn(field="share", title="share", formatter=NumberFormatter(format="0.0%")),
-                   TableColumn(field="outliers", title="outliers", formatter=NumberFormatter(format="0.0%"))]
+        columns = [TableColumn(field="family", title="Family", width=50),
+                   TableColumn(field="count", title="Beats", formatter=NumberFormatter(format="0,0")),
+                   TableColumn(field="share", title="Share of beats", formatter=NumberFormatter(format="0.0%")),
+                   TableColumn(field="outliers", title="Outliers among them",
+                               formatter=NumberFormatter(format="0.0%"))]
         if store.shared.has_labels:
-            columns.append(TableColumn(field="reference", title="reference labels"))
-        columns.append(TableColumn(field="review", title="your labels"))
+            columns.append(TableColumn(field="reference", title="Reference labels"))
+        columns.append(TableColumn(field="review", title="Your labels"))
         self.table = DataTable(source=self.source, columns=columns, height=170, sizing_mode="stretch_width",
                                index_position=None, reorderable=False, name="ecg-families")
         self.source.selected.on_change("indices", self._clicked)
@@ -97,7 +98,7 @@ class FamiliesView(View):
             shift = -r * height * 1.3
             xs.append(x), ys.append(median[f] + shift), lows.append(lower[f] + shift), highs.append(upper[f] + shift)
             tx.append(float(x[0])), ty.append(float(np.nanmax(upper[f]) + shift)), text.append(
-                f"#{f} · {int(counts[f]) if f < len(counts) else 0:,} beats")
+                f"#{f} · {plural(int(counts[f]) if f < len(counts) else 0, 'beat')}")
         p = figure(self.spec, [], height=max(160, 110 * (len(median) // TEMPLATE_COLUMNS + 1)),
                    toolbar_location=None, x_axis_location=None, y_axis_location=None)
         drop_grid(p)
@@ -114,7 +115,7 @@ class FamiliesView(View):
         chosen = self.store.brush.get("family")
         which = f"family <b>#{int(chosen[0])}</b> selected · click another row, or Clear selection" if chosen else \
             "Click a family to select its beats everywhere."
-        self.caption.object = f"{len(self.source.data['family'])} families · {which}"
+        self.caption.object = f"{plural(len(self.source.data['family']), 'family', 'families')} · {which}"
 
     def _refresh(self, event) -> None:
         if event.name in ("threshold", "labels_version"):
@@ -214,7 +215,7 @@ class StripView(View):
             start = float(beats["start"].iloc[focus] - centre) / shared.fs
             self.focus_box.update(left=start, right=start + beat_span_s(beats.iloc[focus], shared), visible=True)
             self.info.object = (f"Beat <b>{focus}</b> at <b>{hms(centre / shared.fs)}</b> on paper: 25 mm/s, "
-                                "10 mm/mV. Labels: yours (in parentheses: the reference's); RR intervals in ms.")
+                                "10 mm/mV. Labels: yours (in parentheses: the reference's); RR intervals in ms below.")
         self.rendered += 1
 
     def __panel__(self):
@@ -241,9 +242,10 @@ class ReviewPanel(pn.viewable.Viewer):
         self.free = pn.widgets.TextInput(placeholder="your own label", sizing_mode="stretch_width", max_length=40)
         self.free_button = pn.widgets.Button(name="Apply", button_type="primary", width=70)
         self.free_button.on_click(self._after_widget_changes(lambda: self.apply(self.free.value)))
-        self.clear_button = pn.widgets.Button(name="Remove label", button_type="light", width=110)
+        self.clear_button = pn.widgets.Button(name="Remove label", button_type="danger", button_style="outline",
+                                              width=120)
         self.clear_button.on_click(self._after_widget_changes(lambda: self.apply(None)))
-        self.undo_button = pn.widgets.Button(name="Undo", button_type="light", width=70, disabled=True)
+        self.undo_button = pn.widgets.Button(name="Undo", button_type="default", width=80, disabled=True)
         self.undo_button.on_click(lambda event: self.undo())
         self.status = html("", css_classes=["ecg-muted"], margin=(4, 10))
         record = store.shared.report["input"]["path"].rsplit("/", 1)[-1].split(".")[0] or "record"
@@ -251,7 +253,7 @@ class ReviewPanel(pn.viewable.Viewer):
                    "CSV": (f"{record}-labels.csv", self.labels.csv_bytes),
                    "Parquet": (f"{record}-labels.parquet", self.labels.parquet_bytes)}
         self.downloads = [pn.widgets.FileDownload(callback=self._export(make), filename=filename, label=label,
-                                                  button_type="light", margin=(3, 3))
+                                                  button_type="primary", button_style="outline", margin=(3, 3))
                           for label, (filename, make) in exports.items()]
         self._show_status()
         store.param.watch(lambda event: self._show_status(), "labels_version")
@@ -304,8 +306,8 @@ class ReviewPanel(pn.viewable.Viewer):
             self.status.object = f"<span style='color:#9b1c1c'>{escape(err)}</span>"
             return
         self.undo_button.disabled = False
-        what = "removed from" if label is None else f"<b>{escape(label)}</b> given to"
-        self.status.object = f"{what} {len(samples):,} beat{'s' if len(samples) != 1 else ''} · saved. " + self._count()
+        what = "Label removed from" if label is None else f"<b>{escape(label)}</b> given to"
+        self.status.object = f"{what} {plural(len(samples), 'beat')} · saved. " + self._count()
 
     def undo(self) -> None:
         if self.undo_stack:
@@ -316,8 +318,7 @@ class ReviewPanel(pn.viewable.Viewer):
                 self.status.object = f"<span style='color:#9b1c1c'>{escape(err)}</span>"
                 return
             self.undo_stack.pop()
-            changed = (f" {len(kept):,} beat{'s' if len(kept) != 1 else ''} kept the label another reviewer "
-                       "gave since." if kept else "")
+            changed = (f" {plural(len(kept), 'beat')} kept the label another reviewer gave since." if kept else "")
             self.status.object = "Undone · saved." + changed + " " + self._count()
         self.undo_button.disabled = not self.undo_stack
 
@@ -332,7 +333,7 @@ class ReviewPanel(pn.viewable.Viewer):
         return callback
 
     def _count(self) -> str:
-        return f"{len(self.labels):,} beats labelled in all."
+        return f"{plural(len(self.labels), 'beat')} labelled in all."
 
     def _show_status(self) -> None:
         if not self.status.object:

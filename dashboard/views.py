@@ -12,24 +12,24 @@ dashboard.page : lays them out.
 from __future__ import annotations
 
 import html as html_text
+from pathlib import Path
 
 import numpy as np
 import panel as pn
 from bokeh.models import (ColumnDataSource, DataTable, HTMLTemplateFormatter, Legend, LegendItem, Line, MultiLine,
-                          NumberFormatter, Range1d, TableColumn, Text)
+                          NumberFormatter, Range1d, StringFormatter, TableColumn, Text)
 
 from dashboard.charts import add, drop_grid, figure
 from dashboard.data_store import TABLE_LIMIT, DataStore, Selection
-from dashboard.spec import CENTRE_COLOR, MEAN_COLOR, MUTED, SIGNAL_COLOR, STYLESHEET, ViewSpec, duration, hms
+from dashboard.spec import (CENTRE_COLOR, EPISODE_NAMES, HMS_CELL, MEAN_COLOR, MUTED, ONE_IN_CELL, SIGNAL_COLOR,
+                            STYLESHEET, TABLE_COLUMNS, ViewSpec, brush_text, hms, no_label, noun, one_in, plural)
 from pipeline.quality import low_quality
 
-# Why a beat ranks high, as table columns (when the run has them): its shape's rarity and its timing.
-COMPONENT_COLUMNS = {"p_shape": ("shape rarity", "0.0000"), "rr_pre": ("RR before", "0.00"),
-                     "rr_post": ("RR after", "0.00")}
-
-# A table cell's seconds as H:MM:SS.s, formatted in the browser (the column travels as float64).
-_HMS_CELL = ("<%= (function (s) { const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60);"
-             " return h + ':' + String(m).padStart(2, '0') + ':' + (s % 60).toFixed(1).padStart(4, '0'); })(value) %>")
+# Columns of the outlier table that only some runs have (the score's components).
+OPTIONAL_COLUMNS = ("rr_pre", "rr_post", "p_shape")
+# Two-line column titles (units on the second), inside the table's own shadow root.
+TABLE_CSS = (".slick-header-column.ui-state-default { height: 30px; line-height: 15px; white-space: normal; }"
+             " .slick-column-name { cursor: help; }")
 
 
 def beat_axis(store: DataStore) -> np.ndarray:
@@ -91,28 +91,22 @@ def _fit_y(p, *curves) -> None:
 
 # --------------------------------------------------------------------------- the ranked outliers
 class OutlierTable(View):
-    """Ranked outliers of the selection (a Bokeh DataTable); a click on a row focuses the beat."""
+    """Ranked outliers of the selection (a Bokeh DataTable); a click on a row focuses the beat.
+    Titles, units and formats: :data:`dashboard.spec.TABLE_COLUMNS`."""
 
     def __init__(self, store: DataStore, spec: ViewSpec):
         super().__init__(store, spec)
-        columns = [("beat_id", "beat", None, 55), ("time_s", "time", HTMLTemplateFormatter(template=_HMS_CELL), 75),
-                   ("length_s", "length (s)", NumberFormatter(format="0.000"), 65),
-                   ("score", "score", NumberFormatter(format="0.00"), 50)]
-        columns += [(c, title, NumberFormatter(format=fmt), 70) for c, (title, fmt) in COMPONENT_COLUMNS.items()
-                    if c in store.shared.beats]
-        columns.append(("split", "split", None, 50))
-        if store.shared.has_labels:
-            columns.append(("label", "reference", None, 70))
-        columns.append(("review", "yours", None, 70))
+        shared = store.shared
+        shown = [f for f in TABLE_COLUMNS if (f not in OPTIONAL_COLUMNS or f in shared.beats)
+                 and (f != "label" or shared.has_labels)]
         self.source = ColumnDataSource(self._data(store.selection))
         # Fixed column widths (autosize_mode="none"): fitting the columns to the table's width on
         # every new selection measured each header through the page's layout, ~30 ms of a brush
         # that selects beats (Chromium's profiler, two cores).
         self.table = DataTable(
             source=self.source, height=spec.height - 40, sizing_mode="stretch_width", index_position=None,
-            reorderable=False, autosize_mode="none", name="ecg-outliers",
-            columns=[TableColumn(field=f, title=t, width=w, **({"formatter": fmt} if fmt else {}))
-                     for f, t, fmt, w in columns])
+            reorderable=False, autosize_mode="none", name="ecg-outliers", stylesheets=[TABLE_CSS],
+            columns=[table_column(f, *TABLE_COLUMNS[f]) for f in shown])
         self.source.selected.on_change("indices", self._clicked)
         self.caption = html("", css_classes=["ecg-caption"], margin=(0, 10))
         self._draw(store.selection)
@@ -122,11 +116,12 @@ class OutlierTable(View):
     def _data(self, sel: Selection) -> dict:
         out, shared = sel.outliers, self.store.shared
         data = {"beat_id": out["beat_id"].to_numpy(dtype=np.int32), "time_s": out["time_s"].to_numpy(dtype=np.float64),
-                "length_s": out["length_s"].to_numpy(dtype=np.float32), "score": out["score"].to_numpy(dtype=np.float32),
-                "split": out["split"].astype(str).to_numpy()}
-        data.update({c: out[c].to_numpy(dtype=np.float32) for c in COMPONENT_COLUMNS if c in out})
+                "score": out["score"].to_numpy(dtype=np.float32),
+                "rr_before_ms": (out["rr_prev_s"].to_numpy(dtype=np.float32) * 1000).astype(np.float32),
+                "length_ms": (out["length_s"].to_numpy(dtype=np.float32) * 1000).astype(np.float32)}
+        data.update({c: out[c].to_numpy(dtype=np.float32) for c in OPTIONAL_COLUMNS if c in out})
         if shared.has_labels:
-            data["label"] = out["label"].to_numpy()
+            data["label"] = np.array([no_label(v) for v in out["label"].to_numpy()], dtype=object)
         data["review"] = shared.review_of_beats()[out["beat_id"].to_numpy()]
         return data
 
@@ -135,8 +130,8 @@ class OutlierTable(View):
             self.source.selected.indices = []
         self.source.data = self._data(sel)
         shown = f" (top {TABLE_LIMIT:,} listed)" if sel.n_outliers > TABLE_LIMIT else ""
-        self.caption.object = (f"<b>{sel.n_outliers:,}</b> outliers above <b>{sel.threshold:.2f}</b> "
-                               f"among <b>{sel.count:,}</b> selected beats{shown}")
+        self.caption.object = (f"<b>{plural(sel.n_outliers, 'outlier')}</b> above <b>{sel.threshold:.2f}</b> "
+                               f"among <b>{sel.count:,}</b> selected {noun(sel.count, 'beat')}{shown}")
         self.rendered = sel.version
 
     def _clicked(self, attr, old, new) -> None:
@@ -148,6 +143,16 @@ class OutlierTable(View):
                          sizing_mode="stretch_width")
 
 
+def table_column(field: str, title: str, meaning: str, fmt: str, width: int) -> TableColumn:
+    """A table column from its description in :data:`dashboard.spec.TABLE_COLUMNS`: the title
+    (markup of the code's own) carries its meaning as a tooltip."""
+    formatter = {"hms": lambda: HTMLTemplateFormatter(template=HMS_CELL),
+                 "one_in": lambda: HTMLTemplateFormatter(template=ONE_IN_CELL),
+                 "text": StringFormatter}.get(fmt, lambda: NumberFormatter(format=fmt, nan_format="–"))()
+    return TableColumn(field=field, title=f"<span title='{escape(meaning)}'>{escape(title)}</span>", width=width,
+                       formatter=formatter)
+
+
 # --------------------------------------------------------------------------- one beat
 class BeatDetail(View):
     """The focused beat (as the VAE saw it) and its reconstruction decode(mu)."""
@@ -156,7 +161,7 @@ class BeatDetail(View):
         super().__init__(store, spec)
         self.source, self.figure = _curves(store, spec, {
             "beat": ("beat", SIGNAL_COLOR, "solid", 2),
-            "recon": ("reconstruction decode(μ)", CENTRE_COLOR, "dashed", 2)})
+            "recon": ("VAE reconstruction, decode(μ)", CENTRE_COLOR, "dashed", 2)})
         self.info = html(self._info(), css_classes=["ecg-caption"], margin=(0, 10))
         store.param.watch(self._draw, "focus")
         store.param.watch(lambda event: setattr(self.info, "object", self._info()), "labels_version")
@@ -166,17 +171,22 @@ class BeatDetail(View):
         if focused is None:
             return "Click a row of the outlier table to see that beat here and zoom the recording to it."
         beat = focused[0]
-        label = f" · reference <b>{escape(beat['label'] or '–')}</b>" if "label" in beat else ""
+        label = f" · reference label <b>{escape(no_label(beat['label']))}</b>" if "label" in beat else ""
         from pipeline.score import explain   # here, not at the top: it brings PyTorch, which the first page does without
 
         review = self.store.shared.review_of_beats()[int(beat["beat_id"])]
         why = f"<br>Why: {escape(explain(beat))}" if all(c in beat for c in ("p_shape", "rr_pre", "rr_post")) else ""
         length = f"{beat['length_s'] * 1000:.0f} ms" if np.isfinite(beat["length_s"]) else "– (the last beat)"
+        rr = beat.get("rr_prev_s", np.nan)
+        before = f" · RR before {rr * 1000:.0f} ms ({60 / rr:.0f} bpm)" if np.isfinite(rr) and rr > 0 else ""
+        rarity = f" · shape rarity {one_in(float(beat['p_shape']))}" if "p_shape" in beat else ""
         quality = (f" · <b>low quality</b> ({beat['quality']:.2f}: noise or artefact)"
                    if "quality" in beat and low_quality(beat["quality"]) else "")
-        return (f"Beat <b>{int(beat['beat_id'])}</b> at <b>{hms(beat['time_s'])}</b> · length "
-                f"{length}{quality} · score <b>{beat['score']:.2f}</b> · "
-                f"{escape(beat['split'])}{label} · yours <b>{escape(review or '–')}</b>{why}")
+        split = {"train": "the VAE trained on it", "test": "held out from training"}.get(str(beat["split"]),
+                                                                                          escape(beat["split"]))
+        return (f"Beat <b>{int(beat['beat_id'])}</b> at <b>{hms(beat['time_s'])}</b>{before} · beat length "
+                f"{length}{quality} · score <b>{beat['score']:.2f}</b>{rarity} · "
+                f"{split}{label} · your label <b>{escape(no_label(review))}</b>{why}")
 
     def _draw(self, event=None) -> None:
         focused = self.store.focused()
@@ -222,7 +232,7 @@ class DecodedGrid(View):
 
     def __panel__(self):
         tiles = decoded_tiles(self.store)
-        p = figure(self.spec, [], title="z1 increases →, z2 increases ↑", toolbar_location=None,
+        p = figure(self.spec, [], title="shape coordinate z1 increases →, z2 increases ↑", toolbar_location=None,
                    x_axis_location=None, y_axis_location=None)
         drop_grid(p)
         add(p, ColumnDataSource({"xs": tiles["xs"], "ys": tiles["ys"]}),
@@ -258,8 +268,8 @@ class SelectionCentre(View):
         if centre.z is None:
             self.info.object = "No beats selected."
         else:
-            self.info.object = (f"<b>{sel.count:,}</b> selected beats · mean z = "
-                                f"({centre.z[0]:.3f}, {centre.z[1]:.3f})")
+            self.info.object = (f"<b>{sel.count:,}</b> selected {noun(sel.count, 'beat')} · their mean "
+                                f"latent position z = ({centre.z[0]:.3f}, {centre.z[1]:.3f})")
         self.rendered = sel.version
 
     def __panel__(self):
@@ -268,8 +278,36 @@ class SelectionCentre(View):
 
 
 # --------------------------------------------------------------------------- text
-def status_line(shared) -> str:
-    """Recording length, beats kept, device, pipeline time per stage (HTML)."""
+def recording_name(shared) -> str:
+    """The recording's file name (outside text: escape it where it is shown)."""
+    return Path(shared.report["input"]["path"]).name or "recording"
+
+
+def heart_rate(shared) -> tuple[float, float, float] | None:
+    """5th, 50th and 95th percentile of the instantaneous heart rate (bpm: 60 / the RR interval
+    before each beat) over the beats of good quality; None without intervals. Once per run."""
+    def build():
+        beats = shared.beats
+        rr = beats["rr_prev_s"].to_numpy(dtype=np.float64)
+        keep = np.isfinite(rr) & (rr > 0)
+        if "quality" in beats:
+            keep &= ~low_quality(beats["quality"].to_numpy())
+        if not keep.any():
+            return None
+        return tuple(float(v) for v in np.percentile(60.0 / rr[keep], [5, 50, 95]))
+    return shared.derived("heart-rate", build)
+
+
+def start_time(report: dict) -> str | None:
+    """When the recording started, if its file said (as text; outside text)."""
+    inp = report["input"]
+    value = inp.get("start_time") or inp.get("start")
+    return str(value) if value else None
+
+
+def run_details(shared) -> str:
+    """Samples, rate, training split, device and the pipeline's time per stage (HTML): what the
+    header's "details" hold."""
     r = shared.report
     inp, counts, device = r["input"], r["counts"], r["device"]
     gpu = f" ({escape(device['gpu'])})" if device.get("gpu") else ""
@@ -278,15 +316,67 @@ def status_line(shared) -> str:
     parts = " · ".join(f"{escape(k)} {v:.1f} s" if v >= 0.1 else f"{escape(k)} {v * 1000:.0f} ms"
                        for k, v in stages.items())
     cached = " (cached run)" if getattr(shared.run, "cached", False) else ""
-    return (f"<b>Recording</b> {inp['n_samples']:,} samples · {duration(inp['duration_s'])} at {inp['fs']:g} Hz"
-            f" &nbsp;|&nbsp; <b>Beats</b> {counts['beats']:,} ("
-            f"{counts['train']:,} training / {counts['test']:,} held out)"
-            f" &nbsp;|&nbsp; <b>Device</b> {escape(device['name'])}{gpu}"
-            f" &nbsp;|&nbsp; <b>Pipeline</b> {total:.1f} s{cached}: {parts}")
+    return (f"<div><b>Signal</b> {inp['n_samples']:,} samples at {inp['fs']:g} Hz · "
+            f"{escape(inp.get('channel', ''))}</div>"
+            f"<div><b>Beats</b> {counts['beats']:,} kept ({counts['train']:,} the VAE trained on, "
+            f"{counts['test']:,} held out)</div>"
+            f"<div><b>Device</b> {escape(device['name'])}{gpu}</div>"
+            f"<div><b>Pipeline</b> {total:.1f} s{cached}: {parts}</div>")
+
+
+class RecordingHeader(View):
+    """What a Holter report starts with: the recording's name, duration (hh:mm:ss), start time if
+    known, heart-rate range, and its beats, outliers (at this session's threshold), pauses and
+    episodes; the pipeline's details behind a toggle."""
+
+    def __init__(self, store: DataStore, spec: ViewSpec | None = None):
+        super().__init__(store, spec or ViewSpec("header", "Recording", "header"))
+        self.text = html(self._text(), css_classes=["ecg-recording"], margin=(6, 12, 0, 12))
+        self.details = pn.Card(html(run_details(store.shared), css_classes=["ecg-muted"], margin=(0, 6)),
+                               title="details", collapsed=True, sizing_mode="stretch_width", margin=(2, 12, 4, 12),
+                               css_classes=["ecg-details"], header_background="transparent",
+                               styles={"border": "none", "box-shadow": "none"})
+        store.param.watch(lambda event: setattr(self.text, "object", self._text()), ["threshold", "rank_low_quality"])
+
+    def _outliers(self) -> int:
+        shared, store = self.store.shared, self.store
+        score, clean = shared.derived("host-score-clean", lambda: (shared.host("score"), shared.host("clean")))
+        above = score > store.threshold
+        return int((above if store.rank_low_quality else above & clean).sum())
+
+    def _text(self) -> str:
+        shared = self.store.shared
+        report, episodes = shared.report, shared.run.episodes
+        kinds = episodes["kind"].value_counts() if episodes is not None and len(episodes) else {}
+        pauses = int(kinds.get("pause", 0))
+        others = {k: int(kinds.get(k, 0)) for k in ("flutter", "noise") if kinds.get(k, 0)}
+        n_episodes = sum(others.values())
+        which = (" (" + ", ".join(f"{n} {EPISODE_NAMES[k]}" for k, n in others.items()) + ")") if others else ""
+        pause_s = report.get("config", {}).get("signal", {}).get("pause_s")
+        pause_rule = f" ≥ {pause_s:g} s" if pause_s else ""
+        rate = heart_rate(shared)
+        rate = (f"<span title='5th to 95th percentile of the instantaneous heart rate (60 / RR) over the "
+                f"beats of good quality; median {rate[1]:.0f} bpm'><b>{rate[0]:.0f}–{rate[2]:.0f}</b> bpm</span>"
+                if rate else "–")
+        start, outliers = start_time(report), self._outliers()
+        facts = [("Duration", f"<b>{hms(shared.duration_s, 0)}</b>"),
+                 *([("Start", f"<b>{escape(start)}</b>")] if start else []),
+                 ("Heart rate", rate),
+                 ("", f"<b>{shared.n_beats:,}</b> {noun(shared.n_beats, 'beat')}"),
+                 ("", f"<b>{outliers:,}</b> {noun(outliers, 'outlier')} "
+                      f"<span class='ecg-muted'>(score above {self.store.threshold:.2f})</span>"),
+                 ("", f"<b>{pauses:,}</b> {noun(pauses, 'pause')}{pause_rule}"),
+                 ("", f"<b>{n_episodes:,}</b> {noun(n_episodes, 'episode')}{escape(which)}")]
+        items = "".join(f"<span class='ecg-fact'>{f'{name} ' if name else ''}{value}</span>" for name, value in facts)
+        return (f"<div class='ecg-recording-name'>{escape(recording_name(shared))}</div>"
+                f"<div class='ecg-facts'>{items}</div>")
+
+    def __panel__(self):
+        return pn.Column(self.text, self.details, sizing_mode="stretch_width", css_classes=["ecg-header-card"])
 
 
 class SelectionSummary(View):
-    """One line: how many beats this session selects, in which window."""
+    """One line: how many beats this session selects, in which window, by which brushes."""
 
     def __init__(self, store: DataStore, spec: ViewSpec | None = None):
         super().__init__(store, spec or ViewSpec("summary", "Selection", "summary"))
@@ -297,10 +387,10 @@ class SelectionSummary(View):
         store = self.store
         window = ""
         if store.time_range is not None and store.follow_window:
-            window = f"<br>window {hms(store.time_range[0], 0)} – {hms(store.time_range[1], 0)}"
-        brush = "".join(f"<br>{escape(c)}: {lo:.3g} – {hi:.3g}" for c, (lo, hi) in store.brush.items())
-        return (f"<div class='ecg-count'><b>{sel.count:,}</b> of {sel.total:,} beats selected</div>"
-                f"<div><b>{sel.n_outliers:,}</b> outliers above {sel.threshold:.2f}</div>"
+            window = f"<br>Window {hms(store.time_range[0], 0)}–{hms(store.time_range[1], 0)}"
+        brush = "".join(f"<br>{escape(brush_text(c, lo, hi))}" for c, (lo, hi) in store.brush.items())
+        return (f"<div class='ecg-count'><b>{sel.count:,}</b> of {plural(sel.total, 'beat')} selected</div>"
+                f"<div><b>{plural(sel.n_outliers, 'outlier')}</b> above {sel.threshold:.2f}</div>"
                 f"<div class='ecg-muted'>{brush}{window}</div>")
 
     def _update(self, event) -> None:

@@ -215,9 +215,9 @@ def test_brush_filters_the_views_and_a_click_zooms_to_the_beat(server, browser):
         # A box in the latent plane narrows the selection further; a double-click there clears it.
         brushes = page.page.locator(".ecg-summary .ecg-muted").first
         page.brush("latent", 0.3, 0.8, top=0.2, bottom=0.8)          # inside the plot's frame
-        page.wait_until(lambda: "z1:" in brushes.inner_text(), "the latent brush")
+        page.wait_until(lambda: "Shape z1" in brushes.inner_text(), "the latent brush")
         page.double_click("latent")
-        page.wait_until(lambda: "z1:" not in brushes.inner_text(), "the latent brush to clear")
+        page.wait_until(lambda: "Shape z1" not in brushes.inner_text(), "the latent brush to clear")
         page.wait_until(lambda: page.count() == selected, "the length brush alone again")
 
         # Click the top outlier: the recording zooms to a few seconds around that beat.
@@ -453,7 +453,7 @@ def test_poincare_brush_and_family_selection_filter_the_views(server, browser):
         page.wait_dashboard()
         total, rows = page.count(), page.rows()
         page.brush("poincare", 0.3, 0.6, top=0.2, bottom=0.8)
-        page.wait_until(lambda: "rr_prev_s:" in page.page.locator(".ecg-summary .ecg-muted").first.inner_text(),
+        page.wait_until(lambda: "RR before" in page.page.locator(".ecg-summary .ecg-muted").first.inner_text(),
                         "the Poincaré brush")
         page.wait_until(lambda: page.count() < total, "the Poincaré brush to narrow the selection")
         page.shot("poincare-brush.png")

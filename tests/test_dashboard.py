@@ -8,8 +8,11 @@ One tiny pipeline run (300k samples, 3 epochs, in a temporary folder) is shared 
 from __future__ import annotations
 
 import dataclasses
+import html
+import re
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -669,7 +672,9 @@ def test_app_shows_progress_then_the_dashboard_without_reload(shared):
         page._poll()                                   # what the periodic callback does
         assert page.state == "ready" and page._callback is None
         assert page.store is not None and page.board.name == "bokeh"
-        assert "<b>Beats</b>" in page.statusbar.object and "Device</b> cpu" in page.statusbar.object
+        header = page.views["header"]
+        assert "beats" in header.text.object and "Heart rate" in header.text.object
+        assert header.details.collapsed and "Device</b> cpu" in _text(header.details)
         root = page.page().get_root(doc)
         doc.add_root(root)
         # The page before the redesign had 526 models with four views fewer (HoloViews, Tabulator,
@@ -859,3 +864,128 @@ def test_strip_draws_every_lead_of_a_multi_lead_recording(tmp_path):
     first = int(np.ceil(10.0 * shared.fs))
     np.testing.assert_allclose(chart.samples.data["y"][1][1:-1] - chart.offsets[1], leads[first:first + len(
         chart.samples.data["y"][1]) - 2, 0], atol=1e-5)               # float32 sums with the band's offset
+
+
+# --------------------------------------------------------------------------- what a clinician reads
+def test_formats_follow_holter_conventions():
+    from dashboard.spec import brush_text, hms, no_label, one_in, plural
+
+    assert hms(919.94) == "00:15:19.9" and hms(3725, 0) == "01:02:05" and hms(-5, 0) == "-00:00:05"
+    assert plural(1, "beat") == "1 beat" and plural(0, "beat") == "0 beats" and plural(1371, "beat") == "1,371 beats"
+    assert plural(1, "family", "families") == "1 family" and plural(3, "family", "families") == "3 families"
+    assert one_in(0.01) == "1 in 100" and one_in(3.3e-6) == "1 in 300,000" and one_in(float("nan")) == "–"
+    assert brush_text("length_s", 0.454, 0.787) == "Beat length 454–787 ms"
+    assert brush_text("rr_prev_s", 0.6, 0.9) == "RR before 600–900 ms"
+    assert brush_text("z1", -0.2, 0.35) == "Shape z1 -0.20 to 0.35"
+    assert brush_text("time_s", 60, 125.3) == "Time 00:01:00–00:02:05" and brush_text("family", 2, 2) == "Family #2"
+    assert no_label("") == "–" and no_label(None) == "–" and no_label("N") == "N"
+
+
+def test_outlier_table_names_its_columns_with_units_and_blank_labels_as_a_dash(shared, page):
+    store, board, views = page
+    table = views["outliers"]
+    titles = [html.unescape(re.sub(r"<[^>]+>", "", c.title)) for c in table.table.columns]
+    assert titles[:4] == ["Beat", "Time", "Score", "RR before (ms)"]
+    assert {"RR before (× local RR)", "RR after (× local RR)", "Beat length (ms)", "Shape rarity",
+            "Your label"} <= set(titles)
+    assert all(" title='" in c.title for c in table.table.columns), "every title explains itself on hover"
+    assert not {"yours", "length (s)", "shape rarity", "split"} & set(titles)
+    data, out = table.source.data, store.selection.outliers
+    np.testing.assert_allclose(data["rr_before_ms"], out["rr_prev_s"].to_numpy() * 1000, rtol=1e-6)
+    np.testing.assert_allclose(data["length_ms"], out["length_s"].to_numpy() * 1000, rtol=1e-6)
+    if shared.has_labels:
+        assert "Reference label" in titles
+        assert [v for v in data["label"]] == [v or "–" for v in out["label"]]
+    store.update(threshold=float(shared.beats["score"].min()))        # most beats: some unlabelled ones
+    if shared.has_labels:
+        assert "" not in list(table.source.data["label"])
+
+
+def test_header_shows_the_recording_and_hides_the_pipelines_timings(shared, page):
+    from dashboard.views import RecordingHeader
+
+    store, board, views = page
+    header = RecordingHeader(store)
+    text = header.text.object
+    assert Path(shared.report["input"]["path"]).name in text
+    assert "Duration <b>00:20:00</b>" in text                          # 300,000 samples at 250 Hz
+    lo, hi = re.search(r"Heart rate .*?<b>(\d+)–(\d+)</b> bpm", text).groups()
+    rate = 60 / shared.beats["rr_prev_s"].dropna()
+    assert rate.quantile(0.01) <= int(lo) <= int(hi) <= rate.quantile(0.99)
+    assert f"<b>{shared.n_beats:,}</b> beats" in text
+    outliers = int(((shared.beats["score"] > store.threshold) & clean(shared.beats)).sum())
+    assert f"<b>{outliers:,}</b> outlier" in text and "pause" in text and "episode" in text
+    assert "hash" not in text and "warmup" not in text and "ms ·" not in text    # timings behind "details"
+    assert header.details.collapsed and "Pipeline</b>" in header.details.objects[0].object
+    store.update(threshold=float(shared.beats["score"].max()))
+    assert "<b>0</b> outliers" in header.text.object
+
+
+def test_the_page_has_one_threshold_slider_and_buttons_that_look_like_buttons(review_page):
+    from dashboard import app
+
+    class Job:
+        result = review_page
+
+        def snapshot(self):
+            return startup.Progress(state="ready", overall=1.0)
+
+    with set_curdoc(Document()):
+        page = app.App(job=Job())
+        whole = page.page()
+        sliders = [w for w in whole.select(pn.widgets.FloatSlider) if w.name.startswith("Outlier threshold")]
+        assert len(sliders) == 1
+        review = page.review
+        assert review.clear_button.button_type != "light" and review.undo_button.button_type != "light"
+        assert all(d.button_type == "primary" for d in review.downloads)
+        review.scope.value = "focus"
+        page.store.update(focus=int(page.store.selection.outliers["beat_id"].iloc[0]))
+        before = len(review.labels)
+        review.apply("check")
+        assert "given to 1 beat ·" in review.status.object
+        review.undo()
+        assert len(review.labels) == before
+
+
+def test_the_error_page_quotes_the_command_and_names_a_folder_plainly(tmp_path):
+    from dashboard import app
+
+    argv = ["/venv/bin/python3", "-m", "dashboard.serve", "dashboard/app.py", "--port", "5006", "--args",
+            "--input", str(tmp_path), "--device", "cpu"]
+    texts = "\n".join(p.object for p in app.error_view("boom <b>", argv=argv, environ={"ECG_EPOCHS": "3"})
+                      if isinstance(p.object, str))
+    assert f"<code>--input {tmp_path} --device cpu</code>" in texts
+    assert f"<code>python -m dashboard.serve dashboard/app.py --port 5006 --args --input {tmp_path}" in texts
+    assert "ECG_EPOCHS=3" in texts and "boom &lt;b&gt;" in texts
+    panel_argv = ["python3", "/venv/bin/panel", "serve", "dashboard/app.py", "--args", "--input", "x y.csv"]
+    assert app.launch_command(panel_argv) == ("panel serve dashboard/app.py --args --input 'x y.csv'",
+                                              "--input 'x y.csv'")
+
+    settings = startup.settings_from(["--input", str(tmp_path), "--device", "cpu", "--out", str(tmp_path / "runs")], {})
+    job = startup.PipelineJob(settings, prepare=app.prepare(settings), log=lambda message: None).start()
+    assert job.wait(60).state == "error"
+    shown = _text(app.App(job=job).main)
+    assert "is a folder; give a recording file" in shown and "Errno" not in shown
+
+
+def test_archive_points_carry_names_and_the_sidebar_sums_up_the_archive(tmp_path):
+    from dashboard.archive import NAMED_POINTS, ArchiveView
+    from pipeline.batch import archive_frame
+
+    rows = [{"input": f"/in/r{k}.csv", "name": f"r{k}.csv", "status": "ok", "error": "", "beats": 1000,
+             "outliers": k * 7, "heart_rate_bpm": 60.0 + k, "duration_s": 3600.0, "run_dir": str(tmp_path / f"r{k}")}
+            for k in range(NAMED_POINTS + 3)]
+    rows.append({"input": "/in/bad.csv", "name": "bad.csv", "status": "failed", "error": "unreadable"})
+    view = ArchiveView(archive_frame(rows), lambda run_dir, name: None)
+    labels = [name for name in view.points.data["label"] if name]
+    assert len(labels) == NAMED_POINTS and labels[0] == f"r{NAMED_POINTS + 2}.csv"     # most outliers named
+    assert sorted(view.points.data["name"]) == sorted(r["name"] for r in rows[:-1])
+    assert {r.glyph.__class__.__name__ for r in view.overview.renderers} == {"Scatter", "Text"}
+    ticks = view.overview.yaxis[0].ticker.ticks
+    assert ticks[:4] == [1.0, 2.0, 11.0, 101.0]                         # outliers 0, 1, 10, 100 (outliers + 1)
+    totals = view.sidebar.objects[0].object
+    assert "16 recordings" in totals and "15.0 h" in totals and "1 failed" in totals
+    view.search.value_input = "r1"
+    assert set(view.points.data["name"]) == {"r1.csv", "r10.csv", "r11.csv", "r12.csv", "r13.csv", "r14.csv"}
+    view.points.selected.indices = [0]
+    assert "Open:" in view.opened.object

@@ -161,9 +161,9 @@ def test_every_pane_shows_outside_text_literally(hostile_run):
                            "<img src=x onerror=alert(6)>")
     assert_shown_literally([applied], "<img src=x onerror=alert(6)>")
     assert "#9b1c1c" in refused and "<script" not in refused, refused
-    assert "yours <b>" + html.escape(HOSTILE) + "</b>" in stored, stored
-    assert "reference <b>" + html.escape("<img src=x onerror=alert(4)>") + "</b>" in stored, stored
-    assert "yours <b>" + html.escape("<img src=x onerror=alert(6)>") in page.views["beat"].info.object
+    assert "your label <b>" + html.escape(HOSTILE) + "</b>" in stored, stored
+    assert "reference label <b>" + html.escape("<img src=x onerror=alert(4)>") + "</b>" in stored, stored
+    assert "your label <b>" + html.escape("<img src=x onerror=alert(6)>") in page.views["beat"].info.object
 
 
 def test_progress_errors_and_an_archives_messages_show_outside_text_literally(tmp_path):
