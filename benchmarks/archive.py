@@ -81,7 +81,7 @@ def make_archive(n: int, samples: int, folder: Path, processes: int | None = Non
 
 
 def _complete(path: Path) -> bool:
-    from pipeline.synth import annotations_path
+    from pipeline.sidecar import annotations_path
 
     return path.exists() and annotations_path(path).exists()
 
@@ -92,7 +92,8 @@ def _write_recording(spec: tuple[Path, int, int]) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pipeline.synth import SynthConfig, annotations_path, synthesize
+    from pipeline.sidecar import annotations_path
+    from pipeline.synth import SynthConfig, synthesize
 
     path, seed, samples = spec
     ecg = synthesize(SynthConfig(n_samples=samples, fs=FS, seed=seed))

@@ -472,7 +472,7 @@ def reference_beats(path: Path) -> np.ndarray | None:
         ann = wfdb.rdann(str(path.with_suffix("")), "atr")
         is_beat = np.isin(np.asarray(ann.symbol), list(BEAT_SYMBOLS))
         return np.asarray(ann.sample, dtype=np.int64)[is_beat]
-    from pipeline.synth import read_annotations
+    from pipeline.sidecar import read_annotations
 
     annotations = read_annotations(path)
     return None if annotations is None else annotations[0]

@@ -579,7 +579,7 @@ def _first_line(err) -> str:
 
 def _sidecar_annotations(path: Path):
     """The beat labels of ``<stem>.annotations.csv`` beside a recording, None without that file."""
-    from pipeline.synth import annotations_path, read_annotations
+    from pipeline.sidecar import annotations_path, read_annotations
 
     side = annotations_path(path)
     if not side.exists() and not side.is_symlink():

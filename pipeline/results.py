@@ -39,7 +39,7 @@ import numpy as np
 import xxhash
 
 from pipeline import PipelineWarning, calibrate
-from pipeline.synth import annotations_path  # the sidecar's name, as load.py finds it
+from pipeline.sidecar import annotations_path  # the sidecar's name, as load.py finds it
 
 if TYPE_CHECKING:
     import pandas as pd   # imported where a table is made or read: finding a cached run needs none (0.5-0.7 s)
@@ -265,7 +265,7 @@ def recording_files(path: Path) -> list[Path]:
 def annotations_sidecar(path: Path) -> Path | None:
     """The reference labels beside a single-file recording, ``<stem>.annotations.csv``, when it is
     a regular file: the one :func:`pipeline.load.load_ecg` reads (named by the same rule,
-    :func:`pipeline.synth.annotations_path`; anything else there is ignored by both). A WFDB
+    :func:`pipeline.sidecar.annotations_path`; anything else there is ignored by both). A WFDB
     record's labels are its ``.atr`` file, one of :func:`recording_files`."""
     path = Path(path)
     if _is_wfdb(path):

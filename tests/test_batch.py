@@ -361,7 +361,7 @@ def test_archive_benchmark_writes_results(tmp_path):
 
     from benchmarks import archive
     from pipeline.load import load_ecg
-    from pipeline.synth import read_annotations
+    from pipeline.sidecar import read_annotations
 
     data = tmp_path / "data"
     returned = archive.main(["--recordings", "2", "--samples", "20000", "--workers", "1,2", "--repeats", "1",

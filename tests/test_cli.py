@@ -19,7 +19,8 @@ def _cli(*args, timeout=300):
 
 
 def test_synth_writes_csv_and_sidecar(tmp_path):
-    from pipeline.synth import SynthConfig, annotations_path, read_annotations, synthesize
+    from pipeline.sidecar import annotations_path, read_annotations
+    from pipeline.synth import SynthConfig, synthesize
 
     path = tmp_path / "rec.csv"
     result = _cli("synth", path, "--samples", 30_000, "--seed", 4, "--fs", 360, "--pvc-fraction", 0.05)

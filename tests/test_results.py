@@ -354,7 +354,7 @@ def test_refusal_is_one_line_whatever_the_name(tmp_path, deadline):
 def test_sidecar_is_part_of_the_input_digest(tmp_path):
     import hashlib
 
-    from pipeline.synth import annotations_path
+    from pipeline.sidecar import annotations_path
 
     path = tmp_path / "ecg.csv"
     path.write_text("1.0\n2.0\n3.0\n")
@@ -375,7 +375,7 @@ def test_sidecar_is_part_of_the_input_digest(tmp_path):
 
 
 def test_remembered_digest_follows_the_sidecar(tmp_path, monkeypatch):
-    from pipeline.synth import annotations_path
+    from pipeline.sidecar import annotations_path
 
     path = tmp_path / "ecg.csv"
     path.write_text("1.0\n2.0\n3.0\n")
@@ -387,7 +387,7 @@ def test_remembered_digest_follows_the_sidecar(tmp_path, monkeypatch):
 
 @needs_fifo
 def test_sidecar_that_is_not_a_file_is_ignored_like_load_does(tmp_path, deadline):
-    from pipeline.synth import annotations_path
+    from pipeline.sidecar import annotations_path
 
     path = tmp_path / "ecg.csv"
     path.write_text("1.0\n2.0\n3.0\n")

@@ -18,7 +18,7 @@ import pytest
 from pipeline import PipelineWarning, reference, results
 from pipeline.config import SignalConfig, VAEConfig
 from pipeline.run import SEGMENTATION, STAGES, RunRequest, run_pipeline
-from pipeline.synth import annotations_path
+from pipeline.sidecar import annotations_path
 
 EXPECTED_STAGES = [s for s in STAGES if s != "synth"]  # an input was given: nothing is synthesised
 

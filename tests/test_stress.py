@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pipeline import stress
-from pipeline.synth import read_annotations
+from pipeline.sidecar import read_annotations
 
 
 @pytest.fixture(scope="module")

@@ -9,14 +9,9 @@ import numpy as np
 import pytest
 
 import pipeline.synth as synth
-from pipeline.synth import (
-    SynthConfig,
-    SyntheticECG,
-    annotations_path,
-    read_annotations,
-    synthesize,
-    write_csv,
-)
+import pipeline.synth_files as synth_files
+from pipeline.sidecar import annotations_path, read_annotations
+from pipeline.synth import SynthConfig, SyntheticECG, synthesize, write_csv
 
 FS = 250.0
 
@@ -371,9 +366,9 @@ def test_write_csv_is_atomic_and_replaces(tmp_path, monkeypatch):
     side_before = annotations_path(path).read_bytes()
 
     # a failure half-way leaves the old file untouched and no temporary file behind
-    monkeypatch.setattr(synth, "_CSV_CHUNK", 1000)
+    monkeypatch.setattr(synth_files, "_CSV_CHUNK", 1000)
     calls = {"n": 0}
-    real = synth._format_fixed4
+    real = synth_files._format_fixed4
 
     def failing(x):
         calls["n"] += 1
@@ -381,7 +376,7 @@ def test_write_csv_is_atomic_and_replaces(tmp_path, monkeypatch):
             raise OSError("disk full (simulated)")
         return real(x)
 
-    monkeypatch.setattr(synth, "_format_fixed4", failing)
+    monkeypatch.setattr(synth_files, "_format_fixed4", failing)
     other = synthesize(SynthConfig(n_samples=20_000, seed=10))
     with pytest.raises(OSError, match="simulated"):
         write_csv(other, path)
@@ -391,7 +386,7 @@ def test_write_csv_is_atomic_and_replaces(tmp_path, monkeypatch):
     monkeypatch.undo()
 
     # a successful write replaces the old content, with small chunks too
-    monkeypatch.setattr(synth, "_CSV_CHUNK", 777)
+    monkeypatch.setattr(synth_files, "_CSV_CHUNK", 777)
     write_csv(other, path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rec.annotations.csv", "rec.csv"]
     np.testing.assert_allclose(np.loadtxt(path), other.signal, atol=5.01e-5, rtol=0)
