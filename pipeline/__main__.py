@@ -130,7 +130,7 @@ def _check_run_options(args) -> None:
 
         reference_digest(args.reference)
     if getattr(args, "fs", None) is not None and hasattr(args, "epochs"):  # run, batch, evaluate (synth checks its own)
-        from pipeline.load import check_sampling_rate
+        from pipeline.readers import check_sampling_rate
 
         check_sampling_rate(args.fs, _inputs_named(args), "--fs")
 

@@ -467,7 +467,7 @@ def reference_beats(path: Path) -> np.ndarray | None:
             return None
         import wfdb
 
-        from pipeline.load import BEAT_SYMBOLS
+        from pipeline.readers import BEAT_SYMBOLS
 
         ann = wfdb.rdann(str(path.with_suffix("")), "atr")
         is_beat = np.isin(np.asarray(ann.symbol), list(BEAT_SYMBOLS))

@@ -24,7 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline import PipelineWarning
-from pipeline.load import MAX_FS, MIN_FS, InputError, load_ecg
+from pipeline.load import load_ecg
+from pipeline.readers import MAX_FS, MIN_FS, InputError
 
 REPO = Path(__file__).resolve().parents[1]
 FS = 250.0

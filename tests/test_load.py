@@ -645,7 +645,7 @@ def _two_lead_ecg(invert_second=False):
 
 
 def test_qrs_clarity_ranks_a_clean_lead_above_noise():
-    from pipeline.load import qrs_clarity
+    from pipeline.leads import qrs_clarity
 
     noisy, clean = _two_lead_ecg()
     white = np.random.default_rng(1).standard_normal(60_000).astype(np.float32)

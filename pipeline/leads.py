@@ -1,0 +1,122 @@
+"""Which lead of a recording is analysed, and why: the one the user names, else lead II by name,
+else the lead whose QRS complexes stand out most clearly.
+
+See Also
+--------
+pipeline.load.load_ecg : reads the chosen lead.
+pipeline.read_csv, pipeline.read_binary : the readers that ask :meth:`LeadChoice.pick` for a lead.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from pipeline import backend
+from pipeline.readers import InputError
+
+# Header names of columns that index time rather than hold a lead.
+TIME_COLUMNS = {"time", "t", "sec", "secs", "seconds", "time_s", "sample", "samples", "index", "elapsed time"}
+
+
+def lead_indices(names) -> list[int]:
+    """Indices of the columns among ``names`` that are leads (not time or sample indexes)."""
+    return [i for i, name in enumerate(names) if str(name).strip().lower() not in TIME_COLUMNS]
+
+
+# Names of the limb lead II, where the QRS complex is usually tallest and annotators of MIT-BIH
+# worked ("MLII": modified lead II), compared without case, spaces or punctuation. Only names that
+# say lead II: "ECG2" or "ch2" number a recorder's channels (a Holter's second channel is often a
+# precordial lead), so a channel number never counts as lead II.
+LEAD_II_NAMES = {"mlii", "ii", "leadii", "ecgii", "limbleadii", "ecgmlii", "ekgii"}  # EDF+: "ECG MLII", "EKG II"
+CLEARER_BY = 1.25  # another lead replaces the first only when its QRS clarity is this much higher
+
+
+def _normalised(name: str) -> str:
+    return "".join(ch for ch in str(name).lower() if ch.isalnum())
+
+
+def qrs_clarity(values, fs: float | None, segment_s: float = 20.0, segments: int = 3) -> float:
+    """How clearly QRS complexes stand out in one lead: the median over 1-s blocks of the largest
+    |x[k+1] - x[k-1]|, divided by the median |x[k+1] - x[k-1]| of the lead.
+
+    QRS complexes are the steepest part of an ECG, once a second; noise and slow waves are not.
+    About 5 for white noise, 20–60 for a lead with clear QRS complexes. Reads ``segments``
+    stretches of ``segment_s`` (start, middle, end), so it costs little on long recordings.
+    """
+    xp = backend.xp_of(values)
+    rate = fs or 250.0
+    n = int(values.shape[0])
+    length = min(n, int(segment_s * rate))
+    starts = sorted({0, max(0, (n - length) // 2), max(0, n - length)})[:segments]
+    block = max(4, int(rate))
+    ratios = []
+    for start in starts:
+        x = values[start:start + length].astype(xp.float32)
+        with np.errstate(invalid="ignore"):  # gaps not yet repaired give non-finite slopes, dropped here
+            slope = xp.abs(x[2:] - x[:-2])
+        slope = slope[xp.isfinite(slope)]
+        count = slope.shape[0] // block
+        if count == 0:
+            continue
+        typical = float(xp.median(slope))  # sync point: one scalar per segment
+        peaks = float(xp.median(slope[:count * block].reshape(count, block).max(axis=1)))
+        ratios.append(peaks / typical if typical > 0 else (0.0 if peaks == 0 else float("inf")))
+    return float(np.median(ratios)) if ratios else 0.0
+
+
+class LeadChoice:
+    """Which lead a reader returns, and why: the one asked for, else :func:`choose_lead`."""
+
+    def __init__(self, column):
+        self.column = column
+        self.reason = "the only lead"
+        self.names: list[str] = []
+
+    def pick(self, names: list[str], path: Path, read, fs: float | None = None) -> int:
+        """Index among ``names``; ``read(index)`` gives a lead's values when they must be compared."""
+        self.names = list(names)
+        if self.column is not None:
+            index = _pick_column(names, self.column, path)
+            self.reason = f"chosen by the user ({self.column!r})"
+            return index
+        index, self.reason = choose_lead(names, read, fs)
+        return index
+
+
+def choose_lead(names: list[str], read, fs: float | None = None) -> tuple[int, str]:
+    """The lead to analyse among ``names`` and why.
+
+    Lead II (named MLII, II, lead II …) when there is one; otherwise the lead whose
+    :func:`qrs_clarity` is highest, when it beats the first lead's by ``CLEARER_BY``; otherwise the
+    first lead. Columns that index time (``time``, ``sample`` …) are never leads.
+    """
+    leads = lead_indices(names) or [0]
+    for i in leads:
+        if _normalised(names[i]) in LEAD_II_NAMES:
+            return i, f"lead II by name ({names[i]})" + (f" among {len(leads)} leads" if len(leads) > 1 else "")
+    if len(leads) == 1:
+        return leads[0], "the only lead"
+    clarity = {i: qrs_clarity(read(i), fs) for i in leads}
+    best = max(leads, key=lambda i: clarity[i])
+    listed = ", ".join(f"{names[i]} {clarity[i]:.1f}" for i in leads)
+    if best != leads[0] and clarity[best] > CLEARER_BY * clarity[leads[0]]:
+        return best, f"clearest QRS of {len(leads)} leads (clarity {listed})"
+    return leads[0], f"first lead; no other has a clearly clearer QRS (clarity {listed})"
+
+
+def _pick_column(names: list[str], column, path: Path) -> int:
+    """Index of ``column`` (name, index or None) among the file's column names.
+    None picks the first column that is not a time index."""
+    if column is None:
+        return next(iter(lead_indices(names)), 0)
+    if isinstance(column, int) or (isinstance(column, str) and column.isdigit()):
+        index = int(column)
+        if not 0 <= index < len(names):
+            raise InputError(f"{path.name} has {len(names)} column(s); column index {index} does not exist")
+        return index
+    if column not in names:
+        listed = ", ".join(map(repr, names[:12])) + (f" and {len(names) - 12} more" if len(names) > 12 else "")
+        raise InputError(f"{path.name} has no column {column!r}; columns are {listed}")
+    return names.index(column)
+
