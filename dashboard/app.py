@@ -4,8 +4,8 @@ The pipeline runs once per server process (:func:`dashboard.startup.process_job`
 background thread). Every browser session gets an :class:`App`: while the run is going it shows
 the stage, percent and elapsed time, polling the shared progress from a periodic callback of its
 own document; once the run is ready it swaps in the dashboard (its own :class:`DataStore` and
-board over the shared, read-only run) without a reload. A failed run shows its one-line error and
-the server stays up.
+board over the shared, read-only run) without a reload. A failed run shows its one-line error, the
+server's arguments and the command that started it, and the server stays up.
 
 See Also
 --------

@@ -1,10 +1,11 @@
 """The views, described once: what each shows, from which columns, as which kind of chart, which
-of them are linked, where they sit on the page; and the colours and formats they share.
+of them are linked, where they sit on the page; and the colours and formats they share (Holter
+conventions: hh:mm:ss, RR in ms, bpm, counts whose nouns agree, the outlier table's titles and units).
 
 See Also
 --------
 dashboard.charts : draws the linked kinds (``signal``, ``histogram``, ``latent``).
-dashboard.views : draws the others and lays the page out.
+dashboard.views : draws the others; dashboard.page lays the page out.
 """
 from __future__ import annotations
 
