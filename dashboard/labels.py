@@ -46,7 +46,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from pipeline.results import match_labels
+from pipeline.tables import match_labels
 from pipeline.reviewed import DATABASE_SUFFIX, MATCH_TOLERANCE_S, labels_database
 
 REVIEW_LABELS = ("N", "S", "V", "F", "Q", "artefact")    # the buttons; any short text is allowed too

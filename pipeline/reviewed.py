@@ -30,7 +30,7 @@ def labels_database(run) -> Path:
 def reviewer_labels(run) -> np.ndarray:
     """Each beat's reviewer label ('' where none): the rows of :func:`labels_database` matched to
     the run's fiducials within :data:`MATCH_TOLERANCE_S`. A run nobody reviewed gives all ''."""
-    from pipeline.results import match_labels
+    from pipeline.tables import match_labels
 
     fiducial = run.beats["fiducial"].to_numpy()
     path = labels_database(run)

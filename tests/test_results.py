@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import torch
 
-from pipeline import PipelineWarning, results
+from pipeline import PipelineWarning, digests, results
 from pipeline.config import VAEConfig
 from pipeline.model import VAE
 
@@ -411,7 +411,7 @@ def test_input_hash_is_remembered_while_the_file_is_unchanged(tmp_path, monkeypa
     results.remember_input_digest(path, tmp_path, signature, digest)
     assert (tmp_path / results.HASH_CACHE).exists()
     with monkeypatch.context() as m:
-        m.setattr(results, "file_sha256", _refuse_to_hash)
+        m.setattr(digests, "file_sha256", _refuse_to_hash)
         assert results.remembered_input_digest(path, tmp_path) == (digest, signature)
 
     st = path.stat()

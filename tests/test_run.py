@@ -386,12 +386,12 @@ def test_missing_input_is_an_error(tmp_path):
 # --------------------------------------------------------------------------- cold start
 CACHED_SCRIPT = """
 import json, sys
-from pipeline import results
+from pipeline import digests, results
 from pipeline.config import VAEConfig
 from pipeline.run import RunRequest, run_pipeline
 read, verified = [], []
-original, verify = results.file_sha256, results.HASHES["xxh3_128"]
-results.file_sha256 = lambda path, *a: read.append(str(path)) or original(path, *a)
+original, verify = digests.file_sha256, results.HASHES["xxh3_128"]
+digests.file_sha256 = lambda path, *a: read.append(str(path)) or original(path, *a)
 results.HASHES["xxh3_128"] = lambda path: verified.append(path.name) or verify(path)
 run = run_pipeline(RunRequest(input=sys.argv[1], device="cpu", out=sys.argv[2], vae=VAEConfig(epochs=3)))
 print(json.dumps({"cached": run.cached, "read": read, "verified": sorted(verified), "beats": len(run.beats),
