@@ -99,7 +99,7 @@ def settings_from(argv: list[str] | None = None, environ: dict | None = None) ->
                          use_cache=not args.no_cache, warm_up=False,  # the server waits for the result only
                          reference=values["reference"] or None)
     if request.reference is not None:
-        from pipeline.reference import reference_digest
+        from pipeline.reference_store import reference_digest
 
         reference_digest(request.reference)   # a missing or foreign file: one line now, not after the run
     return Settings(request=request, board=board, archive=values["archive"] or None)

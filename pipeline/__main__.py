@@ -126,7 +126,7 @@ def _check_run_options(args) -> None:
     if getattr(args, "samples", None) is not None and args.samples < 1:
         raise ValueError(f"--samples must be a positive number of samples; got {args.samples}")
     if getattr(args, "reference", None) is not None:
-        from pipeline.reference import reference_digest
+        from pipeline.reference_store import reference_digest
 
         reference_digest(args.reference)
     if getattr(args, "fs", None) is not None and hasattr(args, "epochs"):  # run, batch, evaluate (synth checks its own)

@@ -133,7 +133,7 @@ def run_key(digest: dict, device: str, request: RunRequest) -> str:
     """The cache key of a run: the input's digests (:func:`pipeline.results.input_digest`), the
     device, every parameter and the reference beat model's digest. A sidecar of reference labels
     enters only when there is one."""
-    from pipeline.reference import reference_digest
+    from pipeline.reference_store import reference_digest
 
     parts = [digest["sha256"], device, request.fs, request.column, request.signal, request.vae,
              {"reference": reference_digest(request.reference)}]
@@ -312,7 +312,7 @@ def _write(input_path, digest, key, request, device, c, stages, handoffs, memory
 def _describe_reference(population) -> dict:
     """What the run's calibrated scores were measured against, for its report."""
     from pipeline.calibrate import OUTLIER_SCORE
-    from pipeline.reference import describe
+    from pipeline.reference_store import describe
 
     meta = population.meta
     return {"file": meta.get("file", {}), "training_data_sha256": meta.get("training_data_sha256"),

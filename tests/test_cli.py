@@ -221,7 +221,7 @@ def test_reference_learns_the_reviewers_labels(cpu_run, tmp_path):
 
     from dashboard.labels import ReviewLabels
     from pipeline.results import load_run
-    from pipeline.reference import NORMAL_SYMBOLS
+    from pipeline.reference_training import NORMAL_SYMBOLS
 
     runs = tmp_path / "runs"
     runs.mkdir()
