@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit("error: --workers, --recordings and --repeats must be at least 1")
     started = time.perf_counter()
     if args.inputs:  # an existing archive, e.g. the MIT-BIH records
-        from pipeline.batch import find_recordings
+        from pipeline.recordings import find_recordings
 
         paths, synth_s = find_recordings(args.inputs), 0.0
         args.recordings, args.samples = len(paths), None
@@ -164,7 +164,9 @@ def _measure(report: dict, paths: list[Path], args, device: str, workers: list[i
     """Start a cluster per worker count (all kept open), warm each up, then run the passes in turns
     (w=2, w=1, w=2, w=1, …): load from other processes that comes and goes then falls on every
     worker count alike, instead of on whichever happened to run at the time."""
-    from pipeline.batch import Job, open_cluster, run_batch
+    from pipeline.batch import run_batch
+    from pipeline.batch_task import Job
+    from pipeline.cluster import open_cluster
 
     template = _request(args, device, out_root / "warmup")
     with contextlib.ExitStack() as stack:

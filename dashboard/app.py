@@ -420,7 +420,7 @@ def serve_page(argv: list[str] | None = None) -> App:
     try:
         settings = startup.settings_from(sys.argv[1:] if argv is None else argv)
         if settings.archive:
-            from pipeline.batch import read_archive
+            from pipeline.archive import read_archive
 
             return App(archive=read_archive(settings.archive),
                        open_run=lambda run_dir: startup.archived_run(run_inside(settings.archive, run_dir),

@@ -10,6 +10,12 @@ Outlier scores: AUROC of abnormal versus normal beats per record and pooled over
 scores, and each beat's rank within its record), per AAMI class (N, S, V, F, Q) against N, with
 and without paced records, and the precision of each record's top-ranked beats. Each record's VAE
 is trained on that record's own unlabelled beats (abnormal ones included).
+
+See Also
+--------
+pipeline.batch.run_batch : runs the records, one Dask task each.
+pipeline.metrics : the matching, the counts and the AUROC.
+pipeline.accuracy.evaluation_figures : the same detection figures and AUROC for each row of an archive.
 """
 from __future__ import annotations
 
@@ -47,7 +53,8 @@ def evaluate_directory(directory: Path, request_for: Callable, neurokit: bool = 
     """
     import functools
 
-    from pipeline.batch import Job, run_batch
+    from pipeline.batch import run_batch
+    from pipeline.batch_task import Job
 
     records = sorted(p.with_suffix("") for p in Path(directory).glob("*.hea") if p.with_suffix(".atr").exists())
     if not records:

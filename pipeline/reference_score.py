@@ -199,7 +199,7 @@ def score_reference(rows, positions, fs: float, pre: int, reference: "Reference 
     --------
     pipeline.embed.embed_beats : the previous step.
     pipeline.calibrate.explain_calibrated : a beat's score in words.
-    pipeline.results.beats_table : the next step.
+    pipeline.tables.beats_table : the next step.
     """
     reference = reference or load_reference()
     cfg = reference.config

@@ -50,7 +50,7 @@ def hostile_archive(folder: Path) -> Path:
 
 def archive_table(rows: list[dict]):
     """An archive table (``pipeline.batch``'s columns) of ``rows``."""
-    from pipeline.batch import archive_frame
+    from pipeline.archive import archive_frame
 
     defaults = {"status": "ok", "error": "", "beats": 100, "outliers": 5, "heart_rate_bpm": 70.0, "duration_s": 60.0}
     return archive_frame([{**defaults, **row} for row in rows])
