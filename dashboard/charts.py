@@ -733,7 +733,7 @@ def markers(shared, sel: Selection, window: tuple[float, float], y: str, offset:
     else:
         index = np.zeros(0, dtype=np.int64)
     scores = shared.columns["score"]
-    flagged = xp.flatnonzero(sel.mask & (scores > sel.threshold) & visible)
+    flagged = xp.flatnonzero(sel.mask & (scores >= sel.threshold) & visible)
     flagged = backend.to_host(flagged[xp.argsort(-scores[flagged])])
     flagged = flagged[np.sort(one_per_column(times[flagged], window))][:MAX_OUTLIER_MARKERS]
     return ({"t": times[index], "y": beats[y].to_numpy()[index].astype(np.float32)},

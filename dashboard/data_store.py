@@ -309,7 +309,7 @@ class Selection:
     count: int
     total: int
     threshold: float
-    outliers: pd.DataFrame           # selected beats above the threshold, highest score first (≤ TABLE_LIMIT)
+    outliers: pd.DataFrame           # selected beats at or above the threshold, highest score first (≤ TABLE_LIMIT)
     n_outliers: int
     shared: SharedRun = field(repr=False)
     same_beats_as: Selection | None = field(default=None, repr=False)   # an earlier selection of these beats
@@ -486,12 +486,12 @@ class DataStore(pn.viewable.Viewer):
                                    same_beats_as=(previous.same_beats_as or previous) if same else None)
 
     def _ranked_outliers(self, mask) -> tuple[np.ndarray, int]:
-        """Host indices of the selected beats above the threshold, highest score first (ties by
+        """Host indices of the selected beats at or above the threshold, highest score first (ties by
         beat order), at most TABLE_LIMIT of them; and how many there are in all. Low-quality beats
         are left out unless ``rank_low_quality``."""
         xp, scores = self.shared.xp, self.shared.columns["score"]
         ranked = mask if self.rank_low_quality else mask & self.shared.columns["clean"]
-        index = xp.flatnonzero(ranked & (scores > self.threshold))
+        index = xp.flatnonzero(ranked & (scores >= self.threshold))
         n_out = int(index.shape[0])
         if n_out > TABLE_LIMIT:  # keep the top scores (ties at the cut included) before sorting
             cut = xp.partition(scores[index], n_out - TABLE_LIMIT)[n_out - TABLE_LIMIT]

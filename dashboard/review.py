@@ -32,14 +32,14 @@ TEMPLATE_COLUMNS = 4         # family templates per row
 
 # --------------------------------------------------------------------------- families
 def family_summary(store: DataStore) -> dict:
-    """Per family: count, share of all beats, share of outliers (above the session's threshold),
+    """Per family: count, share of all beats, share of outliers (at or above the session's threshold),
     and the mix of reference and review labels (text)."""
     shared = store.shared
     beats = shared.beats
     family = beats["family"].to_numpy()
     n = int(family.max()) + 1
     count = np.bincount(family, minlength=n)
-    outliers = np.bincount(family[beats["score"].to_numpy() > store.threshold], minlength=n)
+    outliers = np.bincount(family[beats["score"].to_numpy() >= store.threshold], minlength=n)
     out = {"family": np.arange(n, dtype=np.int32), "count": count.astype(np.int32),
            "share": (count / max(len(family), 1)).astype(np.float32),
            "outliers": (outliers / np.maximum(count, 1)).astype(np.float32)}

@@ -130,7 +130,7 @@ class OutlierTable(View):
             self.source.selected.indices = []
         self.source.data = self._data(sel)
         shown = f" (top {TABLE_LIMIT:,} listed)" if sel.n_outliers > TABLE_LIMIT else ""
-        self.caption.object = (f"<b>{plural(sel.n_outliers, 'outlier')}</b> above <b>{sel.threshold:.2f}</b> "
+        self.caption.object = (f"<b>{plural(sel.n_outliers, 'outlier')}</b> (score ≥ <b>{sel.threshold:.2f}</b>) "
                                f"among <b>{sel.count:,}</b> selected {noun(sel.count, 'beat')}{shown}")
         self.rendered = sel.version
 
@@ -172,10 +172,8 @@ class BeatDetail(View):
             return "Click a row of the outlier table to see that beat here and zoom the recording to it."
         beat = focused[0]
         label = f" · reference label <b>{escape(no_label(beat['label']))}</b>" if "label" in beat else ""
-        from pipeline.score import explain   # here, not at the top: it brings PyTorch, which the first page does without
-
         review = self.store.shared.review_of_beats()[int(beat["beat_id"])]
-        why = f"<br>Why: {escape(explain(beat))}" if all(c in beat for c in ("p_shape", "rr_pre", "rr_post")) else ""
+        why = f"<br>Why: {escape(why_it_scores(beat))}" if why_it_scores(beat) else ""
         length = f"{beat['length_s'] * 1000:.0f} ms" if np.isfinite(beat["length_s"]) else "– (the last beat)"
         rr = beat.get("rr_prev_s", np.nan)
         before = f" · RR before {rr * 1000:.0f} ms ({60 / rr:.0f} bpm)" if np.isfinite(rr) and rr > 0 else ""
@@ -305,6 +303,20 @@ def start_time(report: dict) -> str | None:
     return str(value) if value else None
 
 
+def why_it_scores(beat) -> str:
+    """A beat's score in words: which of the reference's parts made it (shape against the
+    recording's normal beats, timing, unlike anyone's normal beat); '' for a run without them."""
+    if all(c in beat for c in ("p_ref_shape", "p_ref_rhythm")):
+        from pipeline.calibrate import explain_calibrated
+
+        return explain_calibrated(beat)
+    if all(c in beat for c in ("p_shape", "rr_pre", "rr_post")):   # a run scored before the reference
+        from pipeline.score import explain   # here, not at the top: it brings PyTorch, which the first page does without
+
+        return explain(beat)
+    return ""
+
+
 def run_details(shared) -> str:
     """Samples, rate, training split, device and the pipeline's time per stage (HTML): what the
     header's "details" hold."""
@@ -321,6 +333,8 @@ def run_details(shared) -> str:
             f"<div><b>Beats</b> {counts['beats']:,} kept ({counts['train']:,} the VAE trained on, "
             f"{counts['test']:,} held out)</div>"
             f"<div><b>Device</b> {escape(device['name'])}{gpu}</div>"
+            + (f"<div><b>Scores</b> calibrated against the {escape(r['reference']['description'])}</div>"
+               if "reference" in r else "") +
             f"<div><b>Pipeline</b> {total:.1f} s{cached}: {parts}</div>")
 
 
@@ -341,7 +355,7 @@ class RecordingHeader(View):
     def _outliers(self) -> int:
         shared, store = self.store.shared, self.store
         score, clean = shared.derived("host-score-clean", lambda: (shared.host("score"), shared.host("clean")))
-        above = score > store.threshold
+        above = score >= store.threshold
         return int((above if store.rank_low_quality else above & clean).sum())
 
     def _text(self) -> str:
@@ -364,7 +378,7 @@ class RecordingHeader(View):
                  ("Heart rate", rate),
                  ("", f"<b>{shared.n_beats:,}</b> {noun(shared.n_beats, 'beat')}"),
                  ("", f"<b>{outliers:,}</b> {noun(outliers, 'outlier')} "
-                      f"<span class='ecg-muted'>(score above {self.store.threshold:.2f})</span>"),
+                      f"<span class='ecg-muted'>(score ≥ {self.store.threshold:.2f})</span>"),
                  ("", f"<b>{pauses:,}</b> {noun(pauses, 'pause')}{pause_rule}"),
                  ("", f"<b>{n_episodes:,}</b> {noun(n_episodes, 'episode')}{escape(which)}")]
         items = "".join(f"<span class='ecg-fact'>{f'{name} ' if name else ''}{value}</span>" for name, value in facts)
@@ -390,7 +404,7 @@ class SelectionSummary(View):
             window = f"<br>Window {hms(store.time_range[0], 0)}–{hms(store.time_range[1], 0)}"
         brush = "".join(f"<br>{escape(brush_text(c, lo, hi))}" for c, (lo, hi) in store.brush.items())
         return (f"<div class='ecg-count'><b>{sel.count:,}</b> of {plural(sel.total, 'beat')} selected</div>"
-                f"<div><b>{plural(sel.n_outliers, 'outlier')}</b> above {sel.threshold:.2f}</div>"
+                f"<div><b>{plural(sel.n_outliers, 'outlier')}</b> (score ≥ {sel.threshold:.2f})</div>"
                 f"<div class='ecg-muted'>{brush}{window}</div>")
 
     def _update(self, event) -> None:

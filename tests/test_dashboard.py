@@ -85,7 +85,7 @@ def clean(beats: pd.DataFrame) -> pd.Series:
 
 def expected_outliers(beats: pd.DataFrame, mask, threshold) -> pd.DataFrame:
     """The ranked outlier table computed independently with pandas."""
-    chosen = beats[mask & clean(beats) & (beats["score"] > threshold)]
+    chosen = beats[mask & clean(beats) & (beats["score"] >= threshold)]
     return chosen.sort_values("score", ascending=False, kind="stable").head(TABLE_LIMIT)
 
 
@@ -105,7 +105,7 @@ def test_length_brush_filters_table_and_views(shared, page):
     assert sel.count == int(mask.sum())
     assert np.array_equal(sel.mask, mask)
     want = expected_outliers(beats, mask, store.threshold)
-    assert sel.n_outliers == int((mask & clean(beats) & (beats["score"] > store.threshold)).sum())
+    assert sel.n_outliers == int((mask & clean(beats) & (beats["score"] >= store.threshold)).sum())
     assert table.source.data["beat_id"].tolist() == want["beat_id"].tolist()
     assert np.all(np.diff(table.source.data["score"]) <= 0)
     assert table.source.data["beat_id"].tolist() != rows_before["beat_id"].tolist()
@@ -167,18 +167,18 @@ def test_threshold_changes_the_outlier_set(shared, store):
     many = store.selection
     store.update(threshold=high)
     few = store.selection
-    assert many.n_outliers == int((scores > low).sum())
-    assert few.n_outliers == int((scores > high).sum())
+    assert many.n_outliers == int((scores >= low).sum())
+    assert few.n_outliers == int((scores >= high).sum())
     assert few.n_outliers < many.n_outliers
-    assert (few.outliers["score"] > high).all()
+    assert (few.outliers["score"] >= high).all()
     assert set(few.outliers["beat_id"]) < set(many.outliers["beat_id"])
 
 
 def test_outlier_table_keeps_the_top_scores_when_there_are_too_many(shared, store):
-    store.update(threshold=float(shared.beats["score"].min()))            # all but the lowest are outliers
+    store.update(threshold=float(shared.beats["score"].min()))            # every beat is an outlier
     sel = store.selection
     want = expected_outliers(f64(shared.beats), np.ones(len(shared.beats), bool), store.threshold)
-    assert sel.n_outliers == int((clean(shared.beats) & (f64(shared.beats)["score"] > store.threshold)).sum()) > TABLE_LIMIT
+    assert sel.n_outliers == int((clean(shared.beats) & (f64(shared.beats)["score"] >= store.threshold)).sum()) > TABLE_LIMIT
     assert sel.outliers["beat_id"].tolist() == want["beat_id"].tolist()
 
 
@@ -186,8 +186,8 @@ def test_low_quality_beats_are_ranked_only_when_asked(shared, store):
     noisy = ~clean(shared.beats)
     assert noisy.any()                     # the synthetic recording's noise bursts
     lowest = float(shared.beats["score"].min())
-    store.update(threshold=lowest)                                   # every beat but the lowest
-    above = f64(shared.beats)["score"] > lowest
+    store.update(threshold=lowest)                                   # every beat
+    above = f64(shared.beats)["score"] >= lowest
     left_out = set(shared.beats.loc[noisy, "beat_id"])
     assert not left_out & set(store.selection.outliers["beat_id"])
     assert store.selection.n_outliers == int((above & ~noisy).sum())
@@ -913,7 +913,7 @@ def test_header_shows_the_recording_and_hides_the_pipelines_timings(shared, page
     rate = 60 / shared.beats["rr_prev_s"].dropna()
     assert rate.quantile(0.01) <= int(lo) <= int(hi) <= rate.quantile(0.99)
     assert f"<b>{shared.n_beats:,}</b> beats" in text
-    outliers = int(((shared.beats["score"] > store.threshold) & clean(shared.beats)).sum())
+    outliers = int(((shared.beats["score"] >= store.threshold) & clean(shared.beats)).sum())
     assert f"<b>{outliers:,}</b> outlier" in text and "pause" in text and "episode" in text
     assert "hash" not in text and "warmup" not in text and "ms ·" not in text    # timings behind "details"
     assert header.details.collapsed and "Pipeline</b>" in header.details.objects[0].object
