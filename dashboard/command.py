@@ -75,7 +75,7 @@ def serve(argv: list[str]) -> int:
 def _serve_help() -> str:
     from panel.command.serve import Serve
 
-    from dashboard.startup import _parser as app_parser
+    from dashboard.settings import _parser as app_parser
 
     app = app_parser().format_help().split("\n\n", 1)[-1].split("\n", 1)[-1]   # its options alone
     parser = argparse.ArgumentParser(prog=f"{PROG} serve", add_help=False)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -28,6 +30,19 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def stop(process: subprocess.Popen) -> None:
+    """The server and what it started (its pipeline's process): asked to end, then made to."""
+    for sig, wait in ((signal.SIGTERM, 60), (signal.SIGKILL, 30)):
+        try:
+            os.killpg(process.pid, sig)
+            process.wait(timeout=wait)
+            return
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def test_help_lists_every_command_on_one_line(tmp_path):
@@ -96,9 +111,9 @@ def test_serve_answers_from_another_folder(tmp_path):
     log = open(tmp_path / "server.log", "w")
     server = subprocess.Popen([str(ECG), "serve", "--port", str(port), "--args", "--device", "cpu",
                                "--samples", "30000", "--epochs", "1", "--out", str(tmp_path / "runs")],
-                              cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+                              cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline, page = time.monotonic() + 120, None
+        deadline, page = time.monotonic() + 240, None   # (a busy 2-core machine starts slowly)
         while time.monotonic() < deadline and server.poll() is None:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/app", timeout=10) as answer:
@@ -109,8 +124,7 @@ def test_serve_answers_from_another_folder(tmp_path):
         assert page is not None, (tmp_path / "server.log").read_text()
         assert "<html" in page and "ECG explorer" in page
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        stop(server)
         log.close()
     assert f"http://127.0.0.1:{port}/app" in (tmp_path / "server.log").read_text()   # loopback by default
 
