@@ -93,3 +93,38 @@ def test_the_episode_list_zooms_the_recording_to_the_episode(run):
         assert (x_range.start, x_range.end) == pytest.approx((max(start - CONTEXT_S, 0), end + CONTEXT_S))
     track = signal.figure.select_one({"name": "ecg-episodes"})
     assert sorted(set(track.data["kind"])) == ["flutter", "pause"]
+
+
+def test_the_reviewer_judges_and_adds_episodes_and_they_are_kept(run):
+    """Confirm a pause, reject the flutter, add the shown window as noise; a second session of the
+    same run reads every verdict back from disk; 'No verdict' takes one back."""
+    from dashboard.data_store import DataStore, SharedRun
+    from dashboard.episode_review import EpisodeReview
+    from dashboard.events import EventList
+
+    result, _, _ = run
+    shared = SharedRun.from_run(result)
+    events = EventList(DataStore(shared), who="ann")
+    data = events.source.data
+    assert events.confirm.disabled and data["verdict"] == [""] * len(data["kind"])
+    events.source.selected.indices = [0]                    # the longest pause
+    assert not events.confirm.disabled and events.status.object.startswith("Chosen: pause at ")
+    events.confirm.clicks += 1
+    flutter_row = data["code"].index("flutter")
+    events.source.selected.indices = [flutter_row]
+    events.reject.clicks += 1
+    events.store.update(time_range=(100.0, 104.0))
+    events.kind.value = "noise"
+    events.add.clicks += 1
+
+    again = EventList(DataStore(shared), who="bob").source.data
+    verdicts = dict(zip(zip(again["code"], again["start_s"]), again["verdict"]))
+    assert again["verdict"][0] == "✓ confirmed" and again["verdict"][again["code"].index("flutter")] == "✗ not an episode"
+    assert ("noise", 100.0) in verdicts and verdicts[("noise", 100.0)] == "+ added"
+    stored = EpisodeReview.for_run(result).verdicts()
+    assert sorted(stored["verdict"]) == ["added", "confirmed", "rejected"] and set(stored["who"]) == {"ann"}
+
+    events.source.selected.indices = [0]
+    events.clear.clicks += 1
+    assert events.source.data["verdict"][0] == ""
+    assert sorted(EpisodeReview.for_run(result).verdicts()["verdict"]) == ["added", "rejected"]
