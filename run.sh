@@ -59,9 +59,10 @@ case "$cmd" in
   pipeline) exec "$PY" -m pipeline "${@:-run}" ;;
   ecg) exec "$VENV/bin/ecg" "$@" ;;
   # The fast layer: what a change needs before it is committed. A -m in ARGS comes later and wins.
+  # Its ten slowest tests are listed at the end: candidates for the slow marker when it grows.
   test)
     if [ "${1:-}" = --all ]; then shift; browser; exec "$PY" -m pytest "$@"; fi
-    exec "$PY" -m pytest -m "not browser and not slow" "$@" ;;
+    exec "$PY" -m pytest -m "not browser and not slow" --durations=10 "$@" ;;
   test-all) browser; exec "$PY" -m pytest "$@" ;;
   bench) exec "$PY" -m benchmarks.run "$@" ;;
   *) echo "usage: ./run.sh [serve|pipeline|ecg|test|test-all|bench] [ARGS...]" >&2; exit 2 ;;
