@@ -266,3 +266,12 @@ def test_the_server_takes_a_reference_and_refuses_a_missing_one(tmp_path):
     assert startup.settings_from([], {}).request.reference is None
     with pytest.raises(ValueError, match=r"no reference at .*none\.npz: none\.npz is missing"):
         startup.settings_from(["--reference", str(tmp_path / "none.npz")], {})
+
+
+def test_evaluate_names_the_records_the_shipped_reference_learnt_from():
+    """DS1 records scored by the shipped reference are not held out; evaluate says which they are."""
+    from pipeline.evaluate import _seen_by_reference
+
+    note = _seen_by_reference(["100", "101", "106"])
+    assert "learnt from 2 of these 3 records (101, 106); their outlier figures are not held-out" in note
+    assert _seen_by_reference(["100", "233"]) == ""          # DS2: held out
