@@ -98,7 +98,14 @@ def _write_tiled(base: Path, base_samples: int, samples: int, path: Path) -> Non
 
 
 def _generator_hash() -> str:
-    return hashlib.sha256(inspect.getsource(synth).encode()).hexdigest()[:8]
+    """A digest of the synthesiser's code, every module of it, so that a change anywhere in it
+    makes new recordings."""
+    from pipeline import synth_config, synth_files, synth_rhythm, synth_waves
+
+    digest = hashlib.sha256()
+    for module in (synth, synth_config, synth_rhythm, synth_waves, synth_files):
+        digest.update(inspect.getsource(module).encode())
+    return digest.hexdigest()[:8]
 
 
 def size_label(samples: int) -> str:
