@@ -125,6 +125,7 @@ def _thread_counts(threads):
     return torch.get_num_threads(), numba.get_num_threads(), {k: os.environ.get(k) for k in batch.THREAD_ENV}
 
 
+@pytest.mark.slow   # a Dask cluster or several pipeline runs: test-all and CI
 def test_local_workers_get_the_thread_budget_and_leave_this_process_alone():
     before = dict(os.environ)
     with batch.open_cluster("local", workers=1, threads=3, device="cpu") as cluster:
@@ -149,6 +150,7 @@ def mixed_batch(tmp_path_factory):
     return folder, out, result
 
 
+@pytest.mark.slow   # a Dask cluster or several pipeline runs: test-all and CI
 def test_batch_finishes_the_good_recordings_and_reports_the_bad(mixed_batch):
     from pipeline.load import load_ecg
 
@@ -169,6 +171,7 @@ def test_batch_finishes_the_good_recordings_and_reports_the_bad(mixed_batch):
     assert "recordings 4/4" in result.stderr and "failed 2" in result.stderr
 
 
+@pytest.mark.slow   # a Dask cluster or several pipeline runs: test-all and CI
 def test_archive_rows_and_columns(mixed_batch):
     from pipeline.results import load_run
 
@@ -201,6 +204,7 @@ def test_archive_rows_and_columns(mixed_batch):
     assert archive.loc[archive["status"] == "ok", "worker"].nunique() >= 1
 
 
+@pytest.mark.slow   # a Dask cluster or several pipeline runs: test-all and CI
 def test_a_second_batch_reuses_every_run_and_keeps_other_rows(mixed_batch, tmp_path):
     folder, out, _ = mixed_batch
     before = {p.name: p.stat().st_mtime_ns for p in out.iterdir() if p.is_dir()}
@@ -216,6 +220,7 @@ def test_a_second_batch_reuses_every_run_and_keeps_other_rows(mixed_batch, tmp_p
     assert {k: after[k] for k in before} == before and len(after) == len(before) + 1
 
 
+@pytest.mark.slow   # a Dask cluster or several pipeline runs: test-all and CI
 def test_a_batch_run_equals_a_single_process_run(mixed_batch, tmp_path):
     from pipeline.config import VAEConfig
     from pipeline.run import RunRequest, run_pipeline
@@ -243,6 +248,7 @@ def _assert_same_results(run_dir: Path, single) -> None:
 
 
 # --------------------------------------------------------------------------- resuming after a crash
+@pytest.mark.slow   # a Dask cluster or several pipeline runs: test-all and CI
 def test_resume_after_a_killed_batch_recomputes_nothing_finished(tmp_path):
     folder = tmp_path / "data"
     folder.mkdir()
@@ -285,6 +291,7 @@ def _finished_runs(out: Path) -> list[Path]:
 
 
 # --------------------------------------------------------------------------- evaluate through the batch
+@pytest.mark.slow   # a Dask cluster or several pipeline runs: test-all and CI
 def test_evaluate_runs_through_the_batch_and_prints_the_table(tmp_path):
     folder = tmp_path / "records"
     folder.mkdir()
@@ -356,6 +363,7 @@ def test_local_cuda_batch_is_zero_copy_and_equals_a_single_process_run(small_csv
 
 
 # --------------------------------------------------------------------------- the archive benchmark
+@pytest.mark.slow   # a Dask cluster or several pipeline runs: test-all and CI
 def test_archive_benchmark_writes_results(tmp_path):
     import json
 

@@ -97,6 +97,7 @@ def evaluation(mitdb, tmp_path_factory):
     return plain, with_nk, time.perf_counter() - started
 
 
+@pytest.mark.slow   # a Dask cluster or several pipeline runs: test-all and CI
 def test_evaluate_prints_the_table(evaluation):
     result = evaluation[0]
     assert result.returncode == 0, result.stderr
@@ -146,6 +147,7 @@ def test_options_that_would_run_something_else_are_refused(small_csv, tmp_path, 
     assert not out.exists()
 
 
+@pytest.mark.slow   # a Dask cluster or several pipeline runs: test-all and CI
 def test_evaluate_with_neurokit(evaluation):
     pytest.importorskip("neurokit2")
     _, result, seconds = evaluation
@@ -177,6 +179,7 @@ def test_noise_without_qrs_structure_is_refused(tmp_path):
                         r"is --fs right\?\)\n", result.stderr)
 
 
+@pytest.mark.slow   # a Dask cluster or several pipeline runs: test-all and CI
 def test_reference_trains_on_run_folders_and_a_run_uses_it(cpu_run, small_csv, tmp_path):
     """``reference`` trains on annotated runs (their normal beats); ``run --reference`` scores against
     it, and the reference enters the cache key and the report; a missing or unannotated one is one line."""
@@ -213,6 +216,7 @@ def test_reference_trains_on_run_folders_and_a_run_uses_it(cpu_run, small_csv, t
     assert "warning: bare.npy: no labels; every beat counts as normal in the reference" in unlabelled.stderr
 
 
+@pytest.mark.slow   # a Dask cluster or several pipeline runs: test-all and CI
 def test_reference_learns_the_reviewers_labels(cpu_run, tmp_path):
     """``reference --labels``: the dashboard's saved labels decide which beats are normal (an N the
     annotations call V is learnt, a V they call N is not); without --labels they are ignored."""
