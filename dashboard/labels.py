@@ -1,5 +1,6 @@
 """The reviewer's beat labels: kept on disk for each recording, shared by every session and every
-server process of a runs folder, exported as a WFDB annotation file, CSV or Parquet.
+server process of a runs folder, exported as a WFDB annotation file, CSV or Parquet
+(:mod:`dashboard.label_exports` writes those).
 
 Labels are kept by the fiducial sample of the beat they name, in an SQLite database
 ``<runs>/labels/<input>.sqlite`` beside the run directories (which are rebuilt when damaged and must
@@ -22,21 +23,18 @@ touched: they live in the run.
 See Also
 --------
 dashboard.review : the review panel that sets labels, undoes, exports.
+dashboard.label_exports : the WFDB, CSV and Parquet files the labels are exported as.
+dashboard.labels_file : the SQLite file (schema, transactions, the folder lock, damaged files).
 pipeline.results.match_labels : beats ↔ labelled samples within a tolerance.
 """
 from __future__ import annotations
 
 import contextlib
-import csv
 import getpass
-import io
 import logging
 import os
-import re
 import sqlite3
-import tempfile
 import threading
-import time
 import unicodedata
 import uuid
 from datetime import datetime, timezone
@@ -46,38 +44,22 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from dashboard import label_exports
+# (names this module held before the exports moved: still importable from here)
+from dashboard.label_exports import FREE_TEXT_SYMBOL, WFDB_SYMBOLS, csv_cell, wfdb_record_name  # noqa: F401
+from dashboard.labels_file import (COLUMNS, SCHEMA, SCHEMA_VERSION, SOURCES, Damaged, as_damaged, create_file,
+                                   folder_lock, reason, rename_aside, salvage, transaction)
 from pipeline.tables import match_labels
 from pipeline.reviewed import DATABASE_SUFFIX, MATCH_TOLERANCE_S, labels_database
 
 REVIEW_LABELS = ("N", "S", "V", "F", "Q", "artefact")    # the buttons; any short text is allowed too
-WFDB_SYMBOLS = {"N": "N", "S": "S", "V": "V", "F": "F", "Q": "Q", "artefact": "|"}  # '|': isolated QRS-like artefact
-FREE_TEXT_SYMBOL = '"'        # WFDB comment annotation; the text goes into its aux note (UTF-8)
 MAX_LABEL_LENGTH = 40
-SOURCES = ("beat", "selection", "family", "undo", "migrated", "recovered")   # where a row's label came from
 BUSY_TIMEOUT_S = 30.0         # how long a write waits for another process's transaction
 WATCH_S = 1.0                 # how often listeners are told of other processes' changes
-SCHEMA_VERSION = 1
 
 # Unicode categories a label may not hold: control characters (NUL, tabs, line ends, escapes),
 # lone surrogates (no UTF-8 for them) and line/paragraph separators (a label is one line).
 _REFUSED_CATEGORIES = {"Cc", "Cs", "Zl", "Zp"}
-# A spreadsheet reads a cell that starts with one of these as a formula (OWASP, CSV injection;
-# the full-width forms too, which some spreadsheets fold into the ASCII ones).
-_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\n", "\uff1d", "\uff0b", "\uff0d", "\uff20")
-# Errors that mean the file is not a database we can read: moved aside, not retried.
-_DAMAGED = {"SQLITE_CORRUPT", "SQLITE_NOTADB", "SQLITE_CANTOPEN"}
-_COLUMNS = ("sample", "label", "who", "labelled_at", "source", "change")
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS labels (
-    sample INTEGER PRIMARY KEY,     -- the beat's fiducial sample
-    label TEXT NOT NULL,
-    who TEXT NOT NULL,
-    labelled_at TEXT NOT NULL,      -- ISO 8601, UTC
-    source TEXT NOT NULL,           -- one of SOURCES
-    change TEXT NOT NULL            -- the call that wrote the row: an undo restores only its own rows
-);
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-"""
 
 log = logging.getLogger(__name__)
 
@@ -97,18 +79,6 @@ def check_label(label: str) -> str:
     return label
 
 
-def wfdb_record_name(record: str) -> str:
-    """``record`` as a WFDB record name: ASCII letters, digits and underscores ('rec 1' → 'rec_1')."""
-    name = re.sub(r"[^A-Za-z0-9_]", "_", str(record)).strip("_")
-    return name or "record"
-
-
-def csv_cell(text: str) -> str:
-    """A text cell that a spreadsheet shows as text: a leading ``= + - @``, tab or line end gets a
-    single quote before it (OWASP's advice against CSV injection)."""
-    return "'" + text if text.startswith(_FORMULA_STARTS) else text
-
-
 def default_reviewer() -> str:
     """Who labels when the session does not say: the user the server runs as, else 'reviewer'."""
     try:
@@ -125,10 +95,6 @@ def _one_line(text, limit: int = 100) -> str:
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-
-
-class _Damaged(Exception):
-    """The labels file is not a database this code can read."""
 
 
 class Undo(dict):
@@ -179,10 +145,10 @@ class ReviewLabels:
         saved when they cannot (:attr:`problem`)."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with _folder_lock(self.path.parent):      # one process at a time opens, repairs, imports
+            with folder_lock(self.path.parent):      # one process at a time opens, repairs, imports
                 try:
                     self._start()
-                except _Damaged as err:
+                except Damaged as err:
                     salvaged = self._move_aside(self.path, str(err))
                     self._start()
                     if salvaged:
@@ -191,11 +157,11 @@ class ReviewLabels:
                 with self._lock:          # what was imported through this connection: read it
                     self._seen = None
                     self._refresh()
-        except (OSError, sqlite3.Error, _Damaged) as err:
+        except (OSError, sqlite3.Error, Damaged) as err:
             if self._con is not None:
                 self._con.close()
                 self._con = None
-            self.problem = f"the labels database {self.path} cannot be used: {_reason(err)}"
+            self.problem = f"the labels database {self.path} cannot be used: {reason(err)}"
             log.error("ECG dashboard: %s; labels will not be saved until it is fixed", self.problem)
 
     def _start(self) -> None:
@@ -207,14 +173,14 @@ class ReviewLabels:
         except sqlite3.Error as err:
             self._con.close()
             self._con = None
-            raise _as_damaged(err)
+            raise as_damaged(err)
 
     def _connect(self) -> sqlite3.Connection:
-        _create(self.path)
+        create_file(self.path)
         try:
             con = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as err:
-            raise _as_damaged(err)
+            raise as_damaged(err)
         try:
             con.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             mode = con.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -226,16 +192,16 @@ class ReviewLabels:
             found = con.execute("PRAGMA user_version").fetchone()[0]
             if found > SCHEMA_VERSION:
                 raise sqlite3.OperationalError(f"written by a newer version (schema {found} > {SCHEMA_VERSION})")
-            with _transaction(con):
-                for statement in filter(str.strip, _SCHEMA.split(";")):
+            with transaction(con):
+                for statement in filter(str.strip, SCHEMA.split(";")):
                     con.execute(statement)
                 con.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             columns = tuple(row[1] for row in con.execute("PRAGMA table_info(labels)"))
-            if columns != _COLUMNS:
-                raise _Damaged(f"its labels table has columns {columns}, not {_COLUMNS}")
+            if columns != COLUMNS:
+                raise Damaged(f"its labels table has columns {columns}, not {COLUMNS}")
         except sqlite3.Error as err:
             con.close()
-            raise _as_damaged(err)
+            raise as_damaged(err)
         except BaseException:
             con.close()
             raise
@@ -244,11 +210,11 @@ class ReviewLabels:
     def _move_aside(self, path: Path, why: str) -> list[tuple]:
         """Rename a damaged database (and its log) ``<name>.unreadable-<time>``, log it, and return
         the rows that can still be read from it, to be copied into the fresh one."""
-        aside = _aside(path)
+        aside = rename_aside(path)
         for companion in ("-wal", "-shm"):      # a write-ahead log belongs to its database
             with contextlib.suppress(FileNotFoundError):
                 os.rename(f"{path}{companion}", f"{aside}{companion}")
-        rows = _salvage(aside)
+        rows = salvage(aside)
         log.warning("ECG dashboard: the labels database %s could not be read (%s); moved aside to %s, "
                     "%d labels recovered from it, a fresh one started", path, why, aside.name, len(rows))
         return rows
@@ -267,9 +233,9 @@ class ReviewLabels:
                 samples = saved["sample"].astype(np.int64).tolist()
                 labels = saved["label"].astype(str).tolist()
             except Exception as err:  # noqa: BLE001 - any unreadable file: keep it, say so, go on
-                aside = _aside(self.legacy)
+                aside = rename_aside(self.legacy)
                 log.warning("ECG dashboard: the labels file %s could not be read (%s); moved aside to %s",
-                            self.legacy, _reason(err), aside.name)
+                            self.legacy, reason(err), aside.name)
                 return
             at = datetime.fromtimestamp(self.legacy.stat().st_mtime, timezone.utc).isoformat(timespec="milliseconds")
             change = uuid.uuid4().hex
@@ -279,7 +245,7 @@ class ReviewLabels:
                 clean = "".join("\ufffd" if unicodedata.category(c) in _REFUSED_CATEGORIES else c for c in label)
                 if clean.strip():
                     rows.append((sample, clean.strip(), "unknown", at, "migrated", change))
-            with _transaction(self._con):
+            with transaction(self._con):
                 self._con.executemany("INSERT OR IGNORE INTO labels VALUES (?, ?, ?, ?, ?, ?)", rows)
                 self._con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, _now()))
             log.warning("ECG dashboard: %d labels imported from %s into %s", len(rows), self.legacy, self.path.name)
@@ -287,7 +253,7 @@ class ReviewLabels:
             os.replace(self.legacy, self.legacy.with_name(self.legacy.name + ".migrated"))
 
     def _insert(self, rows: list[tuple]) -> None:
-        with _transaction(self._con):
+        with transaction(self._con):
             self._con.executemany("INSERT OR IGNORE INTO labels VALUES (?, ?, ?, ?, ?, ?)", rows)
 
     def close(self) -> None:
@@ -315,9 +281,9 @@ class ReviewLabels:
         try:
             self._refresh()
         except sqlite3.Error as err:
-            if _reason(err) != self._last_warning:      # once, not at every watcher tick
-                log.warning("ECG dashboard: the labels database %s could not be read now: %s", self.path, _reason(err))
-            self._last_warning = _reason(err)
+            if reason(err) != self._last_warning:      # once, not at every watcher tick
+                log.warning("ECG dashboard: the labels database %s could not be read now: %s", self.path, reason(err))
+            self._last_warning = reason(err)
         else:
             self._last_warning = ""
 
@@ -402,7 +368,7 @@ class ReviewLabels:
         try:
             self._con.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as err:
-            raise ValueError(f"the labels could not be saved ({_reason(err)}); try again") from err
+            raise ValueError(f"the labels could not be saved ({reason(err)}); try again") from err
         try:
             self._refresh()
             yield self._con
@@ -412,7 +378,7 @@ class ReviewLabels:
                 self._con.execute("ROLLBACK")
             self._seen = None            # the rows read may include this rolled-back change: read again
             if isinstance(err, sqlite3.Error):
-                raise ValueError(f"the labels could not be saved ({_reason(err)}); try again") from err
+                raise ValueError(f"the labels could not be saved ({reason(err)}); try again") from err
             raise
 
     def _write(self, con, changes: dict[int, str | None], who: str, source: str, change: str) -> None:
@@ -480,49 +446,23 @@ class ReviewLabels:
                 rows = [] if self._con is None else self._con.execute(
                     "SELECT sample, label, who, labelled_at, source FROM labels ORDER BY sample").fetchall()
             except sqlite3.Error as err:
-                raise ValueError(f"the labels could not be read ({_reason(err)}); try again") from err
+                raise ValueError(f"the labels could not be read ({reason(err)}); try again") from err
         frame = pd.DataFrame(rows, columns=["sample", "label", "who", "labelled_at", "source"])
         frame["sample"] = frame["sample"].astype(np.int64)
         frame.insert(1, "time_s", frame["sample"] / self.fs)
         return frame.astype({c: object for c in ("label", "who", "labelled_at", "source")})
 
     def parquet_bytes(self) -> bytes:
-        buffer = io.BytesIO()
-        self._export_frame().to_parquet(buffer, index=False)
-        return buffer.getvalue()
+        """The export table as Parquet (:func:`dashboard.label_exports.parquet_bytes`)."""
+        return label_exports.parquet_bytes(self._export_frame())
 
     def csv_bytes(self) -> bytes:
-        """UTF-8 CSV; text cells that a spreadsheet would run as a formula start with a quote."""
-        frame = self._export_frame()
-        for column in ("label", "who", "source"):
-            frame[column] = [csv_cell(text) for text in frame[column]]
-        return frame.to_csv(index=False, quoting=csv.QUOTE_NONNUMERIC).encode("utf-8")
+        """The export table as UTF-8 CSV (:func:`dashboard.label_exports.csv_bytes`)."""
+        return label_exports.csv_bytes(self._export_frame())
 
     def wfdb_bytes(self, record: str, extension: str = "rev") -> bytes:
-        """A WFDB annotation file (what ``wfdb.rdann(record, extension)`` reads): beat labels as their
-        WFDB symbols ('|' for an artefact), your own labels as comments with the text as aux note,
-        in UTF-8. ``record`` is made a WFDB record name first (:func:`wfdb_record_name`).
-
-        wfdb-python writes each character of an aux note as one byte (``ord(c)``, cut to 8 bits)
-        and reads each byte back as one character, so the UTF-8 bytes are handed to it as the
-        characters of their Latin-1 reading: the file holds the UTF-8 bytes, which the WFDB tools
-        print as they are, and ``note.encode('latin-1').decode('utf-8')`` recovers the text from
-        what ``wfdb.rdann`` returns."""
-        import wfdb
-
-        frame = self.frame()
-        if frame.empty:
-            raise ValueError("no beats are labelled yet: nothing to export")
-        symbols = [WFDB_SYMBOLS.get(label, FREE_TEXT_SYMBOL) for label in frame["label"]]
-        notes = ["" if label in WFDB_SYMBOLS else label.encode("utf-8").decode("latin-1") for label in frame["label"]]
-        too_long = [label for label, note in zip(frame["label"], notes) if len(note) > 255]
-        if too_long:
-            raise ValueError(f"a WFDB aux note holds at most 255 bytes; {too_long[0][:60]!r} is longer in UTF-8")
-        record = wfdb_record_name(record)
-        with tempfile.TemporaryDirectory() as folder:
-            wfdb.wrann(record, extension, sample=frame["sample"].to_numpy(), symbol=symbols, aux_note=notes,
-                       fs=self.fs, write_dir=folder)
-            return (Path(folder) / f"{record}.{extension}").read_bytes()
+        """The labels as a WFDB annotation file for ``record`` (:func:`dashboard.label_exports.wfdb_bytes`)."""
+        return label_exports.wfdb_bytes(self.frame(), self.fs, record, extension)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -530,78 +470,3 @@ def _check_source(source: str) -> str:
     if source not in SOURCES:
         raise ValueError(f"source must be one of {', '.join(SOURCES)}; got {source!r}")
     return source
-
-
-def _reason(err: BaseException) -> str:
-    return str(err).splitlines()[0] if str(err) else type(err).__name__
-
-
-def _as_damaged(err: sqlite3.Error) -> Exception:
-    return _Damaged(_reason(err)) if getattr(err, "sqlite_errorname", "") in _DAMAGED else err
-
-
-def _create(path: Path) -> None:
-    """Create an empty database file as the other outputs are created (0666 less the umask);
-    SQLite would create it 0644, and its log files copy the database's mode."""
-    with contextlib.suppress(FileExistsError):
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-
-
-@contextlib.contextmanager
-def _transaction(con: sqlite3.Connection):
-    con.execute("BEGIN IMMEDIATE")
-    try:
-        yield con
-        con.execute("COMMIT")
-    except BaseException:
-        with contextlib.suppress(sqlite3.Error):
-            con.execute("ROLLBACK")
-        raise
-
-
-@contextlib.contextmanager
-def _folder_lock(folder: Path):
-    """An exclusive lock on the labels folder while a process opens, repairs or imports, so that
-    two servers starting together never both move the same file aside (the second then finds the
-    first one's fresh database)."""
-    try:
-        import fcntl
-    except ImportError:       # not POSIX: no lock, the rest still works
-        yield
-        return
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)          # closing releases the lock
-
-
-def _aside(path: Path) -> Path:
-    """Rename ``path`` to ``<name>.unreadable-<time>`` (never over an earlier one); the new path."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    aside, k = path.with_name(f"{path.name}.unreadable-{stamp}"), 1
-    while aside.exists():
-        aside, k = path.with_name(f"{path.name}.unreadable-{stamp}-{k}"), k + 1
-    os.rename(path, aside)
-    return aside
-
-
-def _salvage(path: Path) -> list[tuple]:
-    """The rows of a damaged database that can still be read, in table order until the first error."""
-    rows: list[tuple] = []
-    try:
-        con = sqlite3.connect(path, timeout=1.0, isolation_level=None)
-    except sqlite3.Error:
-        return rows
-    try:
-        for row in con.execute(f"SELECT {', '.join(_COLUMNS)} FROM labels"):
-            sample, label, who, at, source, change = row
-            if isinstance(sample, int) and isinstance(label, str) and label.strip():
-                rows.append((sample, label, str(who), str(at), "recovered" if source not in SOURCES else source,
-                             str(change)))
-    except sqlite3.Error:
-        pass
-    finally:
-        con.close()
-    return rows
