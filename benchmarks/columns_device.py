@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--brushes", type=int, default=10, help="brushes per linked chart per round")
     p.add_argument("app_args", nargs=argparse.REMAINDER, help="arguments for the app, after --")
     args = p.parse_args(argv)
-    from dashboard.data_store import SharedRun
+    from dashboard.shared_run import SharedRun
 
     run, _ = inprocess.load_shared([a for a in args.app_args if a != "--"])
     if run.report["device"]["name"] != "gpu":

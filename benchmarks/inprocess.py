@@ -37,7 +37,7 @@ def run_beats(run_path):
     counts a session shows can be checked against an independent source."""
     import pandas as pd
 
-    from dashboard.data_store import rr_intervals
+    from dashboard.shared_run import rr_intervals
 
     beats = pd.read_parquet(run_path / "beats.parquet")
     report = json.loads((run_path / "report.json").read_text())

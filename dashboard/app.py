@@ -39,10 +39,14 @@ from panel.io.state import set_curdoc
 from dashboard import server_gc, startup
 from dashboard.archive import SPEC as ARCHIVE_SPEC
 from dashboard.archive import ArchiveView, run_inside
-from dashboard.data_store import BACKGROUND_DELAY_S, DataStore, SharedRun, in_session
+# Imported with the app, not with the first board: the page's first document must carry the
+# definitions of the dashboard's own models (Brush, Arrival), or the browser cannot build them.
+from dashboard.charts import BokehBoard
+from dashboard.data_store import DataStore, in_session
 from dashboard.events import EventList
 from dashboard.page import card, layout
 from dashboard.review import ReviewPanel
+from dashboard.shared_run import BACKGROUND_DELAY_S, SharedRun
 from dashboard.spec import ASSETS, STYLESHEET, duration, hms
 from dashboard.views import RecordingHeader, SelectionSummary, escape, html, recording_name
 
@@ -69,8 +73,6 @@ def make_board(store: DataStore):
         from dashboard import cuxfilter_board   # cuDF and cuxfilter load here, never on the CPU path
 
         return cuxfilter_board.CuxfilterBoard(store)
-    from dashboard.charts import BokehBoard
-
     return BokehBoard(store)
 
 
@@ -97,7 +99,7 @@ def warm_up(shared: SharedRun) -> float:
 def prepare(settings: startup.Settings):
     """What the job does after the pipeline, once per process: the shared data of the chosen board."""
     def _prepare(run) -> SharedRun:
-        from dashboard.charts import signal_raster
+        from dashboard.recording_view import signal_raster
 
         board = resolve_board(settings.board, run)
         shared = SharedRun.from_run(run)

@@ -24,7 +24,7 @@ import panel as pn
 from bokeh.models import (ColumnDataSource, CustomJSTickFormatter, DataTable, FixedTicker, HoverTool, PanTool,
                           ResetTool, Scatter, TapTool, Text, WheelZoomTool)
 
-from dashboard.charts import add, figure
+from dashboard.figures import add, figure
 from dashboard.spec import OUTLIER_COLOR, SIGNAL_COLOR, ViewSpec, hms, noun, plural
 from dashboard.views import TABLE_CSS, escape, html, table_column
 

@@ -5,8 +5,8 @@ Each session gets its own ``cuxfilter.DashBoard`` over the one shared cuDF frame
 cuxfilter filters one DataFrame per dashboard and keeps its selection state on chart objects,
 so sharing charts between sessions would share selections. The charts' box selections are
 mirrored into the session's :class:`~dashboard.data_store.DataStore` as brush ranges, and back;
-the recording view is the default board's (:class:`~dashboard.charts.SignalChart`, Datashader on
-cuDF frames of the signal).
+the recording view is the one both boards draw (:class:`~dashboard.recording_view.SignalChart`,
+Datashader on cuDF frames of the signal).
 
 cuxfilter details this relies on (read from its 26.06 source): ``DashBoard._query_str_dict``
 (per instance) and ``_query_local_variables_dict`` (a *class* attribute, shared by every
@@ -18,6 +18,7 @@ See Also
 --------
 dashboard.spec : what is drawn (``VIEWS``, ``LINKED``).
 dashboard.charts : the default board, which draws the same charts straight into Bokeh.
+dashboard.figures : the figure helpers both boards share.
 """
 from __future__ import annotations
 
@@ -33,8 +34,10 @@ import holoviews as hv
 import numpy as np
 import panel as pn
 
-from dashboard.charts import LOG_FLOOR, SignalChart, TachogramChart, other_leads, signal_raster, version_marker
-from dashboard.data_store import BRUSH_COLUMNS, DataStore, one_patch
+from dashboard.data_store import DataStore, one_patch
+from dashboard.figures import LOG_FLOOR, version_marker
+from dashboard.recording_view import SignalChart, TachogramChart, other_leads, signal_raster
+from dashboard.shared_run import BRUSH_COLUMNS
 from dashboard.spec import LINKED, OUTLIER_COLOR, SCORE_CMAP, SIGNAL_COLOR, VIEWS, ViewSpec
 
 hv.renderer("bokeh")  # loads HoloViews' Bokeh backend and its options (cuxfilter's charts are HoloViews)

@@ -18,9 +18,10 @@ from panel.io.state import set_curdoc
 from bokeh.models import (ColumnDataSource, DataTable, Line, MultiLine, NumberFormatter, Range1d,
                           SingleIntervalTicker, TableColumn, Text, VArea)
 
-from dashboard.charts import add, beat_span_s, drop_grid, figure, hidden_box
+from dashboard.figures import add, drop_grid, figure, hidden_box
 from dashboard.data_store import DataStore, one_patch
 from dashboard.labels import REVIEW_LABELS
+from dashboard.recording_view import beat_span_s
 from dashboard.spec import FAMILY_COLORS, OUTLIER_COLOR, SIGNAL_COLOR, ViewSpec, hms, plural
 from dashboard.views import View, beat_axis, escape, html
 

@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         from panel.command import main as panel_main
 
         # The app's own imports, which the server's `--warm` run of dashboard/app.py makes next.
-        from dashboard import archive, data_store, page, review, server_gc, spec, startup, views  # noqa: F401
+        from dashboard import archive, charts, data_store, page, review, server_gc, spec, startup, views  # noqa: F401
     finally:
         gc.freeze()    # what the imports made lives as long as the process: no collection need walk it
         gc.enable()

@@ -19,7 +19,7 @@ import panel as pn
 from bokeh.models import (ColumnDataSource, DataTable, HTMLTemplateFormatter, Legend, LegendItem, Line, MultiLine,
                           NumberFormatter, Range1d, StringFormatter, TableColumn, Text)
 
-from dashboard.charts import add, drop_grid, figure
+from dashboard.figures import add, drop_grid, figure
 from dashboard.data_store import TABLE_LIMIT, DataStore, Selection
 from dashboard.spec import (CENTRE_COLOR, EPISODE_NAMES, HMS_CELL, MEAN_COLOR, MUTED, ONE_IN_CELL, SIGNAL_COLOR,
                             STYLESHEET, TABLE_COLUMNS, ViewSpec, brush_text, hms, no_label, noun, one_in, plural)

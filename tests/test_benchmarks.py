@@ -161,7 +161,8 @@ def test_a_closed_sessions_threshold_widget_lets_its_datastore_go(cpu_run):
     from panel.io.application import _on_session_destroyed
     from panel.io.state import set_curdoc
 
-    from dashboard.data_store import DataStore, SharedRun
+    from dashboard.data_store import DataStore
+    from dashboard.shared_run import SharedRun
 
     shared = SharedRun.from_run(cpu_run.run)
     doc = Document()

@@ -461,7 +461,7 @@ def test_cuda_kernels_come_from_the_disk_cache_in_a_new_process():
 def gpu_shared(small_csv, tmp_path_factory):
     """A GPU run of ``small_csv`` with the shared data of both boards (cuDF frames for cuxfilter)."""
     from dashboard import cuxfilter_board
-    from dashboard.data_store import SharedRun
+    from dashboard.shared_run import SharedRun
     from pipeline.run import RunRequest, run_pipeline
 
     run = run_pipeline(RunRequest(input=str(small_csv), device="gpu", out=str(tmp_path_factory.mktemp("runs")),
@@ -581,8 +581,8 @@ def test_beat_columns_on_host_or_gpu_select_alike(gpu_shared):
     import cupy
     from panel.io.state import set_curdoc
 
-    from dashboard.charts import signal_raster
-    from dashboard.data_store import GPU_COLUMNS_MIN_BEATS, SharedRun
+    from dashboard.recording_view import signal_raster
+    from dashboard.shared_run import GPU_COLUMNS_MIN_BEATS, SharedRun
 
     host = gpu_shared
     assert len(host.beats) < GPU_COLUMNS_MIN_BEATS and host.xp is np and host.device == "gpu"

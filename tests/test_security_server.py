@@ -136,7 +136,7 @@ def hostile_run(cpu_run, tmp_path_factory):
 
 def test_every_pane_shows_outside_text_literally(hostile_run):
     from dashboard import app, startup
-    from dashboard.data_store import SharedRun
+    from dashboard.shared_run import SharedRun
 
     shared = SharedRun.from_run(hostile_run)
 
