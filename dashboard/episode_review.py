@@ -1,8 +1,9 @@
 """The reviewer's verdicts on the detector's episodes (pauses, ventricular flutter/fibrillation,
-noise): confirmed, rejected, or added by hand, kept on disk beside the beat labels.
+noise): confirmed, rejected, or added by hand, kept on disk as the beat labels are.
 
-One SQLite database per recording, ``<runs>/labels/<input>.episodes.sqlite`` (beside the beat
-labels' database, :func:`pipeline.reviewed.labels_database`), one row per judged episode: its kind,
+One SQLite database per recording, ``<runs>/episodes/<input>.sqlite`` (named as the beat labels'
+database, :func:`pipeline.reviewed.labels_database`, in a folder of its own), one row per judged
+episode: its kind,
 start and end (seconds), the verdict, who gave it and when. Every change is one transaction in
 write-ahead-log mode, so several servers on one runs folder each change only the rows they name.
 A verdict names an episode by kind and by start and end to the millisecond; a run with other
@@ -28,7 +29,7 @@ from pipeline.reviewed import labels_database
 
 KINDS = ("pause", "flutter", "noise")
 VERDICTS = ("confirmed", "rejected", "added")
-SUFFIX = ".episodes.sqlite"
+FOLDER = "episodes"           # beside the runs folder's "labels"
 MIN_OVERLAP = 0.5            # of the shorter interval, for a verdict to name a detected episode
 BUSY_TIMEOUT_S = 30.0
 _SCHEMA = """
@@ -71,7 +72,8 @@ class EpisodeReview:
     @classmethod
     def for_run(cls, run) -> "EpisodeReview":
         """The verdicts on the recording a run analysed, in its runs folder."""
-        return cls(labels_database(run).with_suffix(SUFFIX))
+        labels = labels_database(run)
+        return cls(labels.parent.with_name(FOLDER) / labels.name)
 
     def _connect(self) -> sqlite3.Connection:
         con = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)

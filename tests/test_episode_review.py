@@ -13,7 +13,7 @@ DETECTED = pd.DataFrame({"kind": ["pause", "noise", "flutter"], "start_s": [10.0
 
 
 def test_verdicts_apply_to_the_detected_episodes_and_added_ones_follow(tmp_path):
-    review = EpisodeReview(tmp_path / "rec.episodes.sqlite")
+    review = EpisodeReview(tmp_path / "rec.sqlite")
     review.judge("noise", 100.0, 130.0, "rejected", who="ann")
     review.judge("pause", 10.02, 12.49, "confirmed")        # another run's edges, a few ms apart
     review.judge("flutter", 700.0, 710.0, "added")
@@ -27,7 +27,7 @@ def test_verdicts_apply_to_the_detected_episodes_and_added_ones_follow(tmp_path)
 
 
 def test_a_later_verdict_replaces_and_forget_takes_it_back(tmp_path):
-    review = EpisodeReview(tmp_path / "rec.episodes.sqlite")
+    review = EpisodeReview(tmp_path / "rec.sqlite")
     review.judge("noise", 100.0, 130.0, "rejected")
     review.judge("noise", 100.0, 130.0, "confirmed", who="bob")
     assert review.verdicts()[["verdict", "who"]].values.tolist() == [["confirmed", "bob"]]
@@ -45,7 +45,7 @@ def test_a_later_verdict_replaces_and_forget_takes_it_back(tmp_path):
     (("noise", "x", 2, "confirmed"), "numbers of seconds"),
 ])
 def test_bad_verdicts_are_refused_in_one_line(tmp_path, args, message):
-    review = EpisodeReview(tmp_path / "rec.episodes.sqlite")
+    review = EpisodeReview(tmp_path / "rec.sqlite")
     with pytest.raises(ValueError, match=message):
         review.judge(*args)
     assert review.verdicts().empty
@@ -56,7 +56,7 @@ def _judge(path, k):
 
 
 def test_several_processes_keep_every_verdict(tmp_path):
-    path = tmp_path / "rec.episodes.sqlite"
+    path = tmp_path / "rec.sqlite"
     EpisodeReview(path)
     context = multiprocessing.get_context("spawn")
     processes = [context.Process(target=_judge, args=(path, k)) for k in range(4)]
