@@ -125,6 +125,10 @@ def _check_run_options(args) -> None:
         raise ValueError(f"--epochs must be at least 1 (the VAE's training epochs); got {args.epochs}")
     if getattr(args, "samples", None) is not None and args.samples < 1:
         raise ValueError(f"--samples must be a positive number of samples; got {args.samples}")
+    if getattr(args, "input", None):           # run: a missing file or a folder, before any progress bar
+        from pipeline.digests import recording_files
+
+        recording_files(Path(args.input))
     if getattr(args, "reference", None) is not None:
         from pipeline.reference_store import reference_digest
 

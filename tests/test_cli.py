@@ -246,3 +246,9 @@ def test_reference_learns_the_reviewers_labels(cpu_run, tmp_path):
         counts[flag] = [record["normal_beats"] for record in meta["records"]]
     assert counts[()] == [int(annotated_normal.sum())] * 2
     assert counts[("--labels",)] == [int(annotated_normal.sum()) + len(ventricular) - len(normal)] * 2
+
+
+def test_a_missing_input_is_one_line_even_with_progress_bars(tmp_path):
+    result = _cli("run", tmp_path / "missing.csv", "--device", "cpu", "--out", tmp_path / "runs")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"error: no such file: {tmp_path / 'missing.csv'}"]
