@@ -112,9 +112,15 @@ def _add_cluster_options(p: argparse.ArgumentParser) -> None:
                         "local-cuda (one worker per GPU) | a scheduler address such as tcp://host:8786")
     p.add_argument("--workers", type=int, help="local: worker processes (default: one per core, at most one per "
                    "recording); local-cuda: GPUs to use (default: all visible)")
+    p.add_argument("--per-gpu", type=int, help="local-cuda: worker processes sharing each GPU, so that one "
+                   "recording trains while the next loads and the last is written (default: 1)")
     p.add_argument("--threads", type=int, help="thread budget of each worker (PyTorch, Numba, OpenMP); default: "
                    "cores // workers on a local cluster, the workers' own settings on a remote one")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _cluster_options(args) -> dict:
+    return {"cluster": args.cluster, "workers": args.workers, "threads": args.threads, "per_gpu": args.per_gpu}
 
 
 def _check_run_options(args) -> None:
@@ -278,8 +284,7 @@ def _cmd_batch(args) -> int:
 
     paths = batch.find_recordings(args.inputs, exclude=args.out)
     jobs = [batch.Job(_request(args, str(path))) for path in paths]
-    result = batch.run_batch(jobs, cluster=args.cluster, workers=args.workers, threads=args.threads,
-                             progress=not args.quiet)
+    result = batch.run_batch(jobs, **_cluster_options(args), progress=not args.quiet)
     print(batch.format_summary(result))
     return 1 if result.failed else 0
 
@@ -329,8 +334,7 @@ def _reference_runs(args) -> list[Path]:
         return folders
     jobs = [batch.Job(RunRequest(input=str(path), device=args.device, out=args.runs))
             for path in batch.find_recordings(others, exclude=args.runs)]
-    result = batch.run_batch(jobs, cluster=args.cluster, workers=args.workers, threads=args.threads,
-                             progress=not args.quiet, write_archive=False)
+    result = batch.run_batch(jobs, **_cluster_options(args), progress=not args.quiet, write_archive=False)
     if result.failed:
         row = result.failed[0]
         raise ValueError(f"{row['name']}: {row['error']}" + (f" (and {len(result.failed) - 1} more failed)"
@@ -342,8 +346,8 @@ def _cmd_evaluate(args) -> int:
     from pipeline import evaluate
 
     table = evaluate.evaluate_directory(Path(args.directory), lambda path: _request(args, str(path)),
-                                        neurokit=not args.no_neurokit, cluster=args.cluster, workers=args.workers,
-                                        threads=args.threads, progress=not args.quiet)
+                                        neurokit=not args.no_neurokit, **_cluster_options(args),
+                                        progress=not args.quiet)
     print(evaluate.format_table(table))
     failed = table.attrs.get("failed", {})
     for record, error in failed.items():

@@ -62,7 +62,8 @@ class BatchResult:
 
 
 def run_batch(jobs: list[Job], *, cluster: str | Cluster = "auto", workers: int | None = None,
-              threads: int | None = None, progress: bool = True, write_archive: bool = True) -> BatchResult:
+              threads: int | None = None, per_gpu: int | None = None, progress: bool = True,
+              write_archive: bool = True) -> BatchResult:
     """Run every job on a Dask cluster, one task per recording; write the archive as they finish.
 
     Parameters
@@ -70,7 +71,7 @@ def run_batch(jobs: list[Job], *, cluster: str | Cluster = "auto", workers: int 
     jobs : list of Job
         All with the same ``request.out`` (where the runs and the archive table go).
     cluster : str or Cluster
-        Passed to :func:`open_cluster` with ``workers`` and ``threads`` (started here and closed at
+        Passed to :func:`open_cluster` with ``workers``, ``threads`` and ``per_gpu`` (started here and closed at
         the end), or a cluster already opened with it (kept open: several batches can share one).
     progress : bool
         A live bar on stderr: recordings done of all, counts by status, the stage of each
@@ -84,7 +85,8 @@ def run_batch(jobs: list[Job], *, cluster: str | Cluster = "auto", workers: int 
     if isinstance(cluster, Cluster):
         return _run_on(jobs, cluster, progress, write_archive)
     device = jobs[0].request.device
-    with open_cluster(cluster, workers, device=device, max_workers=len(jobs), threads=threads) as opened:
+    with open_cluster(cluster, workers, device=device, max_workers=len(jobs), threads=threads,
+                      per_gpu=per_gpu) as opened:
         return _run_on(jobs, opened, progress, write_archive)
 
 

@@ -3,9 +3,12 @@
 - ``local``: ``distributed.LocalCluster`` with one process per worker, one task at a time per
   worker, and a thread budget per worker (PyTorch, Numba, OpenMP) of ``cores // workers``, so
   that the workers together never ask for more threads than there are cores;
-- ``local-cuda``: ``dask_cuda.LocalCUDACluster``, one worker per visible GPU (each sees its own
+- ``local-cuda``: dask-cuda's workers, ``per_gpu`` of them on each visible GPU (each sees its own
   GPU as device 0 and makes the pipeline's RMM pool there, see
-  :func:`pipeline.backend.use_rmm_pool`), with the same thread budget;
+  :func:`pipeline.backend.use_rmm_pool`), with the same thread budget. One recording's small VAE
+  leaves most of a GPU idle, and a worker runs its stages one after another (read, segment,
+  train, score, write): with two or more workers on a GPU one trains while another reads or
+  writes, and their kernels interleave;
 - a scheduler address (``tcp://host:8786``): an existing cluster, on one machine or many; the
   code is the same, only the address changes.
 
@@ -25,6 +28,7 @@ import time
 from dataclasses import dataclass
 
 CLUSTERS = ("auto", "local", "local-cuda")  # or a scheduler address such as tcp://host:8786
+PER_GPU = 1  # worker processes per GPU on local-cuda
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS")
 
 
@@ -38,11 +42,12 @@ class Cluster:
     threads: int | None       # thread budget per worker (None: the cluster's own settings)
     dashboard: str | None
     startup_s: float
+    per_gpu: int = 1          # local-cuda: workers sharing each GPU
 
 
 @contextlib.contextmanager
 def open_cluster(cluster: str = "auto", workers: int | None = None, device: str = "auto",
-                 max_workers: int | None = None, threads: int | None = None):
+                 max_workers: int | None = None, threads: int | None = None, per_gpu: int | None = None):
     """Start (or connect to) the cluster for a batch; close what was started on exit.
 
     Parameters
@@ -58,10 +63,12 @@ def open_cluster(cluster: str = "auto", workers: int | None = None, device: str 
     threads : int, optional
         Thread budget of each worker (PyTorch, Numba, OpenMP). Default on a local cluster:
         ``cores // workers``; on a cluster given by address: the workers' own settings.
+    per_gpu : int, optional
+        ``local-cuda``: worker processes on each GPU (default :data:`PER_GPU`). Ignored otherwise.
     """
     from pipeline import backend
 
-    for name, value in (("workers", workers), ("threads", threads)):
+    for name, value in (("workers", workers), ("threads", threads), ("per_gpu", per_gpu)):
         if value is not None and value < 1:
             raise ValueError(f"{name} must be at least 1; got {value}")
     if cluster == "auto":
@@ -78,19 +85,24 @@ def open_cluster(cluster: str = "auto", workers: int | None = None, device: str 
         if device == "cpu":
             raise ValueError("--cluster local-cuda runs one worker per GPU; it cannot run --device cpu "
                              "(use --cluster local)")
-        n = _gpu_count()
-        if workers is not None and workers > n:
-            raise ValueError(f"--workers {workers} asks for more GPUs than the {n} visible ones")
-        n = min(workers or n, max_workers or n)
+        gpus = _gpu_count()
+        if workers is not None and workers > gpus:
+            raise ValueError(f"--workers {workers} asks for more GPUs than the {gpus} visible ones")
+        gpus = min(workers or gpus, max_workers or gpus)
+        per_gpu = per_gpu or PER_GPU
+        if max_workers:  # no idle workers: their start costs time
+            per_gpu = min(per_gpu, -(-max_workers // gpus))
+        n = gpus * per_gpu
         threads = threads or max(1, usable_cores() // n)
-        client = _local_cuda_cluster(n, threads)
+        client = _local_cuda_cluster(gpus, per_gpu, threads)
     elif "://" in cluster or ":" in cluster:
         client = _connect(cluster)
         n = len(client.scheduler_info()["workers"])
     else:
         raise ValueError(f"cluster must be one of {', '.join(CLUSTERS)} or a scheduler address such as "
                          f"tcp://host:8786; got {cluster!r}")
-    handle = Cluster(client, cluster, n, threads, _dashboard_link(client), time.perf_counter() - started)
+    handle = Cluster(client, cluster, n, threads, _dashboard_link(client), time.perf_counter() - started,
+                     per_gpu if cluster == "local-cuda" else 1)
     try:
         yield handle
     finally:
@@ -140,18 +152,32 @@ def _local_cluster(n: int, threads: int):
     return Client(cluster)
 
 
-def _local_cuda_cluster(n: int, threads: int):
+def _local_cuda_cluster(gpus: int, per_gpu: int, threads: int):
+    """dask-cuda's worker recipe (its own GPU first in ``CUDA_VISIBLE_DEVICES``, pinned to the cores
+    near that GPU, a CUDA context made at start), ``per_gpu`` workers of it for each of the first
+    ``gpus`` visible GPUs, sharing that GPU's part of the host memory."""
+    import copy
     import logging
 
-    from distributed import Client
+    from distributed import Client, Scheduler, SpecCluster
 
     try:
-        from dask_cuda import LocalCUDACluster
+        from dask_cuda.worker_spec import worker_spec
     except ImportError:
         raise ValueError("--cluster local-cuda needs dask-cuda (pip install '.[gpu]')") from None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    devices = visible.split(",")[:gpus] if visible else list(range(gpus))
     with _starting_workers(threads):
-        cluster = LocalCUDACluster(n_workers=n, threads_per_worker=1, dashboard_address=_dashboard_address(),
-                                   silence_logs=logging.ERROR)
+        recipe = worker_spec(CUDA_VISIBLE_DEVICES=devices, threads_per_worker=1, silence_logs=logging.ERROR,
+                             dashboard_address=None)
+        specs = {}
+        for device, spec in recipe.items():
+            for k in range(per_gpu):
+                one = copy.deepcopy(spec)
+                one["options"]["memory_limit"] = int(spec["options"]["memory_limit"]) // per_gpu
+                specs[f"gpu{device}-{k}"] = one
+        scheduler = {"cls": Scheduler, "options": {"dashboard_address": _dashboard_address()}}
+        cluster = SpecCluster(workers=specs, scheduler=scheduler, silence_logs=logging.ERROR)
     return Client(cluster)
 
 

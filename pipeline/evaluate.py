@@ -46,7 +46,8 @@ def neurokit_peaks(signal: np.ndarray, fs: float) -> np.ndarray:
 
 
 def evaluate_directory(directory: Path, request_for: Callable, neurokit: bool = True, *, cluster="auto",
-                       workers: int | None = None, threads: int | None = None, progress: bool = True) -> pd.DataFrame:
+                       workers: int | None = None, threads: int | None = None, per_gpu: int | None = None,
+                       progress: bool = True) -> pd.DataFrame:
     """Run the pipeline on every annotated WFDB record in ``directory`` and score it.
 
     The records run as one batch (:func:`pipeline.batch.run_batch`: parallel on a Dask cluster,
@@ -69,7 +70,7 @@ def evaluate_directory(directory: Path, request_for: Callable, neurokit: bool = 
             neurokit = False
     jobs = [Job(request_for(record.with_suffix(".hea")),
                 then=functools.partial(_score_record, record, neurokit=neurokit)) for record in records]
-    result = run_batch(jobs, cluster=cluster, workers=workers, threads=threads, progress=progress)
+    result = run_batch(jobs, cluster=cluster, workers=workers, threads=threads, per_gpu=per_gpu, progress=progress)
     rows = [scored for scored, row in zip(result.outputs, result.rows) if row["status"] != "failed"]
     failed = {record.name: row["error"] for record, row in zip(records, result.rows) if row["status"] == "failed"}
     if not rows:
