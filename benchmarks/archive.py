@@ -243,14 +243,12 @@ def _check(result) -> None:
 
 def _pass_record(result, utilization: dict[int, float]) -> dict:
     rows = result.rows
-    stages = {}
-    for name in ("load", "segmentation", "train", "score", "results"):
-        column = "segmentation_s" if name == "segmentation" else f"time_{name}_s"
-        stages[name] = round(statistics.median(row[column] for row in rows), 4)
+    stage_s = [{name[5:-2]: round(value, 4) for name, value in row.items() if name.startswith("time_")}
+               | {"segmentation": round(row["segmentation_s"], 4)} for row in rows]
+    stages = {name: round(statistics.median(times.get(name, 0.0) for times in stage_s), 4) for name in stage_s[0]}
     return {"recordings": len(rows), "seconds": round(result.seconds, 3), "per_minute": round(result.per_minute, 3),
             "recording_s": [round(row["wall_s"], 4) for row in rows], "stage_median_s": stages,
-            "stage_s": [{name: round(row[f"time_{name}_s"], 4) for name in ("load", "train", "score", "results")}
-                        | {"segmentation": round(row["segmentation_s"], 4), "name": row["name"]} for row in rows],
+            "stage_s": [{"name": row["name"], **times} for row, times in zip(rows, stage_s)],
             "gpu_utilization": utilization, "workers_used": len({row["worker"] for row in rows})}
 
 
