@@ -17,7 +17,8 @@
 #              or BOARDS=cuxfilter: one board, for hosts too slow to fit both into one command)
 #   columns    a brush's server-side cost with the beat columns on the host and on the GPU
 #   scale      server-side brushes on a 200M-sample recording
-#   batch      (2 GPUs) the batch tests, and the archive benchmark on 1 and 2 GPUs
+#   batch      (several GPUs) the batch tests, and the archive benchmark on GPUS (1,2) × PER_GPU (1)
+#              workers each (MPS=1: under CUDA MPS)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . .gpupack/meta/env.sh
@@ -84,9 +85,14 @@ columns)
 scale)
     step scale 580 python3 -m benchmarks.gpu_dashboard --scale --runs "$RUNS" --out "$OUT" --budget-s 540 ;;
 batch)
-    step batch-tests 200 python3 -m pytest -m gpu -q -rs -p no:cacheprovider tests/test_batch.py
-    step archive 390 python3 -m benchmarks.archive --recordings 40 --samples 20000000 --workers 1,2 --repeats 1 \
-        --device gpu --budget-s 360 --data-dir /tmp/ecg-archive --out "$OUT" ;;
+    # GPUS, PER_GPU, RECORDINGS, BUDGET choose the layouts; MPS=1 runs them under CUDA MPS, whose
+    # daemon lets the kernels of a GPU's several workers run side by side instead of in turns.
+    step batch-tests 300 python3 -m pytest -m gpu -q -rs -p no:cacheprovider tests/test_batch.py
+    [ "${MPS:-0}" = 1 ] && nvidia-cuda-mps-control -d && echo "CUDA MPS daemon started"
+    step archive $((${BUDGET:-360} + 200)) python3 -m benchmarks.archive --recordings "${RECORDINGS:-40}" \
+        --samples 20000000 --workers "${GPUS:-1,2}" --per-gpu "${PER_GPU:-1}" --repeats 1 --device gpu \
+        --budget-s "${BUDGET:-360}" --data-dir /tmp/ecg-archive --tag "${TAG:-gpus}" --out "$OUT"
+    [ "${MPS:-0}" = 1 ] && echo quit | nvidia-cuda-mps-control ;;
 *)
     echo "usage: benchmarks/gpu_session.sh tests|profile|startup|serve|quality|dashboard|columns|scale|batch" >&2
     exit 2 ;;
