@@ -85,9 +85,9 @@ columns)
 scale)
     step scale 580 python3 -m benchmarks.gpu_dashboard --scale --runs "$RUNS" --out "$OUT" --budget-s 540 ;;
 batch)
-    # GPUS, PER_GPU, RECORDINGS, BUDGET choose the layouts; MPS=1 runs them under CUDA MPS, whose
+    # GPUS, PER_GPU, RECORDINGS, BUDGET choose the layouts (TESTS=0: no tests first); MPS=1 runs them under CUDA MPS, whose
     # daemon lets the kernels of a GPU's several workers run side by side instead of in turns.
-    step batch-tests 300 python3 -m pytest -m gpu -q -rs -p no:cacheprovider tests/test_batch.py
+    [ "${TESTS:-1}" = 1 ] && step batch-tests 300 python3 -m pytest -m gpu -q -rs -p no:cacheprovider tests/test_batch.py
     [ "${MPS:-0}" = 1 ] && nvidia-cuda-mps-control -d && echo "CUDA MPS daemon started"
     step archive $((${BUDGET:-360} + 200)) python3 -m benchmarks.archive --recordings "${RECORDINGS:-40}" \
         --samples 20000000 --workers "${GPUS:-1,2}" --per-gpu "${PER_GPU:-1}" --repeats 1 --device gpu \

@@ -174,9 +174,9 @@ def _local_cuda_cluster(gpus: int, per_gpu: int, threads: int):
         for device, spec in recipe.items():
             for k in range(per_gpu):
                 one = copy.deepcopy(spec)
-                one["options"]["memory_limit"] = int(spec["options"]["memory_limit"]) // per_gpu
+                one["options"].update(memory_limit=int(spec["options"]["memory_limit"]) // per_gpu, host="127.0.0.1")
                 specs[f"gpu{device}-{k}"] = one
-        scheduler = {"cls": Scheduler, "options": {"dashboard_address": _dashboard_address()}}
+        scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": _dashboard_address()}}
         cluster = SpecCluster(workers=specs, scheduler=scheduler, silence_logs=logging.ERROR)
     return Client(cluster)
 
