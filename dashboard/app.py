@@ -420,7 +420,7 @@ def serve_page(argv: list[str] | None = None) -> App:
     if pn.state.curdoc is not None:     # a served session (not a page built in a test)
         pn.state.on_session_destroyed(server_gc.collect_after_session_end)
     try:
-        settings = startup.settings_from(sys.argv[1:] if argv is None else argv)
+        settings = startup.server_settings(sys.argv[1:] if argv is None else argv)
         if settings.archive:
             from pipeline.archive import read_archive
 

@@ -12,9 +12,9 @@ and reports each progress call as one JSON line on a pipe; its stdout and stderr
 server's log. The server then reads the finished run from its directory, as it reads a cached
 run. The child ends itself when its stdin closes: when the server stops, even if killed.
 
-``python -m dashboard.pipeline_process FD [APP ARGS | -]`` is the child: FD is the pipe's write
-end; APP ARGS are the server's ``--args`` (parsed by :func:`dashboard.settings.settings_from`), or
-``-`` for a pickled :class:`~pipeline.run.RunRequest` on stdin.
+``python -m dashboard.pipeline_process FD`` is the child: FD is the pipe's write end, and its
+:class:`~pipeline.requests.RunRequest` arrives pickled on stdin (the server parsed its arguments,
+:func:`dashboard.settings.server_settings`; the child does not parse them again).
 """
 from __future__ import annotations
 
@@ -44,20 +44,18 @@ class PipelineFailed(Exception):
 class PipelineProcess:
     """One child process running one request; :meth:`result` follows it to the end."""
 
-    def __init__(self, app_args: list[str] | None = None, request=None):
-        """Start the child for the server's ``app_args`` or for ``request``."""
-        self.app_args = app_args
+    def __init__(self, request):
+        """Start the child for ``request`` (a :class:`~pipeline.requests.RunRequest`)."""
+        self.request = request
         read_end, write_end = os.pipe()
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (_ROOT, os.environ.get("PYTHONPATH"))))}
-        args = app_args if request is None else ["-"]
         self.started_at = time.monotonic()
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "dashboard.pipeline_process", str(write_end), *args],
+            [sys.executable, "-m", "dashboard.pipeline_process", str(write_end)],
             stdin=subprocess.PIPE, stdout=2, pass_fds=(write_end,), env=env)  # stdout: the server's log
         os.close(write_end)
-        if request is not None:
-            self._process.stdin.write(pickle.dumps(request))
-            self._process.stdin.flush()     # and stdin stays open while the child is needed
+        self._process.stdin.write(pickle.dumps(request))
+        self._process.stdin.flush()     # and stdin stays open while the child is needed
         # Drained from the start, so that the child never blocks on a full pipe while the server
         # is still importing Panel and nobody follows it yet.
         self._events: queue.Queue = queue.Queue()
@@ -112,31 +110,33 @@ class PipelineProcess:
 
 def start_early(app_args: list[str]) -> None:
     """Start the run for the server's ``--args`` now, before the server imports Panel; the
-    server's job adopts it if it asks for the same request (:func:`for_request`)."""
+    server's job adopts it if it asks for the same request (:func:`for_request`). Nothing starts
+    for an archive (its server runs nothing at start) or for arguments that do not parse (the
+    page shows their error)."""
     global _EARLY
-    _EARLY = PipelineProcess(app_args=list(app_args))
+    from dashboard.settings import server_settings
+
+    try:
+        settings = server_settings(list(app_args))
+    except ValueError:
+        return
+    if not settings.archive:
+        _EARLY = PipelineProcess(request=settings.request)
 
 
 def for_request(request) -> PipelineProcess:
     """The child computing ``request``: the one :func:`start_early` started, if it was started
     for this request, or a new one."""
     global _EARLY
-    from dashboard.settings import settings_from
-
     child, _EARLY = _EARLY, None
-    if child is not None:
-        try:
-            settings = settings_from(child.app_args)
-        except ValueError:
-            settings = None
-        if settings is None or settings.archive or settings.request != request:
-            child.stop()
-            child = None
+    if child is not None and child.request != request:
+        child.stop()
+        child = None
     return child or PipelineProcess(request=request)
 
 
 # --------------------------------------------------------------------------- the child
-def _child(write_end: int, app_args: list[str]) -> int:
+def _child(write_end: int) -> int:
     from pipeline.run import run_to_directory
 
     events = open(write_end, "w", encoding="utf-8", buffering=1)
@@ -145,15 +145,7 @@ def _child(write_end: int, app_args: list[str]) -> int:
         events.write(json.dumps(event) + "\n")
 
     try:
-        if app_args == ["-"]:
-            request = pickle.load(sys.stdin.buffer)
-        else:
-            from dashboard.settings import settings_from
-
-            settings = settings_from(app_args)
-            if settings.archive:
-                return 0      # an archive's server runs nothing at start
-            request = settings.request
+        request = pickle.load(sys.stdin.buffer)
         threading.Thread(target=_end_with_the_server, name="server-watch", daemon=True).start()
         path, cached = run_to_directory(request, progress=lambda stage, fraction, message="":
                                         send(stage=stage, fraction=fraction, message=message, at=time.monotonic()))
@@ -180,7 +172,7 @@ def _end_with_the_server() -> None:
 
 
 if __name__ == "__main__":
-    code = _child(int(sys.argv[1]), sys.argv[2:])
+    code = _child(int(sys.argv[1]))
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)   # the run is written: skip the interpreter's and CUDA's teardown

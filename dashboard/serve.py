@@ -86,12 +86,11 @@ def serve_arguments(argv: list[str], warn=lambda text: print(text, file=sys.stde
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if "--args" in argv:
-        app_args = argv[argv.index("--args") + 1:]
-        archive = any(arg.split("=")[0] == "--archive" for arg in app_args) or os.environ.get("ECG_ARCHIVE")
-        if not archive:   # (an archive's server runs nothing at start)
-            from dashboard import pipeline_process
+        from dashboard import pipeline_process
 
-            pipeline_process.start_early(app_args)   # the run goes on while the imports below are made
+        # The app's arguments, parsed once (the pages read the same settings); the run goes on
+        # while the imports below are made.
+        pipeline_process.start_early(argv[argv.index("--args") + 1:])
     gc.disable()
     try:
         from panel.command import main as panel_main

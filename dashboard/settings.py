@@ -1,15 +1,19 @@
 """What a dashboard server was asked to show: its arguments (``panel serve dashboard/app.py --args
-…``) or ``ECG_*`` environment variables, read once into :class:`Settings`. Both the server
-(:mod:`dashboard.startup`) and the pipeline's child process (:mod:`dashboard.pipeline_process`)
-read them here. Nothing a page sends can change them.
+…``) or ``ECG_*`` environment variables, read into :class:`Settings` once per process
+(:func:`server_settings`): by ``python -m dashboard.serve`` before it starts the run's process
+(:mod:`dashboard.pipeline_process`, which is handed the request, not the arguments), else by the
+first page (:mod:`dashboard.app`); every later page gets the same settings. Nothing a page sends
+can change them. The request is built by :func:`pipeline.requests.run_request`, as the pipeline's
+command line builds its own; this module imports nothing heavy.
 """
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field, replace
+import os
+import threading
+from dataclasses import dataclass, field
 
-from pipeline.config import SignalConfig, VAEConfig
-from pipeline.run import RunRequest
+from pipeline.requests import RunRequest, run_request
 
 BOARDS = ("auto", "bokeh", "cuxfilter")
 ENV = {"input": "ECG_INPUT", "device": "ECG_DEVICE", "samples": "ECG_SAMPLES", "epochs": "ECG_EPOCHS",
@@ -54,8 +58,6 @@ def settings_from(argv: list[str] | None = None, environ: dict | None = None) ->
 
     Raises ValueError with one line naming the bad argument.
     """
-    import os
-
     environ = os.environ if environ is None else environ
     args, unknown = _parser().parse_known_args(list(argv or []))
     if unknown:
@@ -88,18 +90,36 @@ def settings_from(argv: list[str] | None = None, environ: dict | None = None) ->
     board = values["board"] or "auto"
     if board not in BOARDS:
         raise ValueError(f"board must be one of {', '.join(BOARDS)}; got {board!r} (from --board or ECG_BOARD)")
-    column = values["column"]
-    if isinstance(column, str) and column.isdigit():
-        column = int(column)
     epochs = number("epochs", int)
-    request = RunRequest(input=values["input"] or None, device=device, out=values["out"] or "runs",
-                         fs=number("fs", float), column=column, samples=number("samples", int),
-                         signal=SignalConfig(),
-                         vae=replace(VAEConfig(), epochs=epochs) if epochs else VAEConfig(),
-                         use_cache=not args.no_cache, warm_up=False,  # the server waits for the result only
-                         reference=values["reference"] or None)
+    fs, samples = number("fs", float), number("samples", int)
+    request = run_request(values["input"] or None, device=device, out=values["out"] or "runs", fs=fs,
+                          column=values["column"], samples=samples, epochs=epochs, use_cache=not args.no_cache,
+                          warm_up=False,  # the server waits for the result only
+                          reference=values["reference"] or None)
     if request.reference is not None:
         from pipeline.reference_store import reference_digest
 
         reference_digest(request.reference)   # a missing or foreign file: one line now, not after the run
     return Settings(request=request, board=board, archive=values["archive"] or None)
+
+
+_PARSED: dict[tuple, Settings | str] = {}
+_PARSED_LOCK = threading.Lock()
+
+
+def server_settings(argv: list[str]) -> Settings:
+    """This process's settings for the server arguments ``argv`` and the ``ECG_*`` variables of
+    its environment, parsed on the first call only: the server's start, every page and the run's
+    adoption (:func:`dashboard.pipeline_process.for_request`) share one reading, a bad one's
+    error included (raised again as the same one-line ValueError)."""
+    key = (tuple(argv), tuple(os.environ.get(var, "") for var in ENV.values()))
+    with _PARSED_LOCK:
+        if key not in _PARSED:
+            try:
+                _PARSED[key] = settings_from(argv)
+            except ValueError as err:
+                _PARSED[key] = str(err)
+        found = _PARSED[key]
+    if isinstance(found, str):
+        raise ValueError(found)
+    return found

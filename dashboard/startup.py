@@ -24,9 +24,10 @@ from typing import Callable
 
 from dashboard import pipeline_process
 from dashboard.announcement import Announcement
-from dashboard.settings import BOARDS, ENV, Settings, settings_from  # noqa: F401 - the server's settings, named here too
+from dashboard.settings import BOARDS, ENV, Settings, server_settings, settings_from  # noqa: F401 - the server's settings, named here too
 from pipeline import collector, one_line
-from pipeline.run import STAGES, RunRequest
+from pipeline.requests import RunRequest
+from pipeline.run import STAGES
 
 OPEN_RUNS = 4              # runs of an archive kept ready in memory (the most recently opened)
 # The stages of a run found in the cache; any other stage means the run is being computed.

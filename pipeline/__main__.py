@@ -8,11 +8,10 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
-from dataclasses import replace
 from pathlib import Path
 
 from pipeline import PipelineWarning
-from pipeline.config import SignalConfig, VAEConfig
+from pipeline.config import VAEConfig
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,16 +155,11 @@ def _inputs_named(args) -> str:
 
 
 def _request(args, input_path):
-    from pipeline.run import RunRequest
+    from pipeline.requests import run_request
 
-    if args.lead is not None and args.column is not None and args.lead != args.column:
-        raise ValueError(f"--lead {args.lead!r} and --column {args.column!r} name different leads; give one")
-    lead = args.lead if args.lead is not None else args.column
-    return RunRequest(input=input_path, device=args.device, out=args.out, fs=args.fs,
-                      column=int(lead) if lead and lead.isdigit() else lead,
-                      samples=getattr(args, "samples", None), signal=SignalConfig(),
-                      vae=replace(VAEConfig(), epochs=args.epochs), use_cache=not args.no_cache,
-                      reference=args.reference)
+    return run_request(input_path, device=args.device, out=args.out, fs=args.fs, lead=args.lead,
+                       column=args.column, samples=getattr(args, "samples", None), epochs=args.epochs,
+                       use_cache=not args.no_cache, reference=args.reference)
 
 
 # --------------------------------------------------------------------------- run

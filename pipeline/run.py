@@ -12,7 +12,7 @@ import platform
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -22,6 +22,7 @@ import numpy as np
 import pipeline
 from pipeline import backend, collector, results, threads
 from pipeline.config import SignalConfig, VAEConfig, config_hash
+from pipeline.requests import RunRequest
 
 if TYPE_CHECKING:
     from pipeline.families import Families
@@ -51,27 +52,6 @@ MIN_BEAT_COHERENCE = 0.3
 SEGMENTATION = ("wavelet", "peaks", "lengths", "embed")
 
 Progress = Callable[[str, float, str], None]  # (stage, fraction of that stage done, message)
-
-
-@dataclass(frozen=True)
-class RunRequest:
-    """Everything that defines a run; with the input's hash it names the cache entry."""
-
-    input: str | None = None          # None: the synthetic default
-    device: str = "auto"
-    out: str = "runs"
-    fs: float | None = None
-    column: str | int | None = None
-    samples: int | None = None        # size of the synthetic default (None: per device)
-    seed: int = 0
-    signal: SignalConfig = field(default_factory=SignalConfig)
-    vae: VAEConfig = field(default_factory=VAEConfig)
-    use_cache: bool = True
-    reference: str | None = None      # reference beat model (.npz); None: the one shipped with the package
-    # Run every kernel and reader once on a tiny recording first, so that the report's stage times
-    # measure the work rather than one-off set-up. A server that only waits for the result skips
-    # it: the set-up then falls inside the stages, and nothing is computed twice.
-    warm_up: bool = True
 
 
 def run_pipeline(request: RunRequest = RunRequest(), progress: Progress | None = None) -> results.RunResult:

@@ -103,6 +103,28 @@ def test_an_early_child_is_adopted_only_for_its_own_request(tmp_path):
     assert _gone_within(other.pid, 10)
 
 
+def test_the_servers_arguments_are_parsed_once_and_no_child_starts_for_an_archive_or_bad_ones(tmp_path, monkeypatch):
+    from dashboard import settings
+
+    parsed = []
+    monkeypatch.setattr(settings, "settings_from", lambda argv: parsed.append(argv) or settings.Settings(
+        archive=str(tmp_path) if "--archive" in argv else None))
+    monkeypatch.setattr(settings, "_PARSED", {})
+    monkeypatch.setattr(pipeline_process, "_EARLY", None)
+    args = ["--archive", str(tmp_path)]
+    pipeline_process.start_early(args)            # (python -m dashboard.serve, before Panel's import)
+    assert settings.server_settings(args) is settings.server_settings(list(args))   # (each page)
+    assert parsed == [args] and pipeline_process._EARLY is None
+
+    monkeypatch.setattr(settings, "settings_from", lambda argv: parsed.append(argv) or int("zero"))
+    pipeline_process.start_early(["--epochs", "zero"])
+    assert pipeline_process._EARLY is None
+    for _ in range(2):
+        with pytest.raises(ValueError, match="invalid literal"):
+            settings.server_settings(["--epochs", "zero"])
+    assert parsed == [args, ["--epochs", "zero"]]
+
+
 def test_the_child_ends_when_its_server_is_killed(tmp_path):
     """The server killed outright (no atexit): the child sees its stdin close and exits at once,
     without waiting for its next progress report."""
