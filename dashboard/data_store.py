@@ -155,6 +155,9 @@ class DataStore(pn.viewable.Viewer):
     rank_low_quality = param.Boolean(default=False, label="Rank low-quality beats (noise, artefacts) too")
     focus = param.Integer(default=None, allow_None=True, doc="beat_id shown in detail (from the table)")
     zoom_to = param.Range(default=None, allow_None=True, doc="a window (s) the recording view is asked to show")
+    episodes = param.DataFrame(default=None, allow_None=True,
+                               doc="the run's episodes with the reviewer's verdicts, as the episode list holds them "
+                                   "(None: the detector's, unreviewed); the recording's bands follow it")
     colour_by = param.Selector(default="score", objects=COLOUR_MODES, label="Colour the planes by")
     labels_version = param.Integer(default=0, doc="version of the reviewer's labels this session shows")
     selection = param.ClassSelector(class_=Selection, doc="the current selection (output)")

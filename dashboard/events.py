@@ -1,14 +1,16 @@
 """The run's episodes as a list beside the dashboard: pauses, ventricular flutter/fibrillation and
 noise, each with its onset (hh:mm:ss), duration and the reviewer's verdict, longest pauses first;
 a click shows that stretch in the recording view (with a few seconds around it) and chooses it for
-a verdict: confirmed, not an episode, or none again. The stretch the recording view shows can be
-added as an episode the detector missed.
+a verdict: confirmed, not an episode, or none again (the recording's bands follow at once: a
+rejected episode is no longer drawn there, a confirmed one more strongly). The stretch the
+recording view shows can be added as an episode the detector missed.
 
 See Also
 --------
 pipeline.tables.episodes_table : the episodes of a run.
 dashboard.episode_review.EpisodeReview : where the verdicts are kept.
-dashboard.charts.add_episode_track : the same episodes as bands on the recording and tachogram.
+dashboard.recording_view.add_episode_track : the same episodes as bands on the recording and tachogram
+    (it follows ``DataStore.episodes``, which this list sets).
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import numpy as np
 import panel as pn
 from bokeh.models import ColumnDataSource, DataTable, NumberFormatter, StringFormatter, TableColumn
 
-from dashboard.data_store import DataStore
+from dashboard.data_store import DataStore, one_patch
 from dashboard.episode_review import EpisodeReview
 from dashboard.spec import EPISODE_NAMES, hms
 from dashboard.views import escape, html
@@ -58,7 +60,9 @@ class EventList(pn.viewable.Viewer):
         self.store, self.who = store, who
         self.review, problem = self._open_review(store)
         self.chosen: int | None = None
-        self.source = ColumnDataSource(event_rows(self._episodes()))
+        episodes = self._episodes()
+        self.source = ColumnDataSource(event_rows(episodes))
+        store.episodes = episodes                 # the bands drawn already leave out what was rejected
         rows = len(self.source.data["kind"])
         self.table = DataTable(source=self.source, height=min(MAX_HEIGHT, 30 + 25 * max(rows, 1)),
                                sizing_mode="stretch_width", index_position=None, reorderable=False, name="ecg-events",
@@ -157,14 +161,17 @@ class EventList(pn.viewable.Viewer):
         return self.who or pn.state.user or default_reviewer()
 
     def _refresh(self, message: str) -> None:
-        self.source.data = event_rows(self._episodes())
-        rows = len(self.source.data["kind"])
-        self.table.height = min(MAX_HEIGHT, 30 + 25 * max(rows, 1))
-        self.listed.visible = rows > 0
-        self.chosen = None
-        for button in (self.confirm, self.reject, self.clear):
-            button.disabled = True
-        self.status.object = escape(message)
+        episodes = self._episodes()
+        with one_patch():                         # the list, the buttons and the bands in one message
+            self.source.data = event_rows(episodes)
+            self.store.episodes = episodes        # the bands on the recording and tachogram follow
+            rows = len(self.source.data["kind"])
+            self.table.height = min(MAX_HEIGHT, 30 + 25 * max(rows, 1))
+            self.listed.visible = rows > 0
+            self.chosen = None
+            for button in (self.confirm, self.reject, self.clear):
+                button.disabled = True
+            self.status.object = escape(message)
 
     def __panel__(self):
         judging = pn.Row(self.confirm, self.reject, self.clear, sizing_mode="stretch_width")

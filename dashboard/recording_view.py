@@ -1,7 +1,7 @@
 """The recording view: a Datashader raster of the visible window (:mod:`dashboard.signal_raster`),
 redrawn when the window changes, and the raw samples as a line once zoomed in to single samples;
 the RR tachogram on the same time axis; the markers of selected beats and outliers on both; the
-run's episodes as bands behind them. Both boards draw these.
+run's episodes as bands behind them (less those the reviewer rejected). Both boards draw these.
 
 See Also
 --------
@@ -34,6 +34,7 @@ MAX_OUTLIER_MARKERS = 1000  # outlier markers drawn at most (highest scores firs
 FOCUS_SECONDS = 4.0
 RASTER_HEIGHT = 240         # pixels of the recording's raster (the plot's inner height, roughly)
 DEFAULT_WIDTH = 1400        # raster width until the browser reports the plot's real width
+BAND_VERDICTS = {"confirmed": "confirmed", "added": "added by the reviewer", "": "not reviewed"}   # (hover)
 
 
 class SignalChart(pn.viewable.Viewer):
@@ -104,7 +105,7 @@ class SignalChart(pn.viewable.Viewer):
         flagged = add(p, self.outliers, Scatter(x="t", y="y", marker="inverted_triangle", size=11,
                                                 fill_color=OUTLIER_COLOR, line_color="white"), level=CHANGES_WITH_BRUSH)
         hover.renderers = [flagged]
-        add_episode_track(p, self.store.shared)     # last in the list, drawn first (its level)
+        add_episode_track(p, self.store)            # last in the list, drawn first (its level)
         p.add_layout(self.focus_box)
         self.window_watch = RangeWatch([p.x_range], self.image)     # the tachogram joins in: it shares the x range
         self.window_watch.add(self._redraw)
@@ -273,7 +274,7 @@ class TachogramChart(pn.viewable.Viewer):
         hover.renderers = [add(p, self.outliers, Scatter(x="t", y="y", marker="inverted_triangle", size=9,
                                                          fill_color=OUTLIER_COLOR, line_color="white"),
                                level=CHANGES_WITH_BRUSH)]
-        add_episode_track(p, shared)                # last in the list, drawn first (its level)
+        add_episode_track(p, store)                 # last in the list, drawn first (its level)
         self.figure = p
         self._window = None
         self._rebin()
@@ -301,19 +302,37 @@ class TachogramChart(pn.viewable.Viewer):
         return pn.pane.Bokeh(self.figure, sizing_mode="stretch_width")
 
 
-def add_episode_track(p, shared) -> None:
-    """The run's episodes (flutter, noise, pauses) as bands of colour behind everything the plot
-    draws, over its whole height; hovering one names it."""
-    episodes = shared.run.episodes
+def episode_bands(episodes) -> dict:
+    """The bands' columns (x0, x1, kind, verdict, colour, alphas) for ``episodes`` (with a
+    ``verdict`` column where reviewed): an episode the reviewer rejected is left out, one confirmed
+    or added is drawn stronger and edged."""
     if episodes is None or not len(episodes):
-        return
-    source = ColumnDataSource(dict(x0=episodes["start_s"].to_numpy(), x1=episodes["end_s"].to_numpy(),
-                                   kind=episodes["kind"].astype(str).to_numpy(),
-                                   color=[EPISODE_COLORS[k] for k in episodes["kind"]]), name="ecg-episodes")
-    track = add(p, source, VStrip(x0="x0", x1="x1", fill_color="color", fill_alpha=0.18, line_color=None),
-                level="underlay")
+        return {name: [] for name in ("x0", "x1", "kind", "verdict", "color", "fill_alpha", "line_alpha")}
+    verdicts = (episodes["verdict"].astype(str).to_numpy() if "verdict" in episodes
+                else np.full(len(episodes), "", dtype=object))
+    kept = verdicts != "rejected"
+    frame, verdicts = episodes[kept], verdicts[kept]
+    judged = np.isin(verdicts, ("confirmed", "added"))
+    return {"x0": frame["start_s"].to_numpy(np.float64), "x1": frame["end_s"].to_numpy(np.float64),
+            "kind": frame["kind"].astype(str).tolist(), "verdict": [BAND_VERDICTS.get(v, v) for v in verdicts],
+            "color": [EPISODE_COLORS[k] for k in frame["kind"]],
+            "fill_alpha": np.where(judged, 0.32, 0.18), "line_alpha": np.where(judged, 0.9, 0.0)}
+
+
+def add_episode_track(p, store: DataStore) -> None:
+    """The run's episodes (flutter, noise, pauses) as bands of colour behind everything the plot
+    draws, over its whole height; hovering one names it. The bands follow ``store.episodes`` (the
+    reviewer's verdicts) by new data in the same source; the track is there even for a run without
+    episodes, so that one the reviewer adds is drawn."""
+    def shown():
+        return store.shared.run.episodes if store.episodes is None else store.episodes
+
+    source = ColumnDataSource(episode_bands(shown()), name="ecg-episodes")
+    track = add(p, source, VStrip(x0="x0", x1="x1", fill_color="color", fill_alpha="fill_alpha", line_color="color",
+                                  line_alpha="line_alpha", line_width=1.5), level="underlay")
     p.add_tools(HoverTool(renderers=[track], tooltips=[("episode", "@kind"), ("from", "@x0{0.0} s"),
-                                                       ("to", "@x1{0.0} s")]))
+                                                       ("to", "@x1{0.0} s"), ("verdict", "@verdict")]))
+    store.param.watch(lambda event: setattr(source, "data", episode_bands(shown())), "episodes")
 
 
 def beat_span_s(beat, shared) -> float:

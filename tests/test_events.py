@@ -128,3 +128,67 @@ def test_the_reviewer_judges_and_adds_episodes_and_they_are_kept(run):
     events.clear.clicks += 1
     assert events.source.data["verdict"][0] == ""
     assert sorted(EpisodeReview.for_run(result).verdicts()["verdict"]) == ["added", "rejected"]
+
+
+def test_a_rejected_episode_leaves_the_bands_and_no_verdict_brings_it_back(run):
+    """The bands on the recording and the tachogram follow the verdicts in place (new data in the
+    same source): 'Not an episode' takes the flutter's band away, 'No verdict' brings it back,
+    'Confirm' draws it stronger; an added episode is drawn; a new session starts without the
+    rejected band."""
+    from dashboard.charts import BokehBoard
+    from dashboard.data_store import DataStore, SharedRun
+    from dashboard.events import EventList
+    from dashboard.spec import VIEWS
+
+    result, _, (flutter_start, _) = run
+    shared = SharedRun.from_run(result)
+
+    def session():
+        store = DataStore(shared)
+        board = BokehBoard(store)
+        figures = [board.chart(VIEWS[name]).figure for name in ("signal", "rhythm")]   # recording, tachogram
+        return EventList(store, who="ann"), [p.select_one({"name": "ecg-episodes"}) for p in figures], figures
+
+    def flutter_bands(track) -> list:
+        return [(x0, alpha) for kind, x0, alpha in zip(track.data["kind"], track.data["x0"], track.data["fill_alpha"])
+                if kind == "flutter"]
+
+    events, tracks, figures = session()
+    row = events.source.data["code"].index("flutter")
+    events.source.selected.indices = [row]
+    events.clear.clicks += 1                          # whatever an earlier test left: no verdict
+    for track in tracks:
+        (x0, alpha), = flutter_bands(track)
+        assert x0 == pytest.approx(flutter_start, abs=1.0) and alpha == pytest.approx(0.18)
+
+    events.source.selected.indices = [row]
+    events.reject.clicks += 1
+    assert events.source.data["verdict"][row] == "✗ not an episode"     # still listed, as rejected
+    for track in tracks:
+        assert flutter_bands(track) == [] and "pause" in track.data["kind"]
+    assert flutter_bands(session()[1][0]) == []       # another session opens without it
+    assert [p.select_one({"name": "ecg-episodes"}) for p in figures] == tracks   # the same sources, new data
+
+    events.source.selected.indices = [row]
+    events.clear.clicks += 1
+    for track in tracks:
+        (_, alpha), = flutter_bands(track)
+        assert alpha == pytest.approx(0.18)
+
+    events.source.selected.indices = [row]
+    events.confirm.clicks += 1
+    for track in tracks:
+        (_, alpha), = flutter_bands(track)
+        assert alpha > 0.18
+
+    events.store.update(time_range=(60.0, 62.5))
+    events.kind.value = "noise"
+    events.add.clicks += 1
+    for track in tracks:
+        assert (60.0, 62.5) in [(x0, x1) for x0, x1 in zip(track.data["x0"], track.data["x1"])]
+    events.source.selected.indices = [events.source.data["start_s"].tolist().index(60.0)]
+    events.reject.clicks += 1                         # rejecting one's own addition takes it back
+    for track in tracks:
+        assert 60.0 not in list(track.data["x0"])
+    events.source.selected.indices = [events.source.data["code"].index("flutter")]
+    events.clear.clicks += 1

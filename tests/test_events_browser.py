@@ -64,3 +64,40 @@ def test_episodes_are_drawn_listed_and_a_click_shows_one(served, browser):
     page.shot("events.png")
     assert not page.errors, "\n".join(page.errors)
     page.close()
+
+
+def test_a_rejected_episode_leaves_the_recording_and_no_verdict_brings_it_back(served, browser):
+    """'Not an episode' on the flutter takes its red band off the recording view in the open page
+    (the list still shows it, as rejected); 'No verdict' draws it again."""
+    srv, _, (flutter_start, flutter_end) = served
+    page = Page(browser, srv.url)
+    page.wait_dashboard()
+    view = page.page.locator(".ecg-view-signal .bk-Canvas").first
+    flutter = page.page.locator(".bk-DataTable .slick-row", has_text="flutter").first
+
+    def band_drawn() -> bool:
+        """A red tint just under the frame's top edge, at a few points across the flutter (where
+        the trace does not reach, a red pixel is the band)."""
+        view.scroll_into_view_if_needed()
+        box, png = view.bounding_box(), view.screenshot()
+        top = page.page.evaluate("""() => { const v = Bokeh.index.find_one(
+            Bokeh.documents[0].get_model_by_name('ecg-signal')); return v.frame.bbox.top; }""")
+        xs = [page.to_screen("signal", flutter_start + f * (flutter_end - flutter_start))[0] - box["x"]
+              for f in (0.3, 0.5, 0.7)]
+        return any(red > blue + 20 for red, _, blue in (_pixel(png, x, top + 4) for x in xs))
+
+    def judge(button: str, verdict: str) -> None:
+        flutter.click()
+        page.wait_until(lambda: abs(page.x_range()[0] - (flutter_start - 3.0)) < 0.5, "the recording at the flutter")
+        page.page.get_by_role("button", name=button, exact=True).click()
+        page.wait_until(lambda: verdict in flutter.inner_text(), f"the flutter listed as {verdict!r}")
+
+    assert band_drawn(), "no flutter band before any verdict"
+    judge("Not an episode", "not an episode")
+    page.wait_until(lambda: not band_drawn(), "the rejected flutter's band gone")
+    page.shot("episode-rejected.png")
+    judge("No verdict", "")
+    page.wait_until(band_drawn, "the flutter's band back after 'No verdict'")
+    assert "not an episode" not in flutter.inner_text()
+    assert not page.errors, "\n".join(page.errors)
+    page.close()
