@@ -165,61 +165,85 @@ def main(argv: list[str] | None = None) -> dict:
 
 def _measure(report: dict, paths: list[Path], args, device: str, layouts: list[tuple[int, int]], out_root: Path,
              save: Callable[[], dict], deadline: float) -> None:
-    """Start a cluster per layout (worker count, workers per GPU; all kept open), warm each up,
-    then run the passes in turns (w=2, w=1, w=2, w=1, …): load from other processes that comes and
-    goes then falls on every layout alike, instead of on whichever happened to run at the time."""
-    from benchmarks.gpu_utilization import GpuUtilization
+    """Start a cluster per layout (worker count, workers per GPU), warm each up, then run its
+    passes. On a CPU the clusters stay open together and take turns (w=2, w=1, w=2, w=1, …): load
+    from other processes that comes and goes then falls on every layout alike. On GPUs each
+    layout's workers hold device memory (an RMM pool and a CUDA context each), so one layout runs
+    at a time and its cluster closes before the next starts."""
+    template = _request(args, device, out_root / "warmup")
+    if device == "gpu":
+        for i, layout in enumerate(layouts):
+            with contextlib.ExitStack() as stack:
+                cluster = _start(stack, report, paths, args, device, layout, template, out_root)
+                stopped = _passes(report["configs"][-1:], [cluster], paths, args, template, out_root, save, deadline,
+                                  later=len(layouts) - i - 1)
+            report["stopped"] = report.get("stopped") or stopped
+        return
+    with contextlib.ExitStack() as stack:
+        clusters = [_start(stack, report, paths, args, device, layout, template, out_root) for layout in layouts]
+        report["stopped"] = _passes(report["configs"], clusters, paths, args, template, out_root, save, deadline)
+
+
+def _start(stack, report: dict, paths: list[Path], args, device: str, layout: tuple[int, int], template,
+           out_root: Path):
+    """Open a layout's cluster and warm it up with one untimed run per worker (imports, CUDA
+    context, JIT, first training); its record goes into ``report["configs"]``."""
     from pipeline.batch import run_batch
     from pipeline.batch_task import Job
     from pipeline.cluster import open_cluster
 
-    template = _request(args, device, out_root / "warmup")
-    with contextlib.ExitStack() as stack:
-        clusters = []
-        for w, k in layouts:
-            print(f"{_layout(w, k, device)}: starting the cluster", file=sys.stderr)
-            cluster = stack.enter_context(open_cluster(args.cluster, w, device=device, threads=args.threads,
-                                                       per_gpu=k))
-            # one untimed run per worker (imports, CUDA context, JIT, first training)
-            warm = run_batch([Job(replace(template, input=str(p), out=str(out_root / f"warm-{w}-{k}")))
-                              for p in paths[:cluster.workers]], cluster=cluster, progress=not args.quiet)
-            _check(warm)
-            clusters.append(cluster)
-            report["configs"].append({"workers": cluster.workers, "gpus": w if cluster.kind == "local-cuda" else 0,
-                                      "per_gpu": cluster.per_gpu, "threads": cluster.threads, "cluster": cluster.kind,
-                                      "startup_s": round(cluster.startup_s, 3), "warmup_s": round(warm.seconds, 3),
-                                      "warmup_recording_s": [round(r["wall_s"], 3) for r in warm.rows],
-                                      "passes": []})
-        counts = _recordings_that_fit(report["configs"], len(paths), args.repeats, deadline)
-        for repeat in range(args.repeats):
-            if repeat and time.perf_counter() > deadline:
-                report["stopped"] = f"budget spent after {repeat} round(s) of passes"
-                break
-            for config, cluster, n in zip(report["configs"], clusters, counts):
-                out = out_root / f"w{config['workers']}-r{repeat}"
-                jobs = [Job(replace(template, input=str(p), out=str(out))) for p in paths[:n]]
-                with GpuUtilization() as busy:
-                    result = run_batch(jobs, cluster=cluster, progress=not args.quiet)
-                _check(result)
-                config["passes"].append(_pass_record(result, busy.mean()))
-                print(f"{_layout(config['gpus'] or config['workers'], config['per_gpu'], device)}, pass "
-                      f"{repeat + 1}: {len(jobs)} recordings in {result.seconds:.1f} s "
-                      f"({result.per_minute:.1f} per minute)", file=sys.stderr)
-                shutil.rmtree(out, ignore_errors=True)
-                save()
+    w, k = layout
+    print(f"{_layout(w, k, device)}: starting the cluster", file=sys.stderr)
+    cluster = stack.enter_context(open_cluster(args.cluster, w, device=device, threads=args.threads, per_gpu=k))
+    warm = run_batch([Job(replace(template, input=str(p), out=str(out_root / f"warm-{w}-{k}")))
+                      for p in paths[:cluster.workers]], cluster=cluster, progress=not args.quiet)
+    _check(warm)
+    report["configs"].append({"workers": cluster.workers, "gpus": w if cluster.kind == "local-cuda" else 0,
+                              "per_gpu": cluster.per_gpu, "threads": cluster.threads, "cluster": cluster.kind,
+                              "startup_s": round(cluster.startup_s, 3), "warmup_s": round(warm.seconds, 3),
+                              "warmup_recording_s": [round(r["wall_s"], 3) for r in warm.rows], "passes": []})
+    return cluster
+
+
+def _passes(configs: list[dict], clusters: list, paths: list[Path], args, template, out_root: Path,
+            save: Callable[[], dict], deadline: float, later: int = 0) -> str | None:
+    """``args.repeats`` rounds of one timed pass per cluster, in turns, while the budget lasts
+    (``later`` layouts still to come share what is left); says so when the budget stopped them."""
+    from benchmarks.gpu_utilization import GpuUtilization
+    from pipeline.batch import run_batch
+    from pipeline.batch_task import Job
+
+    counts = _recordings_that_fit(configs, len(paths), args.repeats, deadline, later)
+    for repeat in range(args.repeats):
+        if repeat and time.perf_counter() > deadline:
+            return f"budget spent after {repeat} round(s) of passes"
+        for config, cluster, n in zip(configs, clusters, counts):
+            out = out_root / f"w{config['workers']}-r{repeat}"
+            jobs = [Job(replace(template, input=str(p), out=str(out))) for p in paths[:n]]
+            with GpuUtilization() as busy:
+                result = run_batch(jobs, cluster=cluster, progress=not args.quiet)
+            _check(result)
+            config["passes"].append(_pass_record(result, busy.mean()))
+            print(f"{_layout(config['gpus'] or config['workers'], config['per_gpu'], config['cluster'])}, pass "
+                  f"{repeat + 1}: {len(jobs)} recordings in {result.seconds:.1f} s "
+                  f"({result.per_minute:.1f} per minute)", file=sys.stderr)
+            shutil.rmtree(out, ignore_errors=True)
+            save()
+    return None
 
 
 def _layout(w: int, k: int, device: str) -> str:
-    if device != "gpu":
+    if device not in ("gpu", "local-cuda"):
         return f"{w} worker{'s' if w != 1 else ''}"
     return f"{w} GPU{'s' if w != 1 else ''} × {k} worker{'s' if k != 1 else ''}"
 
 
-def _recordings_that_fit(configs: list[dict], n: int, repeats: int, deadline: float) -> list[int]:
-    """Each layout's prefix of the archive: what its share of the time left fits, predicted from
-    its warm-up (a cold worker's first run overestimates a recording: safe side), at least two
-    recordings per worker and at most the whole archive."""
-    share = (deadline - time.perf_counter()) / (len(configs) * repeats)
+def _recordings_that_fit(configs: list[dict], n: int, repeats: int, deadline: float, later: int = 0) -> list[int]:
+    """Each layout's prefix of the archive: what its share of the time left fits (``later``
+    layouts to come take equal shares), predicted from its warm-up (a cold worker's first run
+    overestimates a recording: safe side), at least two recordings per worker and at most the
+    whole archive."""
+    share = (deadline - time.perf_counter()) / ((len(configs) + later) * repeats)
     counts = []
     for c in configs:
         per_recording = statistics.median(c["warmup_recording_s"]) / c["workers"]

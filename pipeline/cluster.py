@@ -174,7 +174,9 @@ def _local_cuda_cluster(gpus: int, per_gpu: int, threads: int):
         for device, spec in recipe.items():
             for k in range(per_gpu):
                 one = copy.deepcopy(spec)
-                one["options"].update(memory_limit=int(spec["options"]["memory_limit"]) // per_gpu, host="127.0.0.1")
+                # its preload's argument as a list: a SpecCluster would pass a string's characters
+                one["options"].update(memory_limit=int(spec["options"]["memory_limit"]) // per_gpu, host="127.0.0.1",
+                                      preload=["dask_cuda.initialize"], preload_argv=["--create-cuda-context"])
                 specs[f"gpu{device}-{k}"] = one
         scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": _dashboard_address()}}
         cluster = SpecCluster(workers=specs, scheduler=scheduler, silence_logs=logging.ERROR)
