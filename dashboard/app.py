@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import gc
 import importlib.util
 import os
 import shlex
@@ -33,12 +32,12 @@ if __package__ in (None, "") and str(Path(__file__).resolve().parent.parent) not
 
 import panel as pn
 import param
-from bokeh.settings import settings
 from panel.io.state import set_curdoc
 
 from dashboard import server_gc, startup
 from dashboard.archive import SPEC as ARCHIVE_SPEC
 from dashboard.archive import ArchiveView, run_inside
+from dashboard.bokeh_checks import skip_document_checks
 # Imported with the app, not with the first board: the page's first document must carry the
 # definitions of the dashboard's own models (Brush, Arrival), or the browser cannot build them.
 from dashboard.charts import BokehBoard
@@ -118,27 +117,15 @@ def prepare(settings: startup.Settings):
 
             cuxfilter_board.prepare(shared)
             startup._log(f"ECG dashboard: views warmed up in {warm_up(shared):.1f} s ({board} board)")
-        # Everything alive now (the libraries, the run, the shared data) lives as long as the
-        # process: out of the garbage collector's sight, its full collections walk only what the
-        # sessions make. Otherwise they walked millions of objects and paused every session for
-        # up to a second under twenty sessions. (No collection first: it would lengthen the start.)
-        gc.freeze()
-        server_gc.configure()
+        server_gc.freeze_run()   # everything alive now lives as long as the process
         return shared
     return _prepare
 
 
 def freeze_when_loaded(shared: SharedRun, raster) -> None:
     """Once the model and Datashader's drawing have loaded in the background, put what they made
-    out of the garbage collector's sight as well (``prepare`` froze what existed before them).
-    PyTorch's modules and Numba's compiled code are ~300,000 objects that live as long as the
-    process; left in the old generation, every full collection walked them: ~190 ms on two cores
-    with a single session open, each time Python decided to collect, for every session at once.
-    No collection first unless sessions ended meanwhile (``server_gc.freeze_loads``): it walks
-    every object the loads made (~190 ms on two cores) while the first brushes wait, to free
-    ~13,000 objects of import-time cycles, which stay instead. The objects of the sessions open at
-    this moment are frozen with the rest, so if they form cycles when those sessions close, those
-    few sessions' memory stays (measured by the soak test, which counts from the 10th session)."""
+    out of the garbage collector's sight as well (``prepare`` froze what existed before them;
+    :func:`dashboard.server_gc.freeze_loads` says why)."""
     try:
         raster.compiled.wait()
         with contextlib.suppress(Exception):     # a model that failed to load says so where it is used
@@ -441,10 +428,7 @@ def speedups_script() -> str:
 
 pn.extension(notifications=False, sizing_mode="stretch_width", raw_css=[PAGE_CSS],
              js_files={"ecg-bokeh-speedups": speedups_script()})
-# Bokeh checks every new session's document model by model (~80 ms of a ~0.9 s session on two
-# cores) and only logs what it finds; the page's integrity is a test's job
-# (tests/test_dashboard.py), not each visitor's.
-settings.perform_document_validation.set_value(False)
+skip_document_checks()   # the page's integrity is a test's job, not each visitor's (see its module)
 
 if __name__.startswith("bokeh_app"):
     # `panel serve` runs this file afresh for every session; the objects that must outlive a

@@ -24,6 +24,7 @@ import pandas as pd
 import panel as pn
 import param
 
+from dashboard.bokeh_checks import unchecked
 from dashboard.shared_run import BRUSH_COLUMNS, SharedRun
 # (names this module held before SharedRun moved: still importable from here)
 from dashboard.shared_run import BACKGROUND_DELAY_S, GPU_COLUMNS_MIN_BEATS, rr_intervals  # noqa: F401
@@ -38,11 +39,9 @@ TABLE_LIMIT = 500           # rows the ranked outlier table holds at most
 @contextlib.contextmanager
 def one_patch():
     """Everything changed inside reaches the browser as one message (Panel's ``hold`` of the
-    session's document), and Bokeh does not re-validate the arrays we hand it (it checks every
-    element of a list-like property value, which costs more than computing them)."""
-    from bokeh.core.property.validation import validate
-
-    with pn.io.hold(), validate(False):
+    session's document), and Bokeh does not re-validate the arrays we hand it
+    (:func:`dashboard.bokeh_checks.unchecked`)."""
+    with pn.io.hold(), unchecked():
         yield
 
 

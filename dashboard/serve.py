@@ -2,15 +2,8 @@
 the pipeline's run started first, in a process of its own (:mod:`dashboard.pipeline_process`),
 so that it runs while Panel, Bokeh's server and the dashboard's modules are imported; with
 Python's cyclic garbage collector paused during those imports, and what they made frozen out of
-its sight.
-
-Those imports create a few hundred thousand objects that live as long as the process, and each
-full collection that they set off, and each after them, walked them all. Paused and frozen, a
-cached start on two cores is usable after 2.73 s instead of 3.04 s (12 interleaved starts each; on
-the H200, whose cores are faster, no difference shows within its start-to-start spread).
-The collector runs again before the server starts; the app freezes its run and views in the same
-way and sets its own thresholds (:mod:`dashboard.server_gc`). ``panel serve dashboard/app.py``
-serves the same page without this.
+its sight (:func:`dashboard.server_gc.imports_frozen`, whose module says why). ``panel serve
+dashboard/app.py`` serves the same page without this.
 
 Unlike ``panel serve``, it listens on 127.0.0.1 unless ``--address`` says otherwise (and then
 lets pages at ``http://127.0.0.1:PORT`` and ``http://localhost:PORT`` connect): the dashboard has
@@ -20,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import ipaddress
 import os
 import socket
@@ -91,15 +83,13 @@ def main(argv: list[str] | None = None) -> int:
         # The app's arguments, parsed once (the pages read the same settings); the run goes on
         # while the imports below are made.
         pipeline_process.start_early(argv[argv.index("--args") + 1:])
-    gc.disable()
-    try:
+    from dashboard import server_gc
+
+    with server_gc.imports_frozen():   # what they make lives as long as the process
         from panel.command import main as panel_main
 
         # The app's own imports, which the server's `--warm` run of dashboard/app.py makes next.
-        from dashboard import archive, charts, data_store, page, review, server_gc, spec, startup, views  # noqa: F401
-    finally:
-        gc.freeze()    # what the imports made lives as long as the process: no collection need walk it
-        gc.enable()
+        from dashboard import archive, charts, data_store, page, review, spec, startup, views  # noqa: F401
     sys.argv = ["panel", "serve", *serve_arguments(argv)]
     return panel_main()
 

@@ -19,7 +19,8 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from pipeline import backend, collector
+from dashboard import server_gc
+from pipeline import backend
 from pipeline.calibrate import OUTLIER_SCORE
 from pipeline.quality import low_quality
 
@@ -178,7 +179,7 @@ class SharedRun:
         if after is not None:
             after.wait(timeout=BACKGROUND_DELAY_S)
         try:
-            with collector.paused():   # PyTorch's import (see pipeline.collector)
+            with server_gc.paused():   # PyTorch's import (see dashboard.server_gc)
                 self._model.set_result(self.run.model("cpu"))
         except Exception as err:   # surfaces where the model is used
             self._model.set_exception(err)

@@ -30,9 +30,10 @@ from typing import Callable
 
 import numpy as np
 
+from dashboard import server_gc
 from dashboard.announcement import Announcement
 from dashboard.shading import opacity
-from pipeline import backend, collector
+from pipeline import backend
 
 POINTS_PER_PIXEL = 4       # the coarsest level used still has this many points per pixel column
 BLOCK_GROWTH = 4           # each level's blocks are this many times the previous level's
@@ -165,7 +166,7 @@ class SignalRaster:
         def work():
             if after is not None:
                 after.wait(timeout=delay_s)
-            with collector.paused():   # Datashader's and Numba's imports (see pipeline.collector)
+            with server_gc.paused():   # Datashader's and Numba's imports (see dashboard.server_gc)
                 self.compile()
         threading.Thread(target=work, name="ecg-datashader-jit", daemon=True).start()
 

@@ -22,10 +22,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from dashboard import pipeline_process
+from dashboard import pipeline_process, server_gc
 from dashboard.announcement import Announcement
 from dashboard.settings import BOARDS, ENV, Settings, server_settings, settings_from  # noqa: F401 - the server's settings, named here too
-from pipeline import collector, one_line
+from pipeline import one_line
 from pipeline.requests import RunRequest
 from pipeline.run import STAGES
 
@@ -130,7 +130,7 @@ class PipelineJob:
         self._log(f"ECG dashboard: running the pipeline (input={request.input or 'synthetic'}, "
                   f"device={request.device}, samples={request.samples}, epochs={request.vae.epochs})")
         try:
-            with collector.paused():   # through the views' preparation too (see pipeline.collector)
+            with server_gc.paused():   # through the views' preparation too (see dashboard.server_gc)
                 run = self._compute(request)
                 self.run = run
                 self._on_progress("results", 1.0, "Preparing the views")

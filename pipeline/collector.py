@@ -8,8 +8,8 @@ processes on the 2-core CPU: importing PyTorch and scikit-learn after Panel took
 the collector running, 1.9-2.0 s with it paused; a server start from a cached run spent ~0.1 s of
 its 0.13 s run-reading in collections. A run's own work frees its arrays by reference counting,
 so pausing leaves little behind: a few thousand objects in import-time cycles (reclaimed at the
-next collection after the pause, or frozen with everything else by a server, see
-``dashboard.app.prepare``).
+next collection after the pause, or frozen with everything else by a server, whose whole
+collector policy is :mod:`dashboard.server_gc`).
 
 :func:`paused` nests and may be entered from several threads at once: the collector runs again
 when the last one leaves, and only if it ran when the first one came in.

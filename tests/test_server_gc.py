@@ -87,3 +87,14 @@ def test_the_server_entry_leaves_the_collector_running_and_the_imports_frozen():
                          cwd=Path(__file__).resolve().parent.parent)
     assert "usage: panel serve" in out.stdout, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "exit 0 True True"
+
+
+def test_the_prepared_run_is_frozen_and_the_thresholds_set():
+    thresholds, frozen = gc.get_threshold(), gc.get_freeze_count()
+    kept = Node()   # noqa: F841 - alive at the freeze
+    try:
+        server_gc.freeze_run()
+        assert gc.get_freeze_count() > frozen and gc.get_threshold() == server_gc.THRESHOLDS
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
