@@ -24,6 +24,7 @@ import pandas as pd
 from pipeline import PipelineWarning
 from pipeline import one_line as _one_line
 from pipeline.calibrate import OUTLIER_SCORE
+from pipeline.metrics import AAMI_CLASSES
 
 ARCHIVE = "archive.parquet"
 # name -> (dtype, meaning). Rows of failed recordings hold only input, name, status, error and
@@ -60,7 +61,8 @@ ARCHIVE_COLUMNS: dict[str, tuple[str, str]] = {
                                                ("fp", "false detections"))},
     **{f"{what}_{ms}": ("float64", f"{label} at {ms} ms, %")
        for ms in (50, 150) for what, label in (("se", "sensitivity"), ("ppv", "positive predictivity"))},
-    "abnormal_beats": ("Int64", "beats labelled abnormal (not N, L, R, e, j) among those matched to a reference beat"),
+    "abnormal_beats": ("Int64", f"beats labelled abnormal (not {', '.join(AAMI_CLASSES['N'])}) among those matched "
+                                "to a reference beat"),
     "auroc": ("float64", "outlier-score AUROC of abnormal versus normal beats"),
 }
 

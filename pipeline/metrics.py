@@ -19,6 +19,9 @@ TOLERANCES_S = (0.05, 0.15)
 # AAMI EC57 classes from MIT-BIH beat symbols; paced ('/') and paced fusion ('f') beats are Q.
 AAMI_CLASSES = {"N": "NLRej", "S": "AaJS", "V": "VE", "F": "F", "Q": "/fQ?"}
 AAMI_OF = {symbol: cls for cls, symbols in AAMI_CLASSES.items() for symbol in symbols}
+# AAMI class N: the beats a reference learns from; a matched reference beat with another symbol is
+# ``abnormal`` in a run's beats table.
+NORMAL_SYMBOLS = frozenset(AAMI_CLASSES["N"])
 PACED_SYMBOLS = frozenset("/f")
 # WFDB marks a ventricular flutter/fibrillation episode by '[' at its onset and ']' at its end.
 FLUTTER_START, FLUTTER_END = "[", "]"

@@ -17,10 +17,9 @@ from typing import Sequence
 import numpy as np
 
 from pipeline import PipelineWarning, calibrate
+from pipeline.metrics import NORMAL_SYMBOLS  # AAMI class N: the only beats a reference learns from
 from pipeline.reference_score import reference_statistics, resample_rows
 from pipeline.reference_store import COMPONENTS, Reference, ReferenceConfig
-
-NORMAL_SYMBOLS = frozenset("NLRej")  # AAMI class N: the only beats a reference learns from
 
 
 @dataclass

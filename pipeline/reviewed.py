@@ -50,7 +50,7 @@ def normal_beats(run, reviewed: bool) -> np.ndarray | None:
     """Which beats of ``run`` a reference may learn as normal: the reviewer's label where there is
     one (``reviewed``; "N" is normal, anything else is not), else the run's reference annotation
     (AAMI class N); None where neither says anything (the caller decides)."""
-    from pipeline.reference_training import NORMAL_SYMBOLS
+    from pipeline.metrics import NORMAL_SYMBOLS
 
     annotated = "label" in run.beats
     if not reviewed and not annotated:

@@ -13,12 +13,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pipeline import calibrate
+from pipeline.metrics import NORMAL_SYMBOLS
 
 if TYPE_CHECKING:
     import pandas as pd   # imported where a table is made: finding a cached run needs none (0.5-0.7 s)
-
-# Beat symbols of AAMI class N: a matched reference beat with another symbol is ``abnormal``.
-NORMAL_SYMBOLS = frozenset("NLRej")
 
 
 # Columns that explain the outlier score (``components`` of :func:`beats_table`), in table order: the
