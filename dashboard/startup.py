@@ -27,15 +27,14 @@ from dashboard.announcement import Announcement
 from dashboard.settings import BOARDS, ENV, Settings, server_settings, settings_from  # noqa: F401 - the server's settings, named here too
 from pipeline import one_line
 from pipeline.requests import RunRequest
-from pipeline.run import STAGES
+from pipeline.stages import CACHED, STAGES
 
 OPEN_RUNS = 4              # runs of an archive kept ready in memory (the most recently opened)
-# The stages of a run found in the cache; any other stage means the run is being computed.
-CACHED_STAGES = ("hash", "results")
 CACHED_WAIT_S = 5.0        # the longest a new page waits while the job looks for a cached run: reading one
                            # takes ~0.5 s; hashing a large new input can take seconds
 
-# Rough share of a first (uncached) run's time spent in each stage, for one overall progress bar.
+# Rough share of a first (uncached) run's time spent in each stage (pipeline.stages.STAGES, all of
+# them), for one overall progress bar.
 STAGE_WEIGHTS = {"synth": 8, "hash": 1, "setup": 2, "warmup": 4, "load": 3, "wavelet": 2, "peaks": 1, "lengths": 0.5,
                  "embed": 2, "train": 70, "score": 4, "families": 2, "results": 3}
 
@@ -174,7 +173,7 @@ class PipelineJob:
         """The pipeline's progress callback (runs in the job's thread); ``at``: when the child
         process reported it (``time.monotonic``, which every process of the machine shares)."""
         now = time.monotonic() if at is None else at
-        if stage not in CACHED_STAGES:
+        if stage not in CACHED:
             self._computing.set()
         with self._lock:
             if stage not in self._stage_started:

@@ -25,6 +25,7 @@ from pipeline import PipelineWarning
 from pipeline import one_line as _one_line
 from pipeline.calibrate import OUTLIER_SCORE
 from pipeline.metrics import AAMI_CLASSES
+from pipeline.stages import ARCHIVED
 
 ARCHIVE = "archive.parquet"
 # name -> (dtype, meaning). Rows of failed recordings hold only input, name, status, error and
@@ -48,8 +49,7 @@ ARCHIVE_COLUMNS: dict[str, tuple[str, str]] = {
     "device": ("string", "gpu | cpu"),
     "segmentation_s": ("float64", "Ricker + NMS + lengths + embedding time, s"),
     **{f"time_{stage}_s": ("float64", f"stage time of the computation that made the run: {stage}, s")
-       for stage in ("hash", "setup", "warmup", "load", "wavelet", "peaks", "lengths", "embed", "train", "score",
-                     "results")},
+       for stage in ARCHIVED},
     "wall_s": ("float64", "time of this recording's task on its worker in this batch (a cached run: the cache check)"),
     "worker": ("string", "Dask worker that ran it"),
     "finished": ("string", "UTC time the task ended (ISO 8601)"),

@@ -23,6 +23,7 @@ import pipeline
 from pipeline import backend, collector, results, threads
 from pipeline.config import SignalConfig, VAEConfig, config_hash
 from pipeline.requests import RunRequest
+from pipeline.stages import SEGMENTATION, STAGES
 
 if TYPE_CHECKING:
     from pipeline.families import Families
@@ -31,25 +32,9 @@ if TYPE_CHECKING:
 # where the same run would take many minutes.
 DEFAULT_SAMPLES = {"gpu": 20_000_000, "cpu": 2_000_000}
 
-STAGES = {
-    "synth": "Synthesising the default recording",
-    "hash": "Hashing the input",
-    "setup": "Setting up threads and GPU memory",
-    "warmup": "Compiling kernels",
-    "load": "Loading",
-    "wavelet": "Ricker response",
-    "peaks": "Non-maximum suppression",
-    "lengths": "Beat lengths",
-    "embed": "Pruning and embedding",
-    "train": "Training the VAE",
-    "score": "Scoring beats",
-    "families": "Grouping beats into families",
-    "results": "Writing results",
-}
 # Below this median correlation of the beats' QRS windows with the median beat's, what was found
 # is no heartbeat (1-bit, white or band-passed noise: 0.0-0.2; noise three times an ECG: 0.45).
 MIN_BEAT_COHERENCE = 0.3
-SEGMENTATION = ("wavelet", "peaks", "lengths", "embed")
 
 Progress = Callable[[str, float, str], None]  # (stage, fraction of that stage done, message)
 
