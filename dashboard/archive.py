@@ -10,7 +10,7 @@ looks up in the rows it sent (kept here), so a page that rewrites its data canno
 
 See Also
 --------
-pipeline.batch.read_archive : the archive table.
+pipeline.archive.read_archive : the archive table.
 dashboard.app.App : swaps the dashboard below for the recording opened here.
 """
 from __future__ import annotations

@@ -6,7 +6,7 @@ live (CuPy on a GPU run, NumPy otherwise); what a chart draws comes back as smal
 
 See Also
 --------
-dashboard.data_store.SharedRun : builds the indexes of a run.
+dashboard.shared_run.SharedRun : builds the indexes of a run.
 dashboard.charts : draws the counts.
 """
 from __future__ import annotations

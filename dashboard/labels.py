@@ -25,7 +25,7 @@ See Also
 dashboard.review : the review panel that sets labels, undoes, exports.
 dashboard.label_exports : the WFDB, CSV and Parquet files the labels are exported as.
 dashboard.labels_file : the SQLite file (schema, transactions, the folder lock, damaged files).
-pipeline.results.match_labels : beats ↔ labelled samples within a tolerance.
+pipeline.tables.match_labels : beats ↔ labelled samples within a tolerance.
 """
 from __future__ import annotations
 

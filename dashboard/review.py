@@ -300,7 +300,7 @@ class ReviewPanel(pn.viewable.Viewer):
             return
         try:
             with one_patch():
-                source = {"focus": "beat"}.get(self.scope.value, self.scope.value)    # labels.SOURCES' names
+                source = {"focus": "beat"}.get(self.scope.value, self.scope.value)    # labels_file.SOURCES' names
                 # who: the login when the server has one (OAuth), else labels.default_reviewer()
                 self.undo_stack.append(self.labels.set(samples, label, who=pn.state.user, source=source))
         except ValueError as err:

@@ -19,7 +19,7 @@ its levels there, CUDA's context included, had made the views' preparation 0.23-
 
 See Also
 --------
-dashboard.charts.SignalChart : shows the raster and asks for new ones on zoom and pan.
+dashboard.recording_view.SignalChart : shows the raster and asks for new ones on zoom and pan.
 """
 from __future__ import annotations
 

@@ -14,9 +14,9 @@ input's array module (:func:`pipeline.backend.xp_of`) when used.
 
 See Also
 --------
-pipeline.reference.reference_statistics : the statistics calibrated here (the previous step).
-pipeline.reference.score_reference : applies these tables to a recording's beats.
-pipeline.results.beats_table : stores the calibrated score and its components (the next step).
+pipeline.reference_score.reference_statistics : the statistics calibrated here (the previous step).
+pipeline.reference_score.score_reference : applies these tables to a recording's beats.
+pipeline.tables.beats_table : stores the calibrated score and its components (the next step).
 """
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ KNOTS = 256            # knots of the empirical part, log-spaced in tail probabi
 TRANSFORMS = ("identity", "log1p")
 
 
-# The beats-table columns that explain the calibrated score (pipeline.reference.ReferenceScores.columns),
-# described for results.SCORE_COMPONENTS and the views. The score itself is the table's ``score``.
+# The beats-table columns that explain the calibrated score (pipeline.reference_score.ReferenceScores.columns),
+# described for tables.SCORE_COMPONENTS and the views. The score itself is the table's ``score``.
 COLUMNS = {
     "p_ref_shape": "fraction of the population's normal beats as far from their recording's normal template",
     "p_ref_rhythm": "fraction of the population's normal beats with a rhythm score at least this high",

@@ -7,7 +7,7 @@ archives, and both take their figures from this module.
 See Also
 --------
 pipeline.evaluate.evaluate_directory : scores annotated records with these measures.
-pipeline.batch.evaluation_figures : the same figures for each recording of an archive.
+pipeline.accuracy.evaluation_figures : the same figures for each recording of an archive.
 """
 from __future__ import annotations
 

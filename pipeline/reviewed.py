@@ -8,7 +8,7 @@ connection, so that training a reference never changes or locks a reviewer's wor
 See Also
 --------
 dashboard.labels.ReviewLabels : writes the labels (and exports them).
-pipeline.reference.train_reference : what ``python -m pipeline reference --labels`` feeds them to.
+pipeline.reference_training.train_reference : what ``python -m pipeline reference --labels`` feeds them to.
 """
 from __future__ import annotations
 

@@ -95,7 +95,7 @@ def _run(request: RunRequest, progress: Progress | None) -> results.RunResult | 
 
 
 def run_key(digest: dict, device: str, request: RunRequest) -> str:
-    """The cache key of a run: the input's digests (:func:`pipeline.results.input_digest`), the
+    """The cache key of a run: the input's digests (:func:`pipeline.digests.input_digest`), the
     device, every parameter and the reference beat model's digest. A sidecar of reference labels
     enters only when there is one."""
     from pipeline.reference_store import reference_digest
@@ -394,7 +394,7 @@ def _synthetic_default(request: RunRequest, device: str, stages: "_StageClock") 
 def _hash_input(path: Path, out: Path) -> tuple[dict, list]:
     """The input's digests (remembered in the runs folder while the input's files are unchanged)
     and its stat signature. A folder, FIFO or device is refused with a ValueError naming it
-    (:func:`pipeline.results.recording_files`), before anything waits on it."""
+    (:func:`pipeline.digests.recording_files`), before anything waits on it."""
     if not path.exists() and not path.with_suffix(".hea").exists():
         raise ValueError(f"no such file: {path}")
     return results.remembered_input_digest(path, out)

@@ -68,8 +68,8 @@ def small_ecg():
 
 @pytest.fixture(scope="session")
 def small_csv(small_ecg, tmp_path_factory) -> Path:
-    """``small_ecg`` written by :func:`pipeline.synth.write_csv` (CSV + annotation sidecar)."""
-    from pipeline.synth import write_csv
+    """``small_ecg`` written by :func:`pipeline.synth_files.write_csv` (CSV + annotation sidecar)."""
+    from pipeline.synth_files import write_csv
 
     return write_csv(small_ecg, tmp_path_factory.mktemp("small") / "small.csv")
 
