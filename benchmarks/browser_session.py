@@ -72,7 +72,7 @@ class Gesture:
 
 
 async def launch(playwright):
-    from benchmarks.served import CHROMIUM, CHROMIUM_ARGS
+    from tests.support.served import CHROMIUM, CHROMIUM_ARGS
 
     return await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
 

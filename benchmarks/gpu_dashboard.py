@@ -13,7 +13,7 @@ Each step prints ``PASS``/``FAIL``/``SKIP`` with its time; the whole run keeps t
 (default 540 s: steps that no longer fit are skipped and say so). For each board (``bokeh``, the
 default, and ``cuxfilter``) it starts ``panel serve dashboard/app.py --args --device gpu --board …``
 on the 20M-sample default (the first start runs the pipeline; the run is cached in ``--runs``) and
-measures through protocol sessions (:mod:`benchmarks.bokeh_session`):
+measures through protocol sessions (:mod:`tests.support.bokeh_session`):
 
 - **session open**: websocket connect → document pulled (the server builds the page on connect);
 - **brush**: the brush sent (``Brush.bounds`` on the default board; the box selection's
@@ -161,7 +161,7 @@ def ms(values_s) -> dict:
 async def protocol_interactions(url: str, board: str, shared_like, args) -> dict:
     """Session opens, brushes (and clears) and zoom/pan gestures through protocol sessions."""
     from benchmarks import inprocess
-    from benchmarks.bokeh_session import ProtocolSession, SessionError
+    from tests.support.bokeh_session import ProtocolSession, SessionError
 
     opens = []
     for i in range(args.opens + 1):              # the first one warms up
@@ -334,7 +334,7 @@ def _load_client(job) -> dict:
 async def _load_sessions(url: str, beats, ks: list, brushes: int, seed: int, timeout_s: float, opened_all,
                          turn=None) -> dict:
     from benchmarks import inprocess, interaction
-    from benchmarks.bokeh_session import ProtocolSession, SessionError
+    from tests.support.bokeh_session import ProtocolSession, SessionError
 
     sessions = {k: ProtocolSession(url) for k in ks}
     opened = await asyncio.gather(*(s.open(timeout_s) for s in sessions.values()), return_exceptions=True)
@@ -392,7 +392,7 @@ async def soak_test(server, beats, cycles: int, seed: int, seconds: float) -> di
     """Open, brush once and close up to ``cycles`` sessions, within ``seconds`` (the cycles done
     are reported when time runs out); the server's RSS after every 10."""
     from benchmarks import inprocess
-    from benchmarks.bokeh_session import ProtocolSession
+    from tests.support.bokeh_session import ProtocolSession
 
     rng = np.random.default_rng(seed)
     shared_like = BeatsOnly(beats, 0.0)
@@ -541,7 +541,7 @@ def served_board(args, budget, board: str, log_dir: Path, keep: bool = False):
     """Start a server for ``board``: protocol interactions, and on the default board the load test.
     Returns the running server when ``keep`` (for the soak at the end), else stops it."""
     from benchmarks.interaction import run_path_from_log
-    from benchmarks.served import Server
+    from tests.support.served import Server
 
     section = RESULTS.setdefault("boards", {}).setdefault(board, {})
     state = {}

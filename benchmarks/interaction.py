@@ -26,7 +26,7 @@ measures, each kind warmed up and then repeated:
    ``--load-timeout``): p95 against one session doing the same and (protocol sessions) against
    the same sessions' brushes made one session at a time, console errors, failed gestures,
    and whether each session's selection count is what its own brushes select; each part starts
-   once the sessions closed before it are discarded (:meth:`benchmarks.served.Server.discard_s`);
+   once the sessions closed before it are discarded (:meth:`tests.support.served.Server.discard_s`);
 6. with ``--soak N``, N sessions opened (bokeh protocol), brushed once and closed, the server's
    resident memory after every 10.
 
@@ -65,7 +65,7 @@ if str(ROOT) not in sys.path:
 from benchmarks import stats  # noqa: E402
 from benchmarks.inprocess import LINKED, run_beats  # noqa: E402
 from benchmarks.measure import python_loop_ms  # noqa: E402
-from benchmarks.served import CHROMIUM, Server, chromium_version  # noqa: E402
+from tests.support.served import CHROMIUM, Server, chromium_version  # noqa: E402
 
 # The soak test's server discards closed sessions after 1 s (Bokeh's default keeps them 15 s). Only
 # that server: a browser page's session is "unused" from the HTTP request that creates it until its
@@ -497,7 +497,7 @@ async def load_client(args, server, beats, n_sessions: int, rng_seed: int, in_tu
     bounds sent; its latency, until the last patch of the answer arrived. ``in_turn``: the same
     sessions and brushes, one session brushing at a time (the load's reference without the load)."""
     from benchmarks import inprocess
-    from benchmarks.bokeh_session import ProtocolSession, SessionError
+    from tests.support.bokeh_session import ProtocolSession, SessionError
 
     sessions = [ProtocolSession(server.url) for _ in range(n_sessions)]
     opened = time.perf_counter()
@@ -610,7 +610,7 @@ async def soak(args, server, beats) -> dict:
     """Open, brush once and close ``--soak`` protocol sessions one after another; the server's RSS
     after every 10, once the closed sessions had time to be discarded."""
     from benchmarks import inprocess
-    from benchmarks.bokeh_session import ProtocolSession
+    from tests.support.bokeh_session import ProtocolSession
 
     rng = np.random.default_rng(args.seed + 3)
     rss, failures = [], []

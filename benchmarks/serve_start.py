@@ -26,7 +26,7 @@ from datetime import date
 from pathlib import Path
 
 from benchmarks.measure import describe_machine, machine_name, python_loop_ms
-from benchmarks.served import CHROMIUM, CHROMIUM_ARGS, ROOT, Server
+from tests.support.served import CHROMIUM, CHROMIUM_ARGS, ROOT, Server
 from pipeline import backend
 
 # Every view drawn: the selection marker, the histograms' bars and the recording's first drawing.
@@ -68,7 +68,7 @@ def usable_by_protocol(server: Server, timeout: float) -> tuple[float, float]:
     with progress pages.)"""
     import asyncio
 
-    from benchmarks.bokeh_session import ProtocolSession
+    from tests.support.bokeh_session import ProtocolSession
 
     def shown(doc) -> bool:
         return all(doc.get_model_by_name(name) is not None for name in ("ecg-version", "ecg-lengths", "ecg-signal"))
@@ -149,8 +149,8 @@ def main(argv: list[str] | None = None) -> dict:
         # The client's libraries load before any server starts, as the browser is started first:
         # loading them after the server listened (~1 s of imports, on the same cores) was timed as
         # the server's start.
-        from benchmarks.bokeh_session import ProtocolSession  # noqa: F401
-        from benchmarks.served import register_panel_models
+        from tests.support.bokeh_session import ProtocolSession  # noqa: F401
+        from tests.support.served import register_panel_models
 
         register_panel_models()
         measured = measure(None)

@@ -6,7 +6,7 @@ process, so that the objects left behind can be counted and traced.
 It serves ``dashboard/app.py`` exactly as ``panel serve`` does (Panel's script handler, the same
 ``--args``), with Bokeh's unused-session check and lifetime at 1 s, in a thread of this process;
 then opens, brushes once and closes ``--cycles`` protocol sessions one after another
-(:mod:`benchmarks.bokeh_session`). After the first 10 and after the last, once the closed sessions
+(:mod:`tests.support.bokeh_session`). After the first 10 and after the last, once the closed sessions
 have been discarded and garbage collected, it counts the live objects by type (the census) and
 notes Python's traced allocations by line (tracemalloc). Types whose number grows with the sessions
 are what the sessions leave behind; for the dashboard's own per-session objects (``DataStore``,
@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.served import free_port, process_rss_bytes  # noqa: E402
+from tests.support.served import free_port, process_rss_bytes  # noqa: E402
 
 LIFETIME_MS = 1000
 WATCHED = ("DataStore", "Document", "DocumentModelManager", "Brush", "Selection", "LatentChart", "App", "ServerSession")
@@ -127,7 +127,7 @@ def referrer_chain(target, referrers: dict[int, list], ignore=(), depth: int = 6
 
 async def cycles(url: str, beats, n: int, on_tenth) -> list[str]:
     from benchmarks import inprocess
-    from benchmarks.bokeh_session import ProtocolSession
+    from tests.support.bokeh_session import ProtocolSession
     from benchmarks.interaction import LINKED, brush_over_protocol
 
     rng = np.random.default_rng(0)

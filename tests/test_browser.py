@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from benchmarks.served import CHROMIUM, CHROMIUM_ARGS, Server
+from tests.support.served import CHROMIUM, CHROMIUM_ARGS, Server
 
 pytestmark = pytest.mark.browser
 
@@ -494,7 +494,7 @@ def test_a_later_visitor_gets_the_page_first_and_the_dashboard_once_it_is_shown(
     import asyncio
     from concurrent.futures import ThreadPoolExecutor
 
-    from benchmarks.bokeh_session import ProtocolSession
+    from tests.support.bokeh_session import ProtocolSession
 
     page = Page(browser, server.url)        # the server's pages so far may all have been progress views
     try:

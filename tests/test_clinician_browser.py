@@ -18,7 +18,7 @@ import sys
 import pytest
 
 import test_browser
-from benchmarks.served import ROOT, Server
+from tests.support.served import ROOT, Server
 from test_browser import UPDATE_S, Page, browser, server  # noqa: F401  (the module's Chromium and tiny-run server)
 
 pytestmark = pytest.mark.browser

@@ -992,3 +992,34 @@ def test_archive_points_carry_names_and_the_sidebar_sums_up_the_archive(tmp_path
     assert set(view.points.data["name"]) == {"r1.csv", "r10.csv", "r11.csv", "r12.csv", "r13.csv", "r14.csv"}
     view.points.selected.indices = [0]
     assert "Open:" in view.opened.object
+
+
+# --------------------------------------------------------------------------- a closed session
+def test_a_closed_sessions_threshold_widget_lets_its_datastore_go(cpu_run):
+    """What the soak test found: once the server has destroyed a session (Panel's session-destroyed
+    hooks, as ``panel serve`` runs them), nothing may keep the session's DataStore alive. An
+    EditableFloatSlider as the threshold did, through ``panel.links.Callback.registry`` (a
+    class-level map keyed by its inner FloatInput, whose browser link reached the store)."""
+    import gc
+    import weakref
+    from types import SimpleNamespace
+
+    from bokeh.document import Document
+    from panel.io.application import _on_session_destroyed
+    from panel.io.state import set_curdoc
+
+    from dashboard.data_store import DataStore
+    from dashboard.shared_run import SharedRun
+
+    shared = SharedRun.from_run(cpu_run.run)
+    doc = Document()
+    with set_curdoc(doc):
+        store = DataStore(shared)
+        widget = store.widget("threshold")
+        widget.server_doc(doc)                       # served as `panel serve` serves a page
+    _on_session_destroyed(SimpleNamespace(_document=doc, id="closed-session"))   # the server closes it
+    doc.clear()
+    gone = weakref.ref(store)
+    del store, widget, doc
+    gc.collect()
+    assert gone() is None, "a closed session's DataStore is still referenced"

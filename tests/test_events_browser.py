@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.served import Server
+from tests.support.served import Server
 from test_browser import ARTIFACTS, UPDATE_S, Page, browser  # noqa: F401  (browser: the module's Chromium fixture)
 from test_events import write_pauses_and_flutter
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.bokeh_session import DASHBOARD_MARKER, PlotEvent, ProtocolSession, SessionError
-from benchmarks.served import Server, register_panel_models
+from tests.support.bokeh_session import DASHBOARD_MARKER, PlotEvent, ProtocolSession, SessionError
+from tests.support.served import Server, register_panel_models
 
 APP_ARGS = ["--samples", "300000", "--epochs", "3", "--device", "cpu"]
 TIMEOUT_S = 240          # a tiny run's servers on a busy 2-core machine, generously

@@ -14,7 +14,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from benchmarks.served import Server
+from tests.support.served import Server
 from test_browser import UPDATE_S, Page, browser  # noqa: F401  (browser: the module's Chromium fixture)
 from test_security_server import HOSTILE, HOSTILE_NAME, hostile_archive
 

@@ -23,9 +23,9 @@ import pytest
 from bokeh.document import Document
 from panel.io.state import set_curdoc
 
-from benchmarks import bokeh_session, served
-from benchmarks.bokeh_session import ProtocolSession, websocket_url
-from benchmarks.served import Server, register_panel_models
+from tests.support import bokeh_session, served
+from tests.support.bokeh_session import ProtocolSession, websocket_url
+from tests.support.served import Server, register_panel_models
 
 TIMEOUT_S = 240      # a tiny batch and a server on a busy 2-core machine, generously
 HOSTILE = "<img src=x onerror=alert(1)>"
@@ -71,7 +71,7 @@ def assert_shown_literally(texts: list[str], *values: str) -> None:
 
 def serve_command_without_address(port: int, app_args: list[str], python: str = sys.executable,
                                   serve_args: list[str] = ()) -> list[str]:
-    """``benchmarks.served.server_command`` with no ``--address`` and no ``--allow-websocket-origin``:
+    """``tests.support.served.server_command`` with no ``--address`` and no ``--allow-websocket-origin``:
     what ``python -m dashboard.serve`` does on its own."""
     return [python, "-m", "dashboard.serve", "dashboard/app.py", "--port", str(port), "--num-procs", "1",
             *serve_args, "--args", *app_args]

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from benchmarks.bokeh_session import DASHBOARD_MARKER, ProtocolSession
-from benchmarks.served import Server, register_panel_models
+from tests.support.bokeh_session import DASHBOARD_MARKER, ProtocolSession
+from tests.support.served import Server, register_panel_models
 
 APP_ARGS = ["--samples", "300000", "--epochs", "3", "--device", "cpu"]
 TIMEOUT_S = 240      # a tiny run on a busy 2-core machine, generously
@@ -54,39 +54,3 @@ def test_a_starting_servers_first_visitor_gets_the_dashboard(start, tmp_path):
     assert seen["dashboard"], log[-3000:]
     assert ("cached run" in log) == (start == "cached"), log[-3000:]
     assert "Error" not in log and "Traceback" not in log, log[-3000:]
-
-
-def test_deferred_patches_still_give_the_version_and_are_applied_later(tmp_path):
-    """The load test's sessions keep the server's patches unapplied while they brush: the version
-    they wait for still follows the answer, the document stays as it was, and once the patches are
-    applied it shows the count that the session's brush selects in the run's own table."""
-    import numpy as np
-
-    from benchmarks import inprocess, interaction
-
-    server = Server([*APP_ARGS, "--out", str(tmp_path / "runs")], tmp_path / "server.log")
-
-    async def brush(beats) -> dict:
-        session = ProtocolSession(server.url)
-        await session.open(TIMEOUT_S)
-        try:
-            marker = session.doc.get_model_by_name(DASHBOARD_MARKER)
-            before = marker.text
-            session.defer_patches()
-            bounds = inprocess.brush_bounds(beats, "scores", np.random.default_rng(1))
-            await interaction.brush_over_protocol(session, "scores", bounds, 60)
-            seen = {"before": before, "version": session.version, "document": marker.text}
-            session.apply_deferred()
-            return {**seen, "applied": marker.text, "shown": interaction.shown_count(session),
-                    "expected": interaction.expected_count(beats, {"scores": bounds})}
-        finally:
-            await session.close()
-
-    try:
-        server.wait_ready(TIMEOUT_S)
-        seen = asyncio.run(brush(inprocess.run_beats(interaction.run_path_from_log(server.log()))))
-    finally:
-        server.stop()
-    assert seen["version"] != seen["before"] and seen["document"] == seen["before"], seen
-    assert seen["applied"] == seen["version"], seen
-    assert seen["shown"] == seen["expected"], seen

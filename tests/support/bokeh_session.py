@@ -15,7 +15,7 @@ whose brush the server reads from that event, such as cuxfilter's).
 
 See Also
 --------
-benchmarks.served : the server these sessions connect to.
+tests.support.served : the server these sessions connect to.
 benchmarks.interaction : the load test and the soak test that use them.
 """
 from __future__ import annotations
@@ -111,7 +111,7 @@ class ProtocolSession:
 
         from bokeh.client.websocket import WebSocketClientConnectionWrapper
 
-        from benchmarks.served import register_panel_models
+        from tests.support.served import register_panel_models
 
         register_panel_models()                 # the document's Panel and dashboard model types
         started = time.perf_counter()

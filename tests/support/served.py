@@ -18,7 +18,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]       # the repository (tests/support/served.py)
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

@@ -1,6 +1,8 @@
-"""benchmarks: the script end to end on tiny recordings (CPU, one repeat), and its input checks."""
+"""benchmarks: the script end to end on tiny recordings (CPU, one repeat), and its input checks; the
+interaction benchmark's quick run and its load test's client against a served dashboard."""
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import subprocess
@@ -13,6 +15,8 @@ import pytest
 from benchmarks import contenders, recordings, run
 from dashboard.spec import LINKED
 from pipeline import synth
+from tests.support.bokeh_session import DASHBOARD_MARKER, ProtocolSession
+from tests.support.served import Server
 
 CPU_CONTENDERS = {"load/pyarrow", "load/pandas", "segmentation/cpu", "segmentation/neurokit2", "vae/cpu",
                   "end-to-end/cpu"}
@@ -81,7 +85,7 @@ def test_importing_the_benchmarks_loads_no_gpu_library():
     code = ("import sys, benchmarks.run, benchmarks.contenders, benchmarks.measure, benchmarks.report, "
             "benchmarks.recordings; print(sorted({'cupy', 'cudf', 'rmm', 'numba.cuda'} & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[1])
+                         cwd=Path(__file__).resolve().parents[2])
     assert out.stdout.strip() == "[]"
 
 
@@ -103,7 +107,7 @@ def test_interaction_benchmark_quick_measures_every_kind(tmp_path):
     """``python -m benchmarks.interaction --quick`` against a real server in headless Chromium, with
     a small load test and soak: every interaction kind has finite times, nothing failed."""
     from benchmarks import interaction
-    from benchmarks.served import CHROMIUM
+    from tests.support.served import CHROMIUM
 
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} not found (apt-get install chromium)")
@@ -148,31 +152,42 @@ def test_interaction_benchmark_refuses_bad_options():
         interaction.main(["--parts", "open,teleport"])
 
 
-def test_a_closed_sessions_threshold_widget_lets_its_datastore_go(cpu_run):
-    """What the soak test found: once the server has destroyed a session (Panel's session-destroyed
-    hooks, as ``panel serve`` runs them), nothing may keep the session's DataStore alive. An
-    EditableFloatSlider as the threshold did, through ``panel.links.Callback.registry`` (a
-    class-level map keyed by its inner FloatInput, whose browser link reached the store)."""
-    import gc
-    import weakref
-    from types import SimpleNamespace
+# --------------------------------------------------------------------------- the load test's client
+APP_ARGS = ["--samples", "300000", "--epochs", "3", "--device", "cpu"]
+TIMEOUT_S = 240      # a tiny run on a busy 2-core machine, generously
 
-    from bokeh.document import Document
-    from panel.io.application import _on_session_destroyed
-    from panel.io.state import set_curdoc
 
-    from dashboard.data_store import DataStore
-    from dashboard.shared_run import SharedRun
+def test_deferred_patches_still_give_the_version_and_are_applied_later(tmp_path):
+    """The load test's sessions keep the server's patches unapplied while they brush: the version
+    they wait for still follows the answer, the document stays as it was, and once the patches are
+    applied it shows the count that the session's brush selects in the run's own table."""
+    import numpy as np
 
-    shared = SharedRun.from_run(cpu_run.run)
-    doc = Document()
-    with set_curdoc(doc):
-        store = DataStore(shared)
-        widget = store.widget("threshold")
-        widget.server_doc(doc)                       # served as `panel serve` serves a page
-    _on_session_destroyed(SimpleNamespace(_document=doc, id="closed-session"))   # the server closes it
-    doc.clear()
-    gone = weakref.ref(store)
-    del store, widget, doc
-    gc.collect()
-    assert gone() is None, "a closed session's DataStore is still referenced"
+    from benchmarks import inprocess, interaction
+
+    server = Server([*APP_ARGS, "--out", str(tmp_path / "runs")], tmp_path / "server.log")
+
+    async def brush(beats) -> dict:
+        session = ProtocolSession(server.url)
+        await session.open(TIMEOUT_S)
+        try:
+            marker = session.doc.get_model_by_name(DASHBOARD_MARKER)
+            before = marker.text
+            session.defer_patches()
+            bounds = inprocess.brush_bounds(beats, "scores", np.random.default_rng(1))
+            await interaction.brush_over_protocol(session, "scores", bounds, 60)
+            seen = {"before": before, "version": session.version, "document": marker.text}
+            session.apply_deferred()
+            return {**seen, "applied": marker.text, "shown": interaction.shown_count(session),
+                    "expected": interaction.expected_count(beats, {"scores": bounds})}
+        finally:
+            await session.close()
+
+    try:
+        server.wait_ready(TIMEOUT_S)
+        seen = asyncio.run(brush(inprocess.run_beats(interaction.run_path_from_log(server.log()))))
+    finally:
+        server.stop()
+    assert seen["version"] != seen["before"] and seen["document"] == seen["before"], seen
+    assert seen["applied"] == seen["version"], seen
+    assert seen["shown"] == seen["expected"], seen
