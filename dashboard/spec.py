@@ -4,7 +4,8 @@ conventions: hh:mm:ss, RR in ms, bpm, counts whose nouns agree, the outlier tabl
 
 See Also
 --------
-dashboard.charts : draws the linked kinds (``signal``, ``histogram``, ``latent``).
+dashboard.charts : the default board: draws the linked kinds (``histogram``, ``plane``; ``signal`` and
+    ``tachogram`` through dashboard.recording_view).
 dashboard.views : draws the others; dashboard.page lays the page out.
 """
 from __future__ import annotations

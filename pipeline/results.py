@@ -19,7 +19,7 @@ See Also
 --------
 pipeline.tables : the beats and episodes tables written here.
 pipeline.score.score_beats : the previous step.
-dashboard.data_store.DataStore : reads runs for the views.
+dashboard.shared_run.SharedRun : reads runs for the views.
 """
 from __future__ import annotations
 
