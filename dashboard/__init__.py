@@ -1,5 +1,6 @@
 """The cross-filtered dashboard: ``panel serve dashboard/app.py`` (or ``./run.sh``).
 
+serve.py          the server's entry (python -m dashboard.serve, what ./run.sh starts)
 settings.py       the server's arguments (or ECG_* variables), read once into Settings
 startup.py        the one pipeline run per server process, its progress
 pipeline_process  that run computed in a child process, started before Panel is imported
@@ -17,10 +18,15 @@ recording_view    the recording (raster, leads), the tachogram, their markers an
 charts.py         the linked charts drawn straight into Bokeh, and the default board that holds them
 cuxfilter_board   the same linked charts drawn by cuxfilter over cuDF (GPU runs, on request)
 views.py          the views every board shares (table, beat, decoded grid, centre, summary) and the layout
+review.py         the analyst's tools: beat families, the strip at paper speed, the label panel
+events.py         the run's episodes as a list with the reviewer's verdicts (episode_review.py keeps them)
+page.py           the dashboard's body: the cards of spec.LAYOUT; views behind closed tabs built when opened
+archive.py        a batch's recordings as a table to pick from
 labels.py         ReviewLabels: the reviewer's beat labels of a recording, shared by sessions and servers
 labels_file.py    their SQLite file: schema, transactions, the folder lock, damaged files moved aside
 label_exports.py  the labels as WFDB annotations, CSV (formula-safe cells) or Parquet
 app.py            App: progress view, then the dashboard; ``.servable()``
 server_gc.py      the server's garbage-collector policy: pauses, freezes, thresholds, a collection after sessions end
 bokeh_checks.py   Bokeh's validation the server skips (each session's document; property values inside a patch)
+command.py        the installed `ecg` command
 """
