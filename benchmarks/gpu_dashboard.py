@@ -63,9 +63,9 @@ from benchmarks.inprocess import LINKED, run_beats  # noqa: E402
 # Every session here is a protocol session, created when its websocket connects, so a short lifetime
 # discards only closed ones (a browser's session would count as unused while its page loads).
 SESSION_LIFETIME_MS = 500
-# Protocol sessions per load-test process: with four, the slow brushes of a 20-session run on the
-# H200 all came from two of the five processes (the `stalls` summary), so a measuring process
-# applying its sessions' patches may delay its own readings; with two it has half as many to apply.
+# Protocol sessions per load-test process: a process applies every patch of each of its sessions,
+# and meanwhile its other sessions' answers wait to be read, so the fewer it holds, the less it
+# delays its own readings (the `stalls` summary names the processes of the slow brushes).
 SESSIONS_PER_CLIENT = 2
 SERVE_ARGS = ["--check-unused-sessions", str(SESSION_LIFETIME_MS), "--unused-session-lifetime", str(SESSION_LIFETIME_MS)]
 TARGETS_H200 = {"brush end to end p95": 50.0, "brush server-side p95": 20.0, "zoom/pan p95": 150.0,

@@ -28,7 +28,7 @@ export PYTHONPATH=".:${PYTHONPATH:-}"
 # compiles them once; a bytecode cache folder does the same here.
 unset PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX=/tmp/ecg-pycache
-# And compiles them at install time, not in a user's first process (14 s here, once per machine).
+# And compiles them at install time, not in a user's first process (once per machine).
 if [ ! -e "$PYTHONPYCACHEPREFIX/.compiled" ]; then
     python3 -m compileall -q -j 0 $(python3 -c 'import sys, sysconfig
 print(" ".join({sysconfig.get_paths()["stdlib"], *(p for p in sys.path if p.endswith(("site-packages", "/site")))}))') \

@@ -244,8 +244,8 @@ def _meminfo_bytes(key: str) -> int | None:
 def python_loop_ms() -> float:
     """Milliseconds for a fixed pure-Python workload (the median of three sums of ten million
     integers): how fast this machine's cores ran at that moment. The load average counts only this
-    machine's own processes; the project's shared 2-core machine ran the same loop in about 300 ms
-    one hour and in 160 ms the next with nothing else running on it, and every benchmark with it."""
+    machine's own processes, while a shared virtual machine's cores also change speed from hour to
+    hour with nothing else running on it, and every benchmark's times with them."""
     times = []
     for _ in range(3):
         started = time.perf_counter()

@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     if args.no_browser:
         # The client's libraries load before any server starts, as the browser is started first:
-        # loading them after the server listened (~1 s of imports, on the same cores) was timed as
+        # loaded after the server listened, their imports (on the same cores) would be timed as
         # the server's start.
         from tests.support.bokeh_session import ProtocolSession  # noqa: F401
         from tests.support.served import register_panel_models

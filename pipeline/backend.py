@@ -28,7 +28,7 @@ def has_gpu() -> bool:
     """True when a CUDA device is usable and CuPy and cuDF are installed.
 
     Asks CUDA's driver itself (``cuInit``, ``cuDeviceGetCount``) rather than CuPy: importing CuPy
-    took 0.27 s of a cached start on the H200, before anything needed it (a cached run reads its
+    here would put its import into every start before anything needs it (a cached run reads its
     files and shows its first page on the host; CuPy loads in the background after).
     """
     if any(importlib.util.find_spec(m) is None for m in ("cupy", "cudf")):

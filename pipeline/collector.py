@@ -3,13 +3,11 @@
 Importing PyTorch, scikit-learn, cuDF or Numba makes hundreds of thousands of objects that live
 as long as the process. While they are being made, the collector keeps deciding that the old
 generation has grown enough to be walked again, and each full collection walks every object the
-process holds (~0.2 s each on two cores once Panel and PyTorch are loaded). Measured in fresh
-processes on the 2-core CPU: importing PyTorch and scikit-learn after Panel took 2.5-2.6 s with
-the collector running, 1.9-2.0 s with it paused; a server start from a cached run spent ~0.1 s of
-its 0.13 s run-reading in collections. A run's own work frees its arrays by reference counting,
-so pausing leaves little behind: a few thousand objects in import-time cycles (reclaimed at the
-next collection after the pause, or frozen with everything else by a server, whose whole
-collector policy is :mod:`dashboard.server_gc`).
+process holds, though none of those is garbage: a good part of the imports' time, and most of a
+cached run's reading, went to such walks (the figures: docs/performance-history.md). A run's own
+work frees its arrays by reference counting, so pausing leaves little behind: a few thousand
+objects in import-time cycles (reclaimed at the next collection after the pause, or frozen with
+everything else by a server, whose whole collector policy is :mod:`dashboard.server_gc`).
 
 :func:`paused` nests and may be entered from several threads at once: the collector runs again
 when the last one leaves, and only if it ran when the first one came in.

@@ -3,8 +3,8 @@
 PyTorch's intra-op pool and Numba's parallel kernels share one OpenMP runtime (GNU libgomp in the
 PyTorch wheels). At the end of every parallel region its threads wait for each other, and by
 default they spin while they wait. When another process keeps a core busy, the thread that shares
-that core is descheduled while the others burn their time slices spinning: a 27 ms training step
-took about 1 s (40×) on a 2-core machine. The policy:
+that core is descheduled while the others burn their time slices spinning, and a training step
+takes many times as long. The policy:
 
 - **OpenMP threads sleep at once when they wait** (``OMP_WAIT_POLICY=PASSIVE``, and
   ``KMP_BLOCKTIME=0`` for Intel's runtime), unless these are already set. OpenMP reads them once,
@@ -13,10 +13,8 @@ took about 1 s (40×) on a 2-core machine. The policy:
   before it imports PyTorch).
 - **one thread per available CPU** (the process's affinity mask), unless told otherwise.
 
-Measured with ``python -m benchmarks.threads`` on this project's 2-core machine (median step of
-the CPU default's training, 5 runs each, other load present): libraries' defaults 80 ms idle,
-286 ms with one core kept busy (3.6×); one thread 86 / 153 ms (1.8×); two passive threads
-84 / 97 ms (1.15×), and the least delay for a second thread that wakes every 5 ms (p95 2–4 ms).
+``python -m benchmarks.threads`` measures the policy against the libraries' defaults, idle and
+with one core kept busy (its figures: docs/performance-history.md).
 
 The budget, in order: ``n`` given to :func:`limit_threads` (a worker's share of the machine),
 ``$ECG_THREADS``, ``$OMP_NUM_THREADS``, the CPUs available. An explicit ``n`` stays in force for

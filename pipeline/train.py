@@ -73,8 +73,8 @@ def converged(history: list[float], cfg: VAEConfig, steps_per_epoch: int) -> boo
 class Adam:
     """Adam (PyTorch's default betas and eps, no weight decay) over ``params``: the update of
     ``torch.optim.Adam``, made by the same function (``torch.optim.adam.adam``), without that class.
-    The class imports ``torch._dynamo`` (with sympy: ~0.8 s on the H200, ~1 s on two cores) at
-    its first ``step`` and ``zero_grad``, whatever the model, and a cold server start waits for it.
+    The class imports ``torch._dynamo`` (with sympy, most of a second) at its first ``step`` and
+    ``zero_grad``, whatever the model, and a cold server start waits for it.
     ``state`` holds each parameter's step count and moments under ``torch.optim.Adam``'s names.
     ``fused`` and ``capturable`` (CUDA only) mean what they mean there: a capturable Adam keeps
     its step counts on the device, so a CUDA graph can replay the update."""
@@ -247,10 +247,10 @@ def fit_vae(rows: torch.Tensor, is_train: torch.Tensor, cfg: VAEConfig = VAEConf
 
 @contextlib.contextmanager
 def cudnn_autotuned(on: bool):
-    """Inside, cuDNN times its algorithms for each convolution shape once and keeps the fastest:
-    an H200 step fell from 1.80 to 1.50 ms, 17-epoch training from 1.11 to 0.93 s (the two batch
-    shapes are timed while the step is captured, in the first epoch). Only for training: each
-    shape met later (scoring's chunks, the decoded grid) would be timed again for a pass or two."""
+    """Inside, cuDNN times its algorithms for each convolution shape once and keeps the fastest,
+    which makes every later training step faster (the two batch shapes are timed while the step is
+    captured, in the first epoch). Only for training: each shape met later (scoring's chunks, the
+    decoded grid) would be timed again for a pass or two."""
     before = torch.backends.cudnn.benchmark
     torch.backends.cudnn.benchmark = on or before
     try:
