@@ -45,8 +45,8 @@ def run_pipeline(request: RunRequest = RunRequest(), progress: Progress | None =
     A cached run costs a stat of the input, a fast hash of the run's files (so that no damaged file
     is served) and reading the run: no GPU library, no PyTorch, and no hashing of an unchanged
     input (see :mod:`pipeline.results`). Python's
-    cyclic garbage collector is paused meanwhile (:mod:`pipeline.collector`: ~0.6 s of a cold
-    start on two cores went to collections while PyTorch and scikit-learn imported).
+    cyclic garbage collector is paused meanwhile (:mod:`pipeline.collector`: while PyTorch and
+    scikit-learn import, its collections walk objects that live as long as the process).
     """
     with collector.paused():
         found = _run(request, progress)
@@ -77,7 +77,7 @@ def _run(request: RunRequest, progress: Progress | None) -> results.RunResult | 
         stages.notify("results", 1.0, f"cached run {cached}")
         return cached
 
-    with stages("setup"):       # imports Numba (and RMM on a GPU): 1-1.7 s of a cold start on the H200
+    with stages("setup"):       # imports Numba (and RMM on a GPU): a large part of a cold start
         threads.limit_threads()
         if device == "gpu":
             backend.use_rmm_pool()
@@ -140,7 +140,7 @@ def _compute(input_path: Path, request: RunRequest, device: str, stages: "_Stage
                          "(is this an ECG? is --fs right?)")
 
     with stages("train") as report:
-        # PyTorch's import (1-1.4 s of a cold start on the H200) counts as training, where the
+        # PyTorch's import, one of a cold start's largest costs, counts as training, where the
         # progress view shows it; it comes after loading, so that bad input is reported without it.
         import torch
 
@@ -200,8 +200,8 @@ def quality_of_beats(signal, positions, found, fs: float):
 def _families_beside_training(embeddings: np.ndarray, seed: int, device: str) -> Callable[[], Families]:
     """A function that returns the beat families. On the GPU a thread starts finding them now, beside
     training, which leaves the interpreter and the host's cores mostly idle (replayed CUDA graphs,
-    waits on the device): found after scoring, scikit-learn's import and the clustering cost a cold
-    start 0.36-0.5 s on the H200. The function waits for that thread and raises its error. On the
+    waits on the device): found after scoring, scikit-learn's import and the clustering would add
+    to a cold start. The function waits for that thread and raises its error. On the
     CPU, where training uses every core, they are found when the function is called."""
     from pipeline.families import find_families
 
@@ -437,7 +437,7 @@ class _StageClock:
     @contextlib.contextmanager
     def __call__(self, stage: str, host: bool = False):
         """``host``: the stage runs on the host only, so there is nothing to synchronise (on a GPU
-        the first synchronisation creates CUDA's context, ~0.15 s a cached run does not need)."""
+        the first synchronisation creates CUDA's context, which a cached run does not need)."""
         device = "cpu" if host else self.device
         backend.synchronize(device)
         self.notify(stage, 0.0)
