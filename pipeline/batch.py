@@ -101,7 +101,7 @@ def _run_on(jobs: list[Job], cluster: Cluster, progress: bool, write_archive: bo
     # Largest recordings first: the last task to start is then a short one (less idle tail).
     order = sorted(range(len(jobs)), key=lambda i: -_size_of(jobs[i].input))
     started = time.perf_counter()
-    futures = {client.submit(process_recording, jobs[i], cluster.threads, topic, pure=False,
+    futures = {client.submit(process_recording, jobs[i], cluster.threads, topic, cluster.per_gpu, pure=False,
                              key=f"recording-{i}-{uuid.uuid4().hex[:8]}"): i for i in order}
     rows: list[dict | None] = [None] * len(jobs)
     outputs: list = [None] * len(jobs)

@@ -48,14 +48,15 @@ class Job:
         return str(Path(self.request.input).absolute())
 
 
-def configure_worker(threads: int | None, device: str) -> None:
+def configure_worker(threads: int | None, device: str, per_gpu: int = 1) -> None:
     """Set this worker's thread budget and device memory before a recording runs.
 
     PyTorch's intra-op pool is process-wide; Numba's thread count is per calling thread, so this
     runs in the thread that runs the task, every time (it is cheap). On a local cluster the
     worker process's environment (``OMP_NUM_THREADS`` etc.) was set to the same budget when it
     was spawned; on a remote one this is the only place the budget is applied.
-    On a GPU worker, the pipeline's RMM pool is made on the worker's device (idempotent).
+    On a GPU worker, the pipeline's RMM pool is made on the worker's device (idempotent), its
+    share of the memory of a GPU that ``per_gpu`` workers use.
     """
     if threads is not None:
         from pipeline import threads as thread_policy
@@ -64,10 +65,11 @@ def configure_worker(threads: int | None, device: str) -> None:
     if device == "gpu":
         from pipeline import backend
 
-        backend.use_rmm_pool()
+        backend.use_rmm_pool(sharers=per_gpu)
 
 
-def process_recording(job: Job, threads: int | None = None, topic: str | None = None) -> tuple[dict, object]:
+def process_recording(job: Job, threads: int | None = None, topic: str | None = None,
+                      per_gpu: int = 1) -> tuple[dict, object]:
     """Run one job (in a Dask worker, or anywhere): ``(archive row, job.then's result or None)``.
 
     Never raises for a bad recording: the row says ``failed`` with the one-line error. Warnings
@@ -83,7 +85,7 @@ def process_recording(job: Job, threads: int | None = None, topic: str | None = 
             from pipeline import backend
             from pipeline.run import run_pipeline
 
-            configure_worker(threads, backend.resolve_device(job.request.device))
+            configure_worker(threads, backend.resolve_device(job.request.device), per_gpu)
             run = run_pipeline(job.request, progress=lambda stage, fraction, message: report(stage))
             row = run_row(job, run)
             if job.then is not None:

@@ -328,7 +328,7 @@ def test_local_cuda_starts_one_worker_per_gpu():
     import cupy
 
     n_gpus = cupy.cuda.runtime.getDeviceCount()
-    with batch.open_cluster("local-cuda", device="gpu") as cluster:
+    with batch.open_cluster("local-cuda", device="gpu", per_gpu=1) as cluster:
         assert cluster.kind == "local-cuda" and cluster.workers == n_gpus
         visible = cluster.client.run(lambda: os.environ["CUDA_VISIBLE_DEVICES"].split(",")[0])
         assert len(visible) == n_gpus and len(set(visible.values())) == n_gpus  # a different GPU each
@@ -352,7 +352,7 @@ def test_local_cuda_batch_is_zero_copy_and_equals_a_single_process_run(small_csv
     jobs = [batch.Job(replace(template, input=str(path))) for path in inputs]
     result = batch.run_batch(jobs, cluster="local-cuda", progress=False)
     assert [row["status"] for row in result.rows] == ["ok"] * len(inputs), [row["error"] for row in result.rows]
-    assert result.cluster.workers == cupy.cuda.runtime.getDeviceCount()
+    assert result.cluster.workers == cupy.cuda.runtime.getDeviceCount() * result.cluster.per_gpu
     for row in result.rows:
         report = json.loads((Path(row["run_dir"]) / "report.json").read_text())
         assert report["device"]["name"] == "gpu" and report["memory"]["gpu_peak_bytes"] > 0
