@@ -143,6 +143,7 @@ def main(argv: list[str] | None = None) -> dict:
                     "workers": workers, "per_gpu": per_gpu, "threads": args.threads, "repeats": args.repeats, "epochs": args.epochs,
                     "cluster": args.cluster, "device": device, "budget_s": args.budget_s, "tag": args.tag},
         "archive": {"bytes": sum(_bytes(p) for p in paths), "made_s": round(synth_s, 3)},
+        "mps": device == "gpu" and _mps_running(),
         "configs": [],
     }
     out_root = Path(tempfile.mkdtemp(prefix="archive-runs-", dir=args.data_dir))
@@ -361,8 +362,10 @@ def markdown(report: dict) -> str:
              "(other processes share the machine; it was not reserved)",
              _archive_line(report),
              f"- Each pass: `pipeline.batch` over the archive, cache off, device {o['device']}, "
-             f"VAE epochs {o['epochs'] or 'default'}; {o['repeats']} timed pass(es) per worker count after an "
-             "untimed warm-up run on each worker; the clusters stay up together and take turns, pass by pass",
+             f"VAE epochs {o['epochs'] or 'default'}; {o['repeats']} timed pass(es) per layout after an "
+             "untimed warm-up run on each worker; " + ("one layout at a time" if o["device"] == "gpu" else
+                                                         "the clusters stay up together and take turns, pass by pass")
+             + ("; under CUDA MPS" if report.get("mps") else ""),
              f"- Command: `{report['command']}`; took {report['elapsed_s']:.0f} s (budget {o['budget_s']:.0f} s)", "",
              "| GPUs | workers (per GPU) | threads each | recordings | pass time (median / p95) | recordings per minute "
              "(per GPU or worker) | GPU busy | per recording (median / p95) | 1,000 recordings | cluster start | "
@@ -388,6 +391,18 @@ def markdown(report: dict) -> str:
     lines += ["", "| target | measured | status |", "| --- | --- | --- |"]
     lines += [f"| {t['target']} | {t['measured']} | **{t['status']}** |" for t in s["targets"]]
     return "\n".join(lines) + "\n"
+
+
+def _mps_running() -> bool:
+    """Whether a CUDA MPS control daemon runs on this machine (its workers' kernels then share
+    each GPU side by side)."""
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            if comm.read_text().strip() == "nvidia-cuda-mps":
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def _bytes(path: Path) -> int:
