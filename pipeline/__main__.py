@@ -195,7 +195,7 @@ class _ProgressBars:
             return
         from tqdm import tqdm
 
-        from pipeline.run import STAGES
+        from pipeline.stages import STAGES
 
         if stage != self.stage:
             self._close()
@@ -321,7 +321,7 @@ def _cmd_reference(args) -> int:
 def _reference_runs(args) -> list[Path]:
     """Run folders as given; every other input discovered as the batch does and run on its cluster."""
     from pipeline import batch
-    from pipeline.run import RunRequest
+    from pipeline.requests import RunRequest
 
     folders = [Path(i) for i in args.inputs if (Path(i) / "report.json").is_file()]
     others = [i for i in args.inputs if not (Path(i) / "report.json").is_file()]

@@ -1,6 +1,6 @@
 """Many recordings at once: one Dask task per recording, and the archive table of their results.
 
-``run_batch`` sends each :class:`~pipeline.batch_task.Job` (a :class:`~pipeline.run.RunRequest`
+``run_batch`` sends each :class:`~pipeline.batch_task.Job` (a :class:`~pipeline.requests.RunRequest`
 for one recording) to a Dask cluster as one task that runs exactly ``run_pipeline`` — load,
 segment, train, score, write its run directory — so the per-recording cache works as for a single
 run: a second batch over the same archive recomputes only recordings that failed or changed. A

@@ -64,7 +64,7 @@ class ProgressBar:
     def _postfix(self) -> None:
         if self.bar is None:
             return
-        from pipeline.run import STAGES
+        from pipeline.stages import STAGES
 
         counts = " ".join(f"{status} {self.counts[status]}" for status in ("ok", "cached", "failed")
                           if self.counts[status])

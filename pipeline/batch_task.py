@@ -39,7 +39,7 @@ class Job:
     :attr:`pipeline.batch.BatchResult.outputs`. ``then`` must be picklable (a module-level function or a
     ``functools.partial`` of one)."""
 
-    request: object  # pipeline.run.RunRequest
+    request: object  # pipeline.requests.RunRequest
     then: Callable | None = None
 
     @property
