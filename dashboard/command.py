@@ -1,4 +1,4 @@
-"""The installed command: ``ecg run | batch | evaluate | synth | reference | serve``.
+"""The installed command: ``ecg run | batch | evaluate | synth | reference | rescore | serve``.
 
 Every subcommand but ``serve`` is the pipeline's command line, unchanged: ``ecg run X`` is
 ``python -m pipeline run X`` (:func:`pipeline.__main__.main`, which owns their options, their

@@ -1,4 +1,4 @@
-"""Command line: ``python -m pipeline run | batch | synth | reference | evaluate``.
+"""Command line: ``python -m pipeline run | batch | synth | reference | rescore | evaluate``.
 
 Bad input (a file, or an option's value) ends with one line on stderr (``error: …``) and exit
 status 2; warnings print as ``warning: …``.
@@ -79,6 +79,13 @@ def _parser() -> argparse.ArgumentParser:
     reference.add_argument("--device", choices=("auto", "gpu", "cpu"), default="auto")
     _add_cluster_options(reference)
     reference.set_defaults(func=_cmd_reference)
+
+    rescore = sub.add_parser("rescore", help="score a finished run against another reference beat model "
+                             "(only the reference's part is computed again); the run is written as a new cached run")
+    rescore.add_argument("run_dir", metavar="RUN", help="a run folder (written by 'run' or 'batch')")
+    rescore.add_argument("--reference", help="reference beat model (.npz written by the 'reference' command); "
+                         "default: the one shipped with the package")
+    rescore.set_defaults(func=_cmd_rescore)
 
     evaluate = sub.add_parser("evaluate", help="score detection and outliers on annotated WFDB records")
     evaluate.add_argument("directory", help="folder of WFDB records with .atr reference annotations")
@@ -335,6 +342,28 @@ def _reference_runs(args) -> list[Path]:
         raise ValueError(f"{row['name']}: {row['error']}" + (f" (and {len(result.failed) - 1} more failed)"
                                                             if len(result.failed) > 1 else ""))
     return folders + [Path(row["run_dir"]) for row in result.rows]
+
+
+def _cmd_rescore(args) -> int:
+    """Rescore a run folder against a reference; print where the rescored run is and its outliers
+    before and after. Exit status 1 when it could not be written (the runs folder is read-only)."""
+    from pipeline import results
+    from pipeline.calibrate import is_outlier
+    from pipeline.quality import low_quality
+    from pipeline.run import rescore_run
+
+    def outliers(beats) -> int:
+        return int(is_outlier(beats["score"][~low_quality(beats["quality"])]).sum())
+
+    run = rescore_run(args.run_dir, args.reference)       # checks the run folder and the reference first
+    before = results.load_run(Path(args.run_dir))
+    ref = run.report["reference"]
+    was = f" (was {outliers(before.beats):,})"
+    saved = run.report.get("rescored", {}).get("saved", True)
+    where = f"{run.path}{'  (cached)' if run.cached else ''}" if saved else "not written"
+    print(f"run        {where}\nreference  {ref['file'].get('name', '?')}: {ref['description']}\n"
+          f"outliers   {outliers(run.beats):,}{was}")
+    return 0 if saved else 1
 
 
 def _cmd_evaluate(args) -> int:

@@ -40,13 +40,15 @@ from pipeline.reference_score import (DISTANCE_FLOOR_PER_SAMPLE, ReferenceScores
                                       population_distance, reference_statistics, resample_rows, score_reference,
                                       template_distance)
 from pipeline.reference_store import (COMPONENTS, DEFAULT_REFERENCE, REFERENCE_DIR, Reference,
-                                      ReferenceConfig, describe, load_reference, reference_digest, save_reference)
+                                      ReferenceConfig, describe, describe_file, load_reference, reference_digest,
+                                      save_reference)
 from pipeline.reference_training import (NORMAL_SYMBOLS, ReferenceBeats, fit_reference, reference_beats,
                                          train_reference)
 
 __all__ = [
     "COMPONENTS", "DEFAULT_REFERENCE", "DISTANCE_FLOOR_PER_SAMPLE", "NORMAL_SYMBOLS", "REFERENCE_DIR", "Reference",
-    "ReferenceBeats", "ReferenceConfig", "ReferenceScores", "block_edges", "describe", "fit_reference",
-    "load_reference", "population_distance", "reference_beats", "reference_digest", "reference_statistics",
-    "resample_rows", "save_reference", "score_reference", "template_distance", "train_reference",
+    "ReferenceBeats", "ReferenceConfig", "ReferenceScores", "block_edges", "describe", "describe_file",
+    "fit_reference", "load_reference", "population_distance", "reference_beats", "reference_digest",
+    "reference_statistics", "resample_rows", "save_reference", "score_reference", "template_distance",
+    "train_reference",
 ]

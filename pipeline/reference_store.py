@@ -96,11 +96,16 @@ def save_reference(reference: Reference, path: Path) -> Path:
     return path
 
 
-@functools.lru_cache(maxsize=4)
 def load_reference(path: Path | None = None) -> Reference:
     """Read a reference written by :func:`save_reference` (default: the shipped one). Raises
-    ValueError when the ``.npz`` does not match the SHA-256 its ``.json`` records."""
+    ValueError when the ``.npz`` does not match the SHA-256 its ``.json`` records. Read once while
+    its files are unchanged: a reference trained again under the same name is read again."""
     path = Path(path or DEFAULT_REFERENCE).with_suffix(".npz")
+    return _load_reference(path, _signature(path))
+
+
+@functools.lru_cache(maxsize=4)
+def _load_reference(path: Path, signature: tuple) -> Reference:
     try:
         sidecar = json.loads(path.with_suffix(".json").read_text())
         payload = path.read_bytes()
@@ -119,11 +124,16 @@ def load_reference(path: Path | None = None) -> Reference:
     return Reference(cfg, centroids, tables, meta)
 
 
-@functools.lru_cache(maxsize=4)
 def reference_digest(path: Path | str | None = None) -> str:
     """The SHA-256 of a reference's ``.npz`` (default: the shipped one), as its ``.json`` records it:
-    a run's cache key, read without loading the reference (:func:`load_reference` checks it)."""
+    a run's cache key, read without loading the reference (:func:`load_reference` checks it); read
+    once while the files are unchanged."""
     path = Path(path or DEFAULT_REFERENCE).with_suffix(".json")
+    return _reference_digest(path, _signature(path))
+
+
+@functools.lru_cache(maxsize=16)
+def _reference_digest(path: Path, signature: tuple) -> str:
     for needed in (path.with_suffix(".npz"), path):
         if not needed.is_file():
             raise ValueError(f"no reference at {path.with_suffix('.npz')}: {needed.name} is missing")
@@ -133,9 +143,39 @@ def reference_digest(path: Path | str | None = None) -> str:
         raise ValueError(f"{path.name} is not a reference's description (no npz_sha256)") from None
 
 
+def describe_file(path: Path | str | None = None) -> str:
+    """:func:`describe`'s line for the reference at ``path`` (default: the shipped one), read from
+    its ``.json`` alone: for listing references without loading them. Raises ValueError when that
+    file is missing or is no reference's description."""
+    path = Path(path or DEFAULT_REFERENCE).with_suffix(".json")
+    try:
+        sidecar = json.loads(path.read_text())
+        return _describe(sidecar, float(sidecar.get("config", {}).get("fs", ReferenceConfig.fs)))
+    except OSError as err:
+        raise ValueError(f"{path.name} cannot be read ({err.strerror or err})") from None
+    except (ValueError, TypeError, AttributeError):
+        raise ValueError(f"{path.name} is not a reference's description") from None
+
+
+def _signature(path: Path) -> tuple:
+    """What changes when a reference's files are written again: size, modification time and inode
+    of the ``.npz`` and the ``.json`` (None for one that is missing)."""
+    signature = []
+    for part in (path.with_suffix(".npz"), path.with_suffix(".json")):
+        try:
+            st = part.stat()
+            signature.append((st.st_size, st.st_mtime_ns, st.st_ino))
+        except OSError:
+            signature.append(None)
+    return tuple(signature)
+
+
 def describe(reference: Reference) -> str:
     """One line about a reference: what it was trained on."""
-    meta = reference.meta
+    return _describe(reference.meta, reference.config.fs)
+
+
+def _describe(meta: dict, fs: float) -> str:
     digest = str(meta.get("training_data_sha256", "?"))[:12]
     return (f"reference of {len(meta.get('records', []))} recordings, {meta.get('normal_beats', 0):,} normal beats "
-            f"at {reference.config.fs:g} Hz (training data SHA-256 {digest}…)")
+            f"at {fs:g} Hz (training data SHA-256 {digest}…)")

@@ -137,6 +137,12 @@ def find_cached(root: Path, key: str) -> Path | None:
     return None
 
 
+def run_problem(path: Path) -> str | None:
+    """None when the run directory ``path`` is intact (every file matches the checksum its report
+    records), else what is wrong with it, in a few words."""
+    return _verify(Path(path))
+
+
 def _verify(path: Path) -> str | None:
     """None when the run is intact, else what is wrong. Every file's content is hashed and compared
     with the digest written beside it: a file damaged in place keeps its size, and its modification
@@ -176,27 +182,45 @@ def write_run(root: Path, key: str, *, report: dict, beats: pd.DataFrame, fiduci
     like every other file the pipeline writes."""
     import torch
 
-    root = Path(root)
+    return _write_atomically(Path(root), key, report, {
+        "beats.parquet": lambda path: beats.to_parquet(path, index=False),
+        "episodes.parquet": lambda path: episodes.to_parquet(path, index=False),
+        "fiducials.npy": lambda path: np.save(path, fiducials),
+        "embeddings.npy": lambda path: np.save(path, embeddings),
+        "signal.npy": lambda path: np.save(path, signal),
+        "decoded.npz": lambda path: np.savez(path, z=decoded_z, rows=decoded),
+        "families.npz": lambda path: np.savez(path, count=families.count, median=families.median,
+                                              lower=families.lower, upper=families.upper),
+        "model.pt": lambda path: torch.save(checkpoint, path),
+    }, f"{os.getpid()}")
+
+
+def write_rescored(root: Path, key: str, *, source: Path, report: dict, beats: pd.DataFrame) -> Path:
+    """Write, as :func:`write_run` does (atomically, with checksums), the run ``<root>/<key>`` that
+    is the finished run ``source`` with another beats table and report: every other file is
+    copied unchanged, and ``source`` is not touched. A rescored run (:func:`pipeline.run.rescore_run`)
+    is written so. The temporary folder carries the thread's id as well: sessions of one server
+    may rescore at the same time."""
+    source = Path(source)
+    writers = {name: (lambda path, name=name: shutil.copyfile(source / name, path)) for name in FILES}
+    writers["beats.parquet"] = lambda path: beats.to_parquet(path, index=False)
+    return _write_atomically(Path(root), key, report, writers, f"{os.getpid()}-{threading.get_ident()}")
+
+
+def _write_atomically(root: Path, key: str, report: dict, writers: dict, owner: str) -> Path:
+    """Every file of ``writers`` (name → function of the path) into ``.<key>.tmp-<owner>``, their
+    digests into ``report`` (written as ``report.json``), then one rename to ``<root>/<key>``. A
+    damaged run already there is moved aside and replaced; a failure leaves nothing behind."""
     root.mkdir(parents=True, exist_ok=True)
-    final, tmp = root / key, root / f".{key}.tmp-{os.getpid()}"
+    final, tmp = root / key, root / f".{key}.tmp-{owner}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        digests = _write_and_hash(tmp, {
-            "beats.parquet": lambda path: beats.to_parquet(path, index=False),
-            "episodes.parquet": lambda path: episodes.to_parquet(path, index=False),
-            "fiducials.npy": lambda path: np.save(path, fiducials),
-            "embeddings.npy": lambda path: np.save(path, embeddings),
-            "signal.npy": lambda path: np.save(path, signal),
-            "decoded.npz": lambda path: np.savez(path, z=decoded_z, rows=decoded),
-            "families.npz": lambda path: np.savez(path, count=families.count, median=families.median,
-                                                  lower=families.lower, upper=families.upper),
-            "model.pt": lambda path: torch.save(checkpoint, path),
-        })
+        digests = _write_and_hash(tmp, writers)
         report = dict(report, files=digests, file_hash=FILE_HASH)
         (tmp / REPORT).write_text(json.dumps(report, indent=1, default=_json_default))
         if final.exists():  # damaged (find_cached said so): move it aside, then swap in the new one
-            trash = root / f".{key}.trash-{os.getpid()}"
+            trash = root / f".{key}.trash-{owner}"
             final.rename(trash)
             tmp.rename(final)
             shutil.rmtree(trash, ignore_errors=True)

@@ -64,6 +64,32 @@ def test_run_prints_the_summary(small_csv, tmp_path):
     assert again.returncode == 0 and again.stdout.splitlines()[0] == f"run        {run_dir}  (cached)"
 
 
+def test_rescore_writes_a_new_cached_run_and_says_what_changed(cpu_run, tmp_path):
+    """``rescore RUN --reference REF`` scores a run folder against another reference into a new
+    cached run beside it; a second time reads that run; a reference that is not there is one line."""
+    import shutil
+
+    from pipeline import reference
+
+    out = tmp_path / "runs"
+    source = out / cpu_run.run.path.name
+    shutil.copytree(cpu_run.run.path, source)
+    small = reference.ReferenceConfig(centroids=16, beats_per_record=200)
+    mine = reference.save_reference(reference.train_reference([source, source], cfg=small), tmp_path / "mine")
+    result = _cli("rescore", source, "--reference", mine)
+    assert result.returncode == 0, result.stderr
+    lines = dict(line.split(None, 1) for line in result.stdout.splitlines())
+    assert list(lines) == ["run", "reference", "outliers"]
+    rescored = Path(lines["run"])
+    assert rescored.parent == out and rescored != source and (rescored / "report.json").is_file()
+    assert lines["reference"].startswith("mine.npz: reference of 2 recordings")
+    assert re.fullmatch(r"\d[\d,]* \(was \d[\d,]*\)", lines["outliers"])
+    again = _cli("rescore", source, "--reference", mine)
+    assert again.returncode == 0 and again.stdout.splitlines()[0] == f"run        {rescored}  (cached)"
+    missing = _cli("rescore", source, "--reference", tmp_path / "none.npz")
+    assert missing.returncode == 2 and missing.stderr.startswith("error: no reference at ")
+
+
 def test_run_progress_bars_go_to_stderr(small_csv, tmp_path):
     result = _cli("run", small_csv, "--device", "cpu", "--epochs", 1, "--out", tmp_path / "runs")
     assert result.returncode == 0, result.stderr

@@ -201,6 +201,30 @@ def test_a_damaged_reference_is_refused(tmp_path):
         reference.load_reference(tmp_path / "copy.npz")
 
 
+def test_a_reference_is_described_from_its_json_and_read_again_once_rewritten(tmp_path):
+    """describe_file gives describe's line without loading the reference; a reference trained
+    again under the same name (what a server listing <runs>/references/ sees) is read again, its
+    digest too, not served from the cache of the earlier file."""
+    import os
+
+    shipped = reference.load_reference()
+    assert reference.describe_file() == reference.describe(shipped)
+    path = reference.save_reference(shipped, tmp_path / "mine")
+    assert reference.describe_file(path) == reference.describe(shipped)
+    first = reference.reference_digest(path)
+    assert reference.load_reference(path).meta["file"]["sha256"] == first
+    reference.save_reference(replace(shipped, centroids=shipped.centroids * 1.01), path)
+    for part in (path, path.with_suffix(".json")):         # as a retraining seconds later would stamp them
+        os.utime(part, ns=(part.stat().st_atime_ns, part.stat().st_mtime_ns + 10**9))
+    assert reference.reference_digest(path) != first
+    np.testing.assert_allclose(reference.load_reference(path).centroids, shipped.centroids * 1.01)
+    path.with_suffix(".json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="mine.json is not a reference's description"):
+        reference.describe_file(path)
+    with pytest.raises(ValueError, match="none.json cannot be read"):
+        reference.describe_file(tmp_path / "none.npz")
+
+
 # --------------------------------------------------------------------------- calibration
 def test_tail_table_follows_the_empirical_tail_and_extends_it():
     rng = np.random.default_rng(0)

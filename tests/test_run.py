@@ -515,3 +515,92 @@ def test_folder_input_is_refused_in_plain_words(tmp_path):
                                           "(.csv, .txt, .npy, .parquet, .edf, .bdf or a WFDB .hea record)"]
     with pytest.raises(ValueError, match=r"is a folder; give a recording file"):
         run_pipeline(RunRequest(input=str(folder), device="cpu", out=str(tmp_path / "runs")))
+
+
+# --------------------------------------------------------------------------- rescoring
+def _second_reference(run_dir: Path, path: Path) -> Path:
+    """A tiny reference trained on the run's normal beats (twice: a reference needs two recordings),
+    written to ``path``: another reference than the shipped one, in seconds."""
+    small = reference.ReferenceConfig(centroids=16, beats_per_record=200)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return reference.save_reference(reference.train_reference([run_dir, run_dir], cfg=small), path)
+
+
+def test_rescore_run_recomputes_only_the_reference_part(cpu_run, tmp_path):
+    """A run rescored against another reference has exactly the scores score_reference gives its
+    beats with that reference, every other column unchanged; it is written under the key a run of
+    that reference has (so `run --reference` finds it), and the run it came from is not touched."""
+    from pipeline.calibrate import COLUMNS
+    from pipeline.run import rescore_run, run_key
+
+    out, request = _relocated(cpu_run, tmp_path)
+    source = out / cpu_run.run.path.name
+    mine = _second_reference(source, tmp_path / "refs" / "mine")
+    files_before = {p.name: p.read_bytes() for p in source.iterdir()}
+
+    rescored = rescore_run(source, mine)
+    run = cpu_run.run
+    expected = reference.score_reference(np.asarray(run.embeddings), run.beats["fiducial"].to_numpy(), run.fs,
+                                         int(round(0.25 * run.embeddings.shape[1])), reference.load_reference(mine))
+    np.testing.assert_array_equal(rescored.beats["score"].to_numpy(), expected.score)
+    for name, values in expected.columns().items():
+        np.testing.assert_array_equal(rescored.beats[name].to_numpy(), values)
+    assert not np.array_equal(rescored.beats["score"], run.beats["score"])
+    changed = ["score", *COLUMNS]
+    pd.testing.assert_frame_equal(rescored.beats.drop(columns=changed), run.beats.drop(columns=changed))
+    np.testing.assert_array_equal(rescored.embeddings, run.embeddings)
+
+    assert rescored.report["reference"]["file"] == {"name": "mine.npz", "sha256": reference.reference_digest(mine)}
+    assert rescored.report["rescored"]["from_key"] == source.name and rescored.report["rescored"]["saved"]
+    assert rescored.report["rescored"]["from_reference"] == run.report["reference"]
+    digest = {"sha256": run.report["input"]["sha256"], "annotations": run.report["input"]["annotations_sha256"]}
+    key = run_key(digest, "cpu", replace(request, reference=str(mine)))
+    assert rescored.path == out / key and rescored.report["key"] == key and not rescored.cached
+    assert results.find_cached(out, key) == rescored.path and _hidden(out) == []
+    assert {p.name: p.read_bytes() for p in source.iterdir()} == files_before       # the run it came from
+
+    again = rescore_run(source, mine)                     # read from the cache, not computed again
+    assert again.cached and again.path == rescored.path
+    assert rescore_run(source).path == source             # the shipped reference scored it: the run itself
+    assert run_pipeline(replace(request, reference=str(mine))).path == rescored.path   # no training: cached
+
+
+def test_rescore_run_refuses_a_damaged_reference_or_run(cpu_run, tmp_path):
+    from pipeline.run import rescore_run
+
+    out, _ = _relocated(cpu_run, tmp_path)
+    source = out / cpu_run.run.path.name
+    mine = _second_reference(source, tmp_path / "mine")
+    payload = bytearray(mine.read_bytes())
+    payload[-100] ^= 0xFF
+    mine.write_bytes(bytes(payload))
+    with pytest.raises(ValueError, match="mine.npz does not match the SHA-256"):
+        rescore_run(source, mine)
+    with pytest.raises(ValueError, match="no reference at .*none.npz"):
+        rescore_run(source, tmp_path / "none.npz")
+    _flip_a_byte(source / "beats.parquet")
+    with pytest.raises(ValueError, match="is not a finished run .beats.parquet does not match its checksum"):
+        rescore_run(source)
+    assert _entries(out) == [source.name]                 # nothing written
+
+
+def test_a_rescored_run_that_cannot_be_written_is_kept_in_memory_and_said_so(cpu_run, tmp_path, monkeypatch):
+    from pipeline.run import rescore_run
+
+    out, _ = _relocated(cpu_run, tmp_path)
+    source = out / cpu_run.run.path.name
+    mine = _second_reference(source, tmp_path / "mine")
+
+    def read_only(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(results, "write_rescored", read_only)
+    with pytest.warns(PipelineWarning, match="could not be written .*Permission denied.*kept in memory only"):
+        rescored = rescore_run(source, mine)
+    assert rescored.report["rescored"]["saved"] is False and rescored.path == source and not rescored.cached
+    assert rescored.report["reference"]["file"]["name"] == "mine.npz"
+    run = cpu_run.run
+    expected = reference.score_reference(np.asarray(run.embeddings), run.beats["fiducial"].to_numpy(), run.fs,
+                                         int(round(0.25 * run.embeddings.shape[1])), reference.load_reference(mine))
+    np.testing.assert_array_equal(rescored.beats["score"].to_numpy(), expected.score)
+    assert _entries(out) == [source.name] and results.run_problem(source) is None
