@@ -7,6 +7,7 @@ pipeline_process  that run computed in a child process, started before Panel is 
 announcement.py   an event set by background work (the run's end, Datashader compiled) that also calls back
 shared_run.py     SharedRun: the read-only data of the run (beats, columns on its device, the VAE, a memo)
 data_store.py     DataStore: one session's selections over it, one immutable Selection per change
+reference_choice  the references a page may rescore its recording with (the server's list), the rescored runs
 spec.py           the views described once (what, which columns, which links, where), colours, formats
 bins.py           bin indexes of the linked charts, computed once per run
 shading.py        counts per pixel as opacity bytes, and the colour mapper that draws them in the page

@@ -44,6 +44,7 @@ from dashboard.charts import BokehBoard
 from dashboard.data_store import DataStore, in_session
 from dashboard.events import EventList
 from dashboard.page import card, layout
+from dashboard.reference_choice import ReferencePicker, References, failure, reference_id, server_references
 from dashboard.review import ReviewPanel
 from dashboard.shared_run import BACKGROUND_DELAY_S, SharedRun
 from dashboard.spec import ASSETS, STYLESHEET, duration, hms
@@ -120,6 +121,15 @@ def prepare(settings: startup.Settings):
         server_gc.freeze_run()   # everything alive now lives as long as the process
         return shared
     return _prepare
+
+
+def finish_rescored(shared: SharedRun) -> None:
+    """What a rescored recording (:meth:`SharedRun.rescored`) needs beyond its shared data: the
+    cuxfilter board's frame holds the scores, so it is made again."""
+    if shared.extras.get("board") == "cuxfilter":
+        from dashboard import cuxfilter_board
+
+        cuxfilter_board.prepare(shared)
 
 
 def freeze_when_loaded(shared: SharedRun, raster) -> None:
@@ -222,9 +232,16 @@ class App(pn.viewable.Viewer):
     state = param.String(default="waiting", doc="waiting | running | archive | ready | error (as this page shows it)")
 
     def __init__(self, job: startup.PipelineJob | None = None, error: str = "", archive=None,
-                 open_run: Callable | None = None, **params):
+                 open_run: Callable | None = None, references: References | None = None, asked_reference: str = "",
+                 **params):
+        """``references``: the server's references, which the header offers for rescoring (None: no
+        choice); ``asked_reference``: the id this page's address asks for (``?reference=``), checked
+        against them before it is used."""
         super().__init__(**params)
         self.job = job
+        self.references = references
+        self.reference_id = asked_reference or ""   # what this page asked for; validated where used
+        self._base: SharedRun | None = None         # the recording as the server has it, before any rescoring
         self.store: DataStore | None = None
         self.above: list = []          # what stays above the dashboard (an archive's recordings)
         self.archive_sidebar: list = []  # and above the sidebar (the archive's totals and search)
@@ -282,7 +299,7 @@ class App(pn.viewable.Viewer):
         if progress.state == "ready":
             self._stop()
             try:
-                self._show_dashboard(self.job.result)
+                self._show_run(self.job.result)
             except Exception as err:  # show it on the page; the server and other sessions go on
                 startup._log(traceback.format_exc())
                 self._show_error(f"the dashboard could not be built: {type(err).__name__}: {err}")
@@ -338,15 +355,69 @@ class App(pn.viewable.Viewer):
         if self.store is not None:
             self.store.close()
         with pn.io.hold():           # the sidebar and the body change in one message
-            self._show_dashboard(shared)
+            self._show_run(shared)
 
-    def _show_dashboard(self, shared: SharedRun) -> None:
-        self.store = DataStore(shared)
+    # ------------------------------------------------------------------ the reference
+    def _show_run(self, base: SharedRun) -> None:
+        """Show a recording as the server has it, or as the reference this page asked for scores it."""
+        self._base = base
+        shared, message = base, ""
+        if self.reference_id and self.references is not None and self.reference_id != reference_id(base.report):
+            try:
+                choice = self.references.choose(self.reference_id)
+                shared = self.references.rescored(base, choice)
+                message = (f"Scored against <b>{escape(choice.name)}</b>, as this page's address asks "
+                           "(<code>?reference=…</code>).")
+            except Exception as err:    # the page still shows the recording, as the server scored it
+                message = f"<span style='color:#9b1c1c'>{escape(failure(err, 'the reference asked for'))}</span>"
+        self._show_dashboard(shared, message=message)
+
+    def rescore(self, choice_id) -> None:
+        """What the header's Rescore does with the id chosen (:meth:`ReferencePicker.choose`): the
+        open recording scored against that reference of the server's, or a refusal in words."""
+        picker = self.views.get("reference")
+        if picker is not None:
+            picker.choose(choice_id)
+
+    def _show_rescored(self, shared: SharedRun, choice) -> None:
+        """Swap in the rescored recording, keeping this session's choices (brushes are dropped: the
+        charts are new)."""
+        before = self.store
+        keep = {name: getattr(before, name) for name in ("threshold", "split", "follow_window", "rank_low_quality",
+                                                          "colour_by")}
+        focus, window, was = before.focus, before.time_range, self.views["header"].outliers()
+        before.close()
+        with pn.io.hold():
+            self._show_dashboard(shared, keep=keep)
+            now = self.views["header"].outliers()
+            self.views["reference"].status.object = (
+                f"Rescored with <b>{escape(choice.name)}</b>: <b>{now:,}</b> outliers at score ≥ "
+                f"{self.store.threshold:.2f} ({was:,} before).")
+            if focus is not None:
+                self.store.update(focus=focus)
+            if window is not None:                  # after the focus, which zooms to its beat
+                self.store.update(zoom_to=window)
+        self.reference_id = choice.id
+        doc = pn.state.curdoc
+        if doc is not None and doc.session_context is not None:   # a reload shows it again
+            pn.state.location.update_query(reference=choice.id)
+
+    def _show_dashboard(self, shared: SharedRun, keep: dict | None = None, message: str = "") -> None:
+        """``keep``: the session's choices to carry over (the threshold, filters); ``message``: what
+        the reference's line says (markup of the code's own), which opens the header's details."""
+        self.store = DataStore(shared, **(keep or {}))
         self.board = make_board(self.store)
         body, self.views = layout(self.store, self.board)
         summary = SelectionSummary(self.store)
         self.views["summary"] = summary
-        self.views["header"] = header = RecordingHeader(self.store)
+        tools = ()
+        if self.references is not None:
+            self.views["reference"] = picker = ReferencePicker(self.references, self._base, reference_id(shared.report),
+                                                               self._show_rescored, message)
+            tools = (picker,)
+        self.views["header"] = header = RecordingHeader(self.store, tools=tools)
+        if message or keep is not None:
+            header.details.collapsed = False
         self.review = ReviewPanel(self.store)
         if self.above:
             self.statusbar.object = f"Showing <b>{escape(recording_name(shared))}</b> below."
@@ -408,15 +479,26 @@ def serve_page(argv: list[str] | None = None) -> App:
         pn.state.on_session_destroyed(server_gc.collect_after_session_end)
     try:
         settings = startup.server_settings(sys.argv[1:] if argv is None else argv)
+        references = server_references(settings, finish_rescored)
+        asked = asked_reference()
         if settings.archive:
             from pipeline.archive import read_archive
 
             return App(archive=read_archive(settings.archive),
                        open_run=lambda run_dir: startup.archived_run(run_inside(settings.archive, run_dir),
-                                                                     prepare(settings)))
+                                                                     prepare(settings)),
+                       references=references, asked_reference=asked)
     except ValueError as err:
         return App(error=str(err))
-    return App(job=startup.process_job(settings, prepare=prepare(settings)))
+    return App(job=startup.process_job(settings, prepare=prepare(settings)), references=references,
+               asked_reference=asked)
+
+
+def asked_reference() -> str:
+    """The reference id this session's address asks for (``?reference=``): text a page sent, only
+    ever compared with the ids the server made."""
+    value = (pn.state.session_args.get("reference") or [b""])[0]
+    return value.decode("utf-8", "replace")[:64] if isinstance(value, bytes) else ""
 
 
 def speedups_script() -> str:

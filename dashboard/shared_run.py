@@ -21,10 +21,16 @@ import pandas as pd
 
 from dashboard import server_gc
 from pipeline import backend
+from pipeline.calibrate import COLUMNS as CALIBRATED_COLUMNS
 from pipeline.calibrate import OUTLIER_SCORE
 from pipeline.quality import low_quality
 
 BRUSH_COLUMNS = ("length_s", "z1", "z2", "score", "time_s", "rr_prev_s", "rr_next_s", "family")
+# What a rescored run (another reference) changes in the beats table, and the shared derived data
+# that does not depend on those columns, which its SharedRun takes over (SharedRun.rescored).
+RESCORED_COLUMNS = ("score", *CALIBRATED_COLUMNS)
+SCORE_FREE_DERIVED = ("leads", "review-labels", "signal-raster", "other-leads", "decoded-tiles", "heart-rate",
+                      "home/rhythm")
 BACKGROUND_DELAY_S = 10.0   # work for later starts this long after the run is ready, or when the first page is up
 # A brush is ~150 small array operations (masks, bin counts, means). On the GPU each one is a kernel
 # launch and an allocation, which for a day's recording cost more than the arithmetic: in process
@@ -87,6 +93,30 @@ class SharedRun:
         columns["clean"] = xp.asarray(clean)
         return cls(run=run, beats=beats, signal=signal, fs=float(run.fs), device=device, xp=xp, columns=columns,
                    embeddings=xp.asarray(np.asarray(run.embeddings, dtype=np.float32)))
+
+    def rescored(self, run) -> "SharedRun":
+        """This recording as ``run`` scores it: the same recording, beats and VAE scored against
+        another reference (:func:`pipeline.run.rescore_run`). Its own object, for the sessions that
+        ask for it, never a change to this one, which other sessions read: the beats table with
+        ``run``'s score and score components, the score column anew; the signal, embedded beats,
+        other columns, the model and what was derived without the score are this one's.
+        Raises ValueError when ``run`` holds other beats."""
+        fiducial = run.beats["fiducial"].to_numpy()
+        if len(fiducial) != self.n_beats or not np.array_equal(fiducial, self.beats["fiducial"].to_numpy()):
+            raise ValueError(f"the rescored run holds other beats ({len(fiducial):,}) than the recording shown "
+                             f"({self.n_beats:,}); it was not rescored from this run")
+        beats = self.beats.copy()
+        for column in RESCORED_COLUMNS:
+            if column in run.beats:
+                beats[column] = run.beats[column].to_numpy()
+        columns = dict(self.columns, score=self.xp.asarray(beats["score"].to_numpy(dtype=np.float64)))
+        extras = {k: v for k, v in self.extras.items() if k in ("board", "first_page")}
+        shared = SharedRun(run=run, beats=beats, signal=self.signal, fs=self.fs, device=self.device, xp=self.xp,
+                           columns=columns, embeddings=self.embeddings, extras=extras)
+        with self._lock:
+            shared._derived = {k: v for k, v in self._derived.items() if k in SCORE_FREE_DERIVED}
+            shared._model = self._model
+        return shared
 
     def derived(self, name: str, build: Callable[[], object]):
         """``build()``'s result, computed once per run and shared by every session (thread-safe)."""

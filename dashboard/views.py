@@ -317,6 +317,23 @@ def why_it_scores(beat) -> str:
     return ""
 
 
+def reference_details(report: dict) -> str:
+    """The reference that scored a run, named (file and what it was trained on; outside text), and
+    for a run the dashboard rescored, the reference it was scored against before (HTML)."""
+    ref = report.get("reference")
+    if not ref:
+        return ""
+    name = (ref.get("file") or {}).get("name") or "an unnamed reference"
+    rescored = report.get("rescored")
+    if rescored:
+        earlier = ((rescored.get("from_reference") or {}).get("file") or {}).get("name") or "another reference"
+        kept = ("; kept in the server's memory only (the runs folder could not be written)"
+                if rescored.get("saved") is False else "")
+        rescored = f" · rescored from the run scored against <b>{escape(earlier)}</b>{kept}"
+    return (f"<div><b>Scores</b> calibrated against <b>{escape(name)}</b>, the "
+            f"{escape(ref.get('description', ''))}{rescored or ''}</div>")
+
+
 def run_details(shared) -> str:
     """Samples, rate, training split, device and the pipeline's time per stage (HTML): what the
     header's "details" hold."""
@@ -333,8 +350,7 @@ def run_details(shared) -> str:
             f"<div><b>Beats</b> {counts['beats']:,} kept ({counts['train']:,} the VAE trained on, "
             f"{counts['test']:,} held out)</div>"
             f"<div><b>Device</b> {escape(device['name'])}{gpu}</div>"
-            + (f"<div><b>Scores</b> calibrated against the {escape(r['reference']['description'])}</div>"
-               if "reference" in r else "") +
+            + reference_details(r) +
             f"<div><b>Pipeline</b> {total:.1f} s{cached}: {parts}</div>")
 
 
@@ -343,16 +359,18 @@ class RecordingHeader(View):
     known, heart-rate range, and its beats, outliers (at this session's threshold), pauses and
     episodes; the pipeline's details behind a toggle."""
 
-    def __init__(self, store: DataStore, spec: ViewSpec | None = None):
+    def __init__(self, store: DataStore, spec: ViewSpec | None = None, tools: tuple = ()):
+        """``tools``: what goes under the details (the choice of reference that rescores the run)."""
         super().__init__(store, spec or ViewSpec("header", "Recording", "header"))
         self.text = html(self._text(), css_classes=["ecg-recording"], margin=(6, 12, 0, 12))
-        self.details = pn.Card(html(run_details(store.shared), css_classes=["ecg-muted"], margin=(0, 6)),
+        self.details = pn.Card(html(run_details(store.shared), css_classes=["ecg-muted"], margin=(0, 6)), *tools,
                                title="details", collapsed=True, sizing_mode="stretch_width", margin=(2, 12, 4, 12),
                                css_classes=["ecg-details"], header_background="transparent",
                                styles={"border": "none", "box-shadow": "none"})
         store.param.watch(lambda event: setattr(self.text, "object", self._text()), ["threshold", "rank_low_quality"])
 
-    def _outliers(self) -> int:
+    def outliers(self) -> int:
+        """The outliers of the whole recording at this session's threshold (low-quality beats as it ranks them)."""
         shared, store = self.store.shared, self.store
         score, clean = shared.derived("host-score-clean", lambda: (shared.host("score"), shared.host("clean")))
         above = score >= store.threshold
@@ -372,7 +390,7 @@ class RecordingHeader(View):
         rate = (f"<span title='5th to 95th percentile of the instantaneous heart rate (60 / RR) over the "
                 f"beats of good quality; median {rate[1]:.0f} bpm'><b>{rate[0]:.0f}–{rate[2]:.0f}</b> bpm</span>"
                 if rate else "–")
-        start, outliers = start_time(report), self._outliers()
+        start, outliers = start_time(report), self.outliers()
         facts = [("Duration", f"<b>{hms(shared.duration_s, 0)}</b>"),
                  *([("Start", f"<b>{escape(start)}</b>")] if start else []),
                  ("Heart rate", rate),
