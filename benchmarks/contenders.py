@@ -1,29 +1,12 @@
-"""The contenders: what each one times, for one recording.
+"""The contenders of ``benchmarks.run``: each ``<stage>/<name>`` has a ``prepare(context, settings)``
+that does the untimed set-up for one size and returns a :class:`~benchmarks.measure.Prepared` whose
+``run()`` is the timed work; GPU libraries are imported inside the GPU contenders only.
 
-Each contender has an id ``<stage>/<name>`` and a ``prepare(context, settings)`` that does the
-untimed set-up for one size (putting the signal on the device, cutting beats for the VAE) and
-returns a :class:`~benchmarks.measure.Prepared` whose ``run()`` is the timed work. GPU libraries
-(CuPy, cuDF) are imported inside the GPU contenders only, so the CPU path never needs them.
-
-========================  ============================================================================
-load/cudf                 ``cudf.read_csv`` → float32 column → CuPy (no copy), on the GPU
-load/pyarrow              ``pyarrow.csv.read_csv`` (float32, 16 MiB blocks) → NumPy
-load/pandas               ``pandas.read_csv`` (C engine, float32) → NumPy
-segmentation/gpu|cpu      the project's Ricker response + NMS fiducials refined to the R extremum +
-                          beat lengths and their histogram + pruning and embedding into rows
-                          (chained as ``run._compute`` does)
-segmentation/neurokit2    ``nk.ecg_peaks`` on the raw signal, default method ('neurokit'):
-                          R-peak detection only (no ``ecg_clean``, no pruning, no embedding)
-vae/gpu|cpu               ``train.fit_vae`` for a fixed number of epochs + ``score.score_beats``
-                          of every beat (the CPU one capped at ``settings.cpu_vae_beats``)
-end-to-end/gpu|cpu        ``run_pipeline`` from the CSV to a written run directory,
-                          ``use_cache=False``, the same epochs as vae/*
-========================  ============================================================================
-
-See Also
---------
-benchmarks.recordings : the recordings.
-benchmarks.measure : how ``run()`` is timed.
+load/cudf|pyarrow|pandas   the CSV parsed to a float32 array (cuDF → CuPy without a copy)
+segmentation/gpu|cpu       Ricker response, fiducials, beat lengths, embedding, as ``run._compute`` chains them
+segmentation/neurokit2     ``nk.ecg_peaks`` on the raw signal: R-peak detection only
+vae/gpu|cpu                ``train.fit_vae`` for fixed epochs + ``score.score_beats`` (CPU capped in beats)
+end-to-end/gpu|cpu         ``run_pipeline`` from the CSV to a written run directory, ``use_cache=False``
 """
 from __future__ import annotations
 
@@ -58,8 +41,7 @@ class Settings:
 
 @dataclass(frozen=True)
 class Contender:
-    """``baseline``: a host-side contender, capped by ``--cap-s`` and dropped first when the
-    budget runs short (the GPU contenders are what the run is for)."""
+    """``baseline``: a host-side contender, capped by ``--cap-s`` and dropped first when time runs short."""
 
     id: str
     device: str
@@ -81,7 +63,6 @@ class SizeContext:
         self._beats = None
 
     def signal(self, device: str):
-        """The recording loaded by the pipeline's loader onto ``device`` (float32)."""
         if device not in self._signals:
             from pipeline import load
 
@@ -90,7 +71,7 @@ class SizeContext:
         return self._signals[device]
 
     def beats(self):
-        """The recording's embedded beats (on the GPU when one is in use, else on the CPU)."""
+        """The recording's embedded beats (on the GPU when one is in use)."""
         if self._beats is None:
             device = "gpu" if self.settings.gpu else "cpu"
             _, self._beats = segment(self.signal(device), self.recording.fs, self.settings.signal)
@@ -114,60 +95,47 @@ def segment(signal, fs: float, cfg: SignalConfig):
 
 
 def _clear_fft_plans(device: str) -> None:
-    """Empty CuPy's cuFFT plan cache, so that the next first run makes (and counts) its plan."""
+    """Empty CuPy's cuFFT plan cache: the next first run makes (and counts) its plan."""
     if device == "gpu":
         import cupy
 
         cupy.fft.config.get_plan_cache().clear()
 
 
-def _check_length(n: int, recording: Recording, who: str) -> None:
-    if n != recording.samples:
-        raise RuntimeError(f"{who} read {n} values from {recording.path.name}; expected {recording.samples}")
-
-
 # --------------------------------------------------------------------------- load
-def _load_cudf(ctx: SizeContext, settings: Settings) -> Prepared:
-    import cudf
+def _load(library: str):
+    def prepare(ctx: SizeContext, settings: Settings) -> Prepared:
+        path = ctx.recording.path
+        if library == "cudf":
+            import cudf
 
-    path = ctx.recording.path
+            def read():
+                frame = cudf.read_csv(path, header=None, dtype=["float32"])
+                return backend.cudf_to_cupy(frame[frame.columns[0]])
+        elif library == "pyarrow":
+            import pyarrow as pa
+            import pyarrow.csv as pacsv
 
-    def run():
-        frame = cudf.read_csv(path, header=None, dtype=["float32"])
-        values = backend.cudf_to_cupy(frame[frame.columns[0]])
-        _check_length(int(values.shape[0]), ctx.recording, "cudf.read_csv")
-        return {}
+            options = dict(read_options=pacsv.ReadOptions(autogenerate_column_names=True, block_size=1 << 24),
+                           convert_options=pacsv.ConvertOptions(column_types={"f0": pa.float32()}))
 
-    return Prepared(run)
+            def read():
+                return pacsv.read_csv(path, **options).column(0).to_numpy()
+        else:
+            import pandas as pd
 
+            def read():
+                return pd.read_csv(path, header=None, dtype=np.float32, engine="c")[0].to_numpy()
 
-def _load_pyarrow(ctx: SizeContext, settings: Settings) -> Prepared:
-    import pyarrow as pa
-    import pyarrow.csv as pacsv
+        def run():
+            n = int(read().shape[0])
+            if n != ctx.recording.samples:
+                raise RuntimeError(f"{library} read {n} values from {path.name}; expected {ctx.recording.samples}")
+            return {}
 
-    read = pacsv.ReadOptions(autogenerate_column_names=True, block_size=1 << 24)
-    convert = pacsv.ConvertOptions(column_types={"f0": pa.float32()})
-    path = ctx.recording.path
+        return Prepared(run)
 
-    def run():
-        values = pacsv.read_csv(path, read_options=read, convert_options=convert).column(0).to_numpy()
-        _check_length(values.shape[0], ctx.recording, "pyarrow.csv.read_csv")
-        return {}
-
-    return Prepared(run)
-
-
-def _load_pandas(ctx: SizeContext, settings: Settings) -> Prepared:
-    import pandas as pd
-
-    path = ctx.recording.path
-
-    def run():
-        values = pd.read_csv(path, header=None, dtype=np.float32, engine="c")[0].to_numpy()
-        _check_length(values.shape[0], ctx.recording, "pandas.read_csv")
-        return {}
-
-    return Prepared(run)
+    return prepare
 
 
 # --------------------------------------------------------------------------- segmentation
@@ -264,9 +232,9 @@ def _end_to_end(device: str):
 
 # --------------------------------------------------------------------------- registry
 CONTENDERS = (
-    Contender("load/cudf", "gpu", False, "cuDF read_csv (GPU)", _load_cudf),
-    Contender("load/pyarrow", "cpu", True, "pyarrow.csv (CPU)", _load_pyarrow),
-    Contender("load/pandas", "cpu", True, "pandas.read_csv (CPU)", _load_pandas),
+    Contender("load/cudf", "gpu", False, "cuDF read_csv (GPU)", _load("cudf")),
+    Contender("load/pyarrow", "cpu", True, "pyarrow.csv (CPU)", _load("pyarrow")),
+    Contender("load/pandas", "cpu", True, "pandas.read_csv (CPU)", _load("pandas")),
     Contender("segmentation/gpu", "gpu", False, "pipeline GPU", _segmentation("gpu")),
     Contender("segmentation/cpu", "cpu", True, "pipeline CPU", _segmentation("cpu")),
     Contender("segmentation/neurokit2", "cpu", True, "NeuroKit2 ecg_peaks (detection only)", _neurokit2),
@@ -278,8 +246,8 @@ CONTENDERS = (
 
 
 def select(patterns: list[str] | None, gpu: bool) -> list[Contender]:
-    """Contenders matching any of ``patterns`` (ids, stage names, or globs such as ``*/cpu``), in
-    the registry's order. None: every contender this machine can run."""
+    """Contenders matching any of ``patterns`` (ids, stages, globs such as ``*/cpu``; None: all this
+    machine can run), in the registry's order."""
     available = [c for c in CONTENDERS if gpu or c.device == "cpu"]
     if not patterns:
         return available

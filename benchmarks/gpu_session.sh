@@ -7,7 +7,6 @@
 #
 # Stages (each keeps its logs and JSON under $OUT, or benchmarks/results when $OUT is unset):
 #   tests      pytest -m gpu
-#   profile    where a server start's time goes: first on the machine, cold, cached
 #   startup    pipeline run from scratch and from cache (3 fresh processes each), VAE training
 #              speed, then the serve stage
 #   serve      server start cold and from cache to a usable dashboard (protocol session; STARTS=N
@@ -15,7 +14,6 @@
 #   quality    MIT-BIH records in .gpudata/mitdb through `pipeline evaluate` on the GPU
 #   dashboard  both boards' interactions, 20 sessions at once, soak of closed sessions (BOARDS=bokeh
 #              or BOARDS=cuxfilter: one board, for hosts too slow to fit both into one command)
-#   columns    a brush's server-side cost with the beat columns on the host and on the GPU
 #   scale      server-side brushes on a 200M-sample recording
 #   batch      (several GPUs) the batch tests, and the archive benchmark on GPUS (1,2) × PER_GPU (1)
 #              workers each (MPS=1: under CUDA MPS)
@@ -55,12 +53,6 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $OUT/NAM
 case "${1:-}" in
 tests)
     step gpu-tests 560 python3 -m pytest -m gpu -q -rs -p no:cacheprovider tests ;;
-profile)
-    # The first process on a fresh machine fills the kernel and bytecode caches; the second shows a
-    # cold start (no cached run) as every later server start meets it.
-    step profile-first 150 python3 -m benchmarks.start_profile --top 40 -- --out "$RUNS" --no-cache
-    step profile-cold 90 python3 -m benchmarks.start_profile --top 40 -- --out "$RUNS" --no-cache
-    step profile-cached 60 python3 -m benchmarks.start_profile --top 40 -- --out "$RUNS" ;;
 startup)
     step startup 200 python3 -m benchmarks.startup --device gpu --repeats 3 --out "$RUNS"
     step train-speed 120 python3 -m benchmarks.train_speed --repeats 3
@@ -78,12 +70,11 @@ serve)
 quality)
     step evaluate-mitdb 300 python3 -m pipeline evaluate .gpudata/mitdb --device gpu --no-neurokit --out "$RUNS/mitdb" ;;
 dashboard)
-    step dashboard 580 python3 -m benchmarks.gpu_dashboard --runs "$RUNS" --out "$OUT" --sessions 20 --soak 200 \
-        --boards "${BOARDS:-bokeh,cuxfilter}" --budget-s 540 ;;
-columns)
-    step columns 300 python3 -m benchmarks.columns_device --rounds 4 --brushes 10 -- --out "$RUNS" ;;
+    step dashboard 580 python3 -m benchmarks.interaction --device gpu --client bokeh --runs "$RUNS" --out "$OUT" \
+        --sessions 20 --load-timeout 180 --soak 200 --boards "${BOARDS:-bokeh,cuxfilter}" --budget-s 540 ;;
 scale)
-    step scale 580 python3 -m benchmarks.gpu_dashboard --scale --runs "$RUNS" --out "$OUT" --budget-s 540 ;;
+    step scale 580 python3 -m benchmarks.interaction --device gpu --scale --boards "${BOARDS:-bokeh,cuxfilter}" \
+        --runs "$RUNS" --out "$OUT" --label scale --budget-s 540 ;;
 batch)
     # GPUS, PER_GPU, RECORDINGS, BUDGET choose the layouts (TESTS=0: no tests first); MPS=1 runs them under CUDA MPS, whose
     # daemon lets the kernels of a GPU's several workers run side by side instead of in turns.
@@ -94,6 +85,6 @@ batch)
         --budget-s "${BUDGET:-360}" --data-dir /tmp/ecg-archive --tag "${TAG:-gpus}" --out "$OUT"
     [ "${MPS:-0}" = 1 ] && echo quit | nvidia-cuda-mps-control ;;
 *)
-    echo "usage: benchmarks/gpu_session.sh tests|profile|startup|serve|quality|dashboard|columns|scale|batch" >&2
+    echo "usage: benchmarks/gpu_session.sh tests|startup|serve|quality|dashboard|scale|batch" >&2
     exit 2 ;;
 esac

@@ -1,45 +1,36 @@
-"""How one contender is timed at one size, and what machine it ran on.
+"""How every benchmark measures: device-synchronised clocks, a cell's first run and repeats, peak
+memory, summaries of repeated times, the time budget, and the machine it ran on.
 
-A cell (contender × size) runs once untimed-in-the-statistics (the *first run*: JIT compilation,
-FFT plans, pool growth, oneDNN primitives; its time is reported on its own, since a server start
-pays it), then repeats until ``repeats`` runs are in or the timed runs have spent ``budget_s``
-(at least one timed run). Every run reads the clock after synchronising the device.
-
-Peak memory, per run, counts what the run allocates on top of what the process already held
-(its input included in that):
-
-- GPU: RMM statistics (``backend.PeakMemory`` pushes a fresh counter frame for the run and
-  reads its peak). cuFFT plan work areas are allocated through RMM
-  while a plan is made, so they count in the first run at each size (the plan cache is cleared
-  before it) and not in the repeats that reuse the plan.
-- Host: the kernel's high-water mark of resident memory (``VmHWM``), reset before each run by
-  writing 5 to ``/proc/self/clear_refs``, minus the resident size at the start of the run. Where
-  the kernel refuses the reset, a thread samples ``VmRSS`` every 2 ms instead (short spikes can
-  be missed); the JSON says which method was used.
-
-See Also
---------
-benchmarks.contenders : the runs being timed.
-benchmarks.report : what is made of the measurements.
+A cell (contender × size) runs once first (JIT compilation, FFT plans, pool growth: reported on
+its own, since a server start pays it), then repeats until ``repeats`` runs are in or the timed
+runs have spent ``budget_s``. Peak memory counts what a run allocates on top of what the process
+held: on the GPU through RMM statistics (``backend.PeakMemory``; the cuFFT plan cache is cleared
+before a first run, so plan work areas count there); on the host as the kernel's ``VmHWM``, reset
+through ``/proc/self/clear_refs`` before each run, or ``VmRSS`` sampled every 2 ms where the kernel
+refuses the reset (the JSON says which).
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
+import math
 import os
 import platform
 import re
+import signal
 import statistics
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
+
 from pipeline import backend
 
 
 def synchronize(device: str) -> None:
-    """Wait for all queued device work: CuPy's stream (``backend.synchronize``) and, since
-    PyTorch and Numba may queue on other streams, the whole device."""
+    """Wait for CuPy's stream and, since PyTorch and Numba may queue on other streams, the whole device."""
     backend.synchronize(device)
     if device == "gpu":
         import cupy
@@ -47,10 +38,61 @@ def synchronize(device: str) -> None:
         cupy.cuda.runtime.deviceSynchronize()
 
 
+# --------------------------------------------------------------------------- summaries
+def summary(values, digits: int = 1) -> dict:
+    """``{n, median, p95, max, min, values}`` of ``values`` (any unit; NaN where there are none)."""
+    values = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    if not values:
+        return {"n": 0, "median": math.nan, "p95": math.nan, "max": math.nan, "min": math.nan, "values": []}
+    return {"n": len(values), "median": round(float(np.median(values)), digits),
+            "p95": round(float(np.percentile(values, 95)), digits), "max": round(max(values), digits),
+            "min": round(min(values), digits), "values": [round(v, digits) for v in values]}
+
+
+def p95_ratio(loaded: dict, reference: dict | None) -> float | None:
+    """``loaded``'s p95 over ``reference``'s (two :func:`summary` results); None where either is empty."""
+    if not reference or not reference["n"] or not loaded["n"]:
+        return None
+    return loaded["p95"] / reference["p95"]
+
+
+# --------------------------------------------------------------------------- the budget
+class StepTimeout(Exception):
+    pass
+
+
+class Budget:
+    """The time a whole benchmark may take (``None``: no limit), and each step's share of it."""
+
+    def __init__(self, seconds: float | None):
+        self.started = time.perf_counter()
+        self.end = math.inf if seconds is None else self.started + seconds
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def left(self) -> float:
+        return self.end - time.perf_counter()
+
+    @contextlib.contextmanager
+    def deadline(self, seconds: float):
+        """Raise :class:`StepTimeout` in the main thread after ``seconds`` (SIGALRM)."""
+        def expire(signum, frame):
+            raise StepTimeout(f"step took longer than {seconds:.0f} s")
+
+        previous = signal.signal(signal.SIGALRM, expire)
+        signal.setitimer(signal.ITIMER_REAL, max(min(seconds, 1e6), 1))
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
+
 # --------------------------------------------------------------------------- host memory
-def _status_kib(field_name: str) -> int:
+def _status_kib(name: str) -> int:
     with open("/proc/self/status") as f:
-        match = re.search(rf"^{field_name}:\s+(\d+) kB", f.read(), re.MULTILINE)
+        match = re.search(rf"^{name}:\s+(\d+) kB", f.read(), re.MULTILINE)
     return int(match.group(1)) if match else 0
 
 
@@ -58,34 +100,23 @@ class HostPeak:
     """Peak resident memory of this process during a run, above its resident size at the start."""
 
     def __init__(self):
-        self.method = self._pick_method()
-        self._start = 0
-        self._sampled = 0
-        self._stop: threading.Event | None = None
-        self._thread: threading.Thread | None = None
-
-    @staticmethod
-    def _pick_method() -> str:
-        try:
+        self.method, self._start, self._sampled, self._stop, self._thread = "none", 0, 0, None, None
+        with contextlib.suppress(OSError):
             with open("/proc/self/clear_refs", "w") as f:
                 f.write("5")
             if _status_kib("VmHWM") > 0:
-                return "VmHWM reset through /proc/self/clear_refs"
-        except OSError:
-            pass
-        if os.path.exists("/proc/self/status"):
-            return "VmRSS sampled every 2 ms"
-        return "none"
+                self.method = "VmHWM reset through /proc/self/clear_refs"
+        if self.method == "none" and os.path.exists("/proc/self/status"):
+            self.method = "VmRSS sampled every 2 ms"
 
     def start(self) -> None:
         if self.method == "none":
             return
-        self._start = _status_kib("VmRSS")
+        self._start = self._sampled = _status_kib("VmRSS")
         if self.method.startswith("VmHWM"):
             with open("/proc/self/clear_refs", "w") as f:
                 f.write("5")
             return
-        self._sampled = self._start
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
@@ -111,8 +142,8 @@ class HostPeak:
 @dataclass
 class Prepared:
     """A contender made ready for one size: ``run()`` is timed and returns metrics; ``after()``
-    (optional) cleans up after each run, off the clock; ``workload`` names the work when it does not
-    grow with the size (a capped beat count), so that the same work is not timed twice."""
+    cleans up after each run, off the clock; ``workload`` names work that does not grow with the
+    size (a capped beat count), so that the same work is not timed twice."""
 
     run: Callable[[], dict]
     after: Callable[[], None] | None = None
@@ -130,14 +161,10 @@ class Measurement:
     host_peak_extra_bytes: int | None
     stopped_by_budget: bool
 
-    @property
-    def median_s(self) -> float:
-        return statistics.median(self.times_s)
-
 
 def measure(prepared: Prepared, device: str, *, repeats: int, budget_s: float, host_peak: HostPeak,
             gpu_memory: bool) -> Measurement:
-    """First run, then timed repeats (see the module docstring)."""
+    """The first run, then timed repeats (see the module docstring)."""
 
     def once():
         with backend.PeakMemory("gpu" if gpu_memory else "cpu") as gpu_peak:
@@ -153,9 +180,8 @@ def measure(prepared: Prepared, device: str, *, repeats: int, budget_s: float, h
             prepared.after()
         return seconds, metrics or {}, gpu, host
 
-    first_s, first_metrics, gpu_peak, host_peak_bytes = once()
-    times, metrics, stopped = [], [], False
-    gpu_peaks, host_peaks = [gpu_peak], [host_peak_bytes]
+    first_s, first_metrics, gpu, host = once()
+    times, metrics, peaks, stopped = [], [], [(gpu, host)], False
     while len(times) < repeats:
         if times and sum(times) + statistics.median(times) > budget_s:
             stopped = True
@@ -163,49 +189,44 @@ def measure(prepared: Prepared, device: str, *, repeats: int, budget_s: float, h
         seconds, m, gpu, host = once()
         times.append(seconds)
         metrics.append(m)
-        gpu_peaks.append(gpu)
-        host_peaks.append(host)
-    return Measurement(first_s, times, metrics, first_metrics, _max(gpu_peaks), _max(host_peaks), stopped)
-
-
-def _max(values):
-    values = [v for v in values if v is not None]
-    return max(values) if values else None
+        peaks.append((gpu, host))
+    most = [max((p[k] for p in peaks if p[k] is not None), default=None) for k in (0, 1)]
+    return Measurement(first_s, times, metrics, first_metrics, most[0], most[1], stopped)
 
 
 # --------------------------------------------------------------------------- the machine
 def describe_machine(gpu: bool) -> dict:
-    """CPU model and cores, memory, GPU, library versions, load average (other processes)."""
+    """CPU model and cores, memory, GPU, library versions, load average, the cores' speed."""
     cpu_model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu_model = re.search(r"^model name\s*:\s*(.+)$", f.read(), re.MULTILINE).group(1).strip()
-    except (OSError, AttributeError):
-        pass
-    info = {
-        "cpu": cpu_model,
-        "cpu_cores": os.cpu_count(),
-        "cpu_cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "memory_bytes": _meminfo_bytes("MemTotal"),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "versions": _versions(gpu),
-        "load_average_start": load_average(),
-        "python_loop_ms": python_loop_ms(),
-    }
+    with contextlib.suppress(OSError, AttributeError), open("/proc/cpuinfo") as f:
+        cpu_model = re.search(r"^model name\s*:\s*(.+)$", f.read(), re.MULTILINE).group(1).strip()
+    memory = None
+    with contextlib.suppress(OSError, AttributeError), open("/proc/meminfo") as f:
+        memory = int(re.search(r"^MemTotal:\s+(\d+) kB", f.read(), re.MULTILINE).group(1)) * 1024
+    names = ["numpy", "scipy", "pandas", "pyarrow", "numba", "torch", "neurokit2", "matplotlib", "panel", "bokeh",
+             "holoviews", "datashader", "playwright", "tornado"]
+    if gpu:
+        names += ["cupy-cuda13x", "cupy-cuda12x", "cudf-cu13", "cudf-cu12", "rmm-cu13", "rmm-cu12", "numba-cuda"]
+    versions = {}
+    for name in names:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            versions[name] = importlib.metadata.version(name)
+    import pipeline
     import torch
 
-    info["torch_threads"] = torch.get_num_threads()
+    versions["pipeline"] = pipeline.__version__
+    info = {"cpu": cpu_model, "cpu_cores": os.cpu_count(), "cpu_cores_usable": len(os.sched_getaffinity(0)),
+            "memory_bytes": memory, "platform": platform.platform(), "python": platform.python_version(),
+            "versions": versions, "load_average_start": load_average(), "python_loop_ms": python_loop_ms(),
+            "torch_threads": torch.get_num_threads()}
     if gpu:
         import cupy
 
-        device = cupy.cuda.Device()
-        props = cupy.cuda.runtime.getDeviceProperties(device.id)
-        info["gpu"] = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-        info["gpu_memory_bytes"] = int(props["totalGlobalMem"])
-        info["gpu_count"] = cupy.cuda.runtime.getDeviceCount()
-        info["cuda_driver"] = cupy.cuda.runtime.driverGetVersion()
-        info["cuda_runtime"] = cupy.cuda.runtime.runtimeGetVersion()
+        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+        info.update(gpu=props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"]),
+                    gpu_memory_bytes=int(props["totalGlobalMem"]), gpu_count=cupy.cuda.runtime.getDeviceCount(),
+                    cuda_driver=cupy.cuda.runtime.driverGetVersion(), cuda_runtime=cupy.cuda.runtime.runtimeGetVersion())
+    info["name"] = machine_name(info)
     return info
 
 
@@ -217,35 +238,10 @@ def machine_name(info: dict) -> str:
     return f"cpu-{info['cpu_cores_usable']}core"
 
 
-def _versions(gpu: bool) -> dict:
-    names = ["numpy", "scipy", "pandas", "pyarrow", "numba", "torch", "neurokit2", "matplotlib"]
-    if gpu:
-        names += ["cupy-cuda13x", "cupy-cuda12x", "cudf-cu13", "cudf-cu12", "rmm-cu13", "rmm-cu12", "numba-cuda"]
-    out = {}
-    for name in names:
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    import pipeline
-
-    out["pipeline"] = pipeline.__version__
-    return out
-
-
-def _meminfo_bytes(key: str) -> int | None:
-    try:
-        with open("/proc/meminfo") as f:
-            return int(re.search(rf"^{key}:\s+(\d+) kB", f.read(), re.MULTILINE).group(1)) * 1024
-    except (OSError, AttributeError):
-        return None
-
-
 def python_loop_ms() -> float:
     """Milliseconds for a fixed pure-Python workload (the median of three sums of ten million
-    integers): how fast this machine's cores ran at that moment. The load average counts only this
-    machine's own processes, while a shared virtual machine's cores also change speed from hour to
-    hour with nothing else running on it, and every benchmark's times with them."""
+    integers): how fast the cores ran at that moment, which on a shared virtual machine changes from
+    hour to hour with nothing else running on it, and every benchmark's times with it."""
     times = []
     for _ in range(3):
         started = time.perf_counter()
@@ -261,3 +257,27 @@ def load_average() -> list[float] | None:
     except OSError:
         return None
 
+
+class LoadWatch:
+    """The 1-minute load average every few seconds while a benchmark runs."""
+
+    def __init__(self, every_s: float = 5.0):
+        self.samples: list[tuple[float, float]] = []
+        self._stop, self._started = threading.Event(), time.perf_counter()
+        threading.Thread(target=self._run, args=(every_s,), daemon=True).start()
+
+    def _run(self, every_s):
+        while not self._stop.is_set():
+            self.samples.append((round(time.perf_counter() - self._started, 1), round(os.getloadavg()[0], 2)))
+            self._stop.wait(every_s)
+
+    def stop(self) -> dict:
+        self._stop.set()
+        return self.snapshot()
+
+    def snapshot(self, since: int = 0) -> dict:
+        """Samples from index ``since`` (``len(self.samples)`` at a part's start) on, their mean and max."""
+        samples = self.samples[since:] or self.samples[-1:]
+        loads = [x for _, x in samples]
+        return {"one_minute_samples": samples, "mean": round(float(np.mean(loads)), 2) if loads else None,
+                "max": max(loads) if loads else None}

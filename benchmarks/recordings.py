@@ -1,17 +1,11 @@
 """The benchmark recordings: one seeded synthetic ECG per size, written once as a one-value-per-line
-CSV (with its annotation sidecar) and reused by every contender and repeat, and by later runs.
-
-Sizes up to ``chunk`` samples are synthesised whole (:func:`pipeline.synth.synthesize`). Larger
-ones repeat the ``chunk``-sized recording's CSV lines (and annotations, shifted) until the size is
-reached: synthesising 200M samples at once costs minutes and tens of GiB of host memory, while the
-tiled file is written at disk speed. Each seam cuts at most one beat, which the pipeline prunes.
-
-See Also
---------
-benchmarks.contenders : what is timed on these files.
+CSV with its annotation sidecar and reused. Sizes above ``chunk`` samples repeat the ``chunk``-sized
+recording's lines and annotations (synthesising 200M samples at once costs minutes and tens of GiB;
+each seam cuts at most one beat, which the pipeline prunes).
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
 import inspect
 import os
@@ -40,12 +34,8 @@ class Recording:
 
 
 def recording_csv(samples: int, data_dir: Path, *, seed: int = 0, chunk: int = CHUNK) -> Recording:
-    """The CSV of ``samples`` samples (seeded), made on first use and reused afterwards.
-
-    The file name carries the size, the seed and a hash of ``pipeline/synth.py``, so that a
-    changed generator never reuses stale files. Files are written beside their final name and
-    renamed into place, so an interrupted run leaves no partial file behind.
-    """
+    """The CSV of ``samples`` samples (seeded), made on first use and reused; its name carries a hash
+    of the synthesiser's code, so a changed generator never reuses stale files."""
     if samples < 1:
         raise ValueError(f"samples must be a positive number of samples; got {samples}")
     if chunk < 1:
@@ -98,14 +88,27 @@ def _write_tiled(base: Path, base_samples: int, samples: int, path: Path) -> Non
 
 
 def _generator_hash() -> str:
-    """A digest of the synthesiser's code, every module of it, so that a change anywhere in it
-    makes new recordings."""
+    """A digest of every module of the synthesiser's code."""
     from pipeline import synth_config, synth_files, synth_rhythm, synth_waves
 
     digest = hashlib.sha256()
     for module in (synth, synth_config, synth_rhythm, synth_waves, synth_files):
         digest.update(inspect.getsource(module).encode())
     return digest.hexdigest()[:8]
+
+
+def parse_size(text: str) -> int:
+    """``'20M'`` → 20000000; also ``k`` and ``G`` suffixes, ``_`` separators and plain integers."""
+    raw = text.strip().replace("_", "")
+    scale = {"k": 10**3, "K": 10**3, "m": 10**6, "M": 10**6, "g": 10**9, "G": 10**9}.get(raw[-1:], 1)
+    try:
+        value = float(raw[:-1] if scale > 1 else raw) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"size must be a number of samples such as 50k, 1M or 20000000; "
+                                         f"got {text!r}") from None
+    if value < 1 or value != int(value):
+        raise argparse.ArgumentTypeError(f"size must be a whole positive number of samples; got {text!r}")
+    return int(value)
 
 
 def size_label(samples: int) -> str:

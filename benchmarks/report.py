@@ -1,201 +1,211 @@
-"""What is made of the measurements: ratios from the same run, log-log slopes, the targets (measured,
-not asserted), and the three result files: JSON (everything), Markdown (tables), PNG (log-log plot).
+"""The results writer of every benchmark: JSON (everything) and Markdown (tables) through :func:`write`,
+the number formats and target verdicts they share, and the two long layouts: the pipeline
+benchmark's (``benchmarks.run``: stage tables, ratios, log-log slopes, targets, a PNG plot) and the
+dashboard benchmark's (``benchmarks.interaction``).
 
-``python -m benchmarks.report RESULT.json`` renders the Markdown and the plot again from a JSON file.
-
-See Also
---------
-benchmarks.measure : the measurements.
-benchmarks.run : the loop that collects them.
+``python -m benchmarks.report RESULT.json`` renders a pipeline result's Markdown and plot again.
 """
 from __future__ import annotations
 
 import json
 import math
+from datetime import date
 from pathlib import Path
 
 import numpy as np
 
 from benchmarks.recordings import size_label
 
+
+# --------------------------------------------------------------------------- files and formats
+def paths(out, kind: str, machine: str, label: str | None = None, exts=("json", "md"), day: str | None = None) -> dict:
+    """``{ext: out/<kind>-<machine>-<date>[-<label>].<ext>}``."""
+    stem = "-".join(x for x in (kind, machine, day or date.today().isoformat(), label) if x)
+    return {ext: Path(out) / f"{stem}.{ext}" for ext in exts}
+
+
+def write(result: dict, where: dict, markdown: str | None = None) -> None:
+    """``result`` as JSON to ``where["json"]`` and ``markdown`` to ``where["md"]``."""
+    where["json"].parent.mkdir(parents=True, exist_ok=True)
+    where["json"].write_text(json.dumps(result, indent=1, default=_plain) + "\n")
+    if markdown is not None:
+        where["md"].write_text(markdown.rstrip("\n") + "\n")
+
+
+def _plain(value):
+    if isinstance(value, (np.integer, np.floating)):
+        return value.item()
+    return str(value)
+
+
+def seconds(s) -> str:
+    if s is None or not math.isfinite(s):
+        return "–"
+    return f"{s * 1e6:.3g} µs" if s < 1e-3 else f"{s * 1e3:.3g} ms" if s < 1 else f"{s:.3g} s"
+
+
+def ms(value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{value / 1000:.2f} s" if value >= 10_000 else f"{value:.0f} ms" if value >= 100 else f"{value:.1f} ms"
+
+
+def table(header: list[str], rows: list) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header),
+            *("| " + " | ".join(str(c) for c in row) + " |" for row in rows), ""]
+
+
+def target(name: str, value, limit: float, unit: str, higher: bool = False, note: str = "") -> dict:
+    """A target row: the measured value against its limit, met or missed and by how much."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return {"target": name, "measured": None, "limit": limit, "unit": unit, "status": "not measured", "note": note}
+    met = value >= limit if higher else value <= limit
+    status = "met" if met else f"missed by {abs(value / limit - 1):.0%}" if limit else "missed"
+    return {"target": name, "measured": value, "limit": limit, "unit": unit, "status": status, "note": note}
+
+
+def _value(row: dict, key: str) -> str:
+    value, unit = row.get(key), row.get("unit")
+    if value is None:
+        return "–"
+    if unit == "ms":
+        return ms(value)
+    if unit == "fraction":
+        return f"{value:+.1%}" if key == "measured" else f"{value:.0%}"
+    return f"{value:.2f}{unit or ''}" if key == "measured" else f"{value:g}{unit or ''}"
+
+
+def target_lines(rows: list[dict]) -> list[str]:
+    return table(["target", "measured", "limit", "status", "note"],
+                 [[r["target"], _value(r, "measured"), f"≤ {_value(r, 'limit')}", r["status"], r.get("note", "")]
+                  for r in rows])
+
+
+def machine_line(m: dict) -> str:
+    memory = f", {m['memory_bytes'] / 2**30:.0f} GiB RAM" if m.get("memory_bytes") else ""
+    gpu = f"; GPU {m['gpu']}" if m.get("gpu") else "; no GPU"
+    v = m.get("versions", {})
+    libs = ", ".join(f"{k} {v[k]}" for k in ("panel", "bokeh", "datashader", "playwright") if k in v)
+    browser = f"; {m['chromium']}" if m.get("chromium") else ""
+    return (f"{m.get('cpu')}, {m.get('cpu_cores_usable')} usable cores{memory}{gpu}; python {m.get('python')}, "
+            f"{libs}{browser}")
+
+
+# --------------------------------------------------------------------------- the pipeline benchmark
 SLOPE_FLAG = 1.15
-TARGETS = {
-    "speedup": 100.0,          # GPU segmentation vs NeuroKit2 ecg_peaks, at 20M samples
-    "speedup_samples": 20_000_000,
-    "parse_mb_per_s": 2000.0,  # cuDF CSV parse
-    "slope": SLOPE_FLAG,       # every GPU stage, log-log time vs samples
-    "gpu_bytes_per_sample": 40.0,
-}
-PLOT_TITLES = {"load": "Load (CSV parse)", "segmentation": "Segmentation (NeuroKit2: detection only)",
-               "vae": "VAE (train + score)", "end-to-end": "End to end (run_pipeline)"}
+TARGETS = {"speedup": 100.0, "speedup_samples": 20_000_000, "parse_mb_per_s": 2000.0, "slope": SLOPE_FLAG,
+           "gpu_bytes_per_sample": 40.0}
 STAGE_TITLES = {
-    "load": "Load: CSV parse, one value per line",
-    "segmentation": "Segmentation: Ricker response + NMS + refinement + lengths + pruning/embedding "
-                    "(NeuroKit2: R-peak detection only)",
-    "vae": "VAE: train for a fixed number of epochs + score every beat",
-    "end-to-end": "End to end: run_pipeline, CSV to written results, use_cache=False",
+    "load": ("Load (CSV parse)", "Load: CSV parse, one value per line"),
+    "segmentation": ("Segmentation (NeuroKit2: detection only)", "Segmentation: Ricker response + NMS + refinement "
+                     "+ lengths + pruning/embedding (NeuroKit2: R-peak detection only)"),
+    "vae": ("VAE (train + score)", "VAE: train for a fixed number of epochs + score every beat"),
+    "end-to-end": ("End to end (run_pipeline)", "End to end: run_pipeline, CSV to written results, use_cache=False"),
 }
+RATIOS = [("segmentation", "segmentation/neurokit2", "segmentation/gpu", "NeuroKit2 ecg_peaks / pipeline GPU"),
+          ("segmentation", "segmentation/neurokit2", "segmentation/cpu", "NeuroKit2 ecg_peaks / pipeline CPU"),
+          ("segmentation", "segmentation/cpu", "segmentation/gpu", "pipeline CPU / pipeline GPU"),
+          ("load", "load/pandas", "load/cudf", "pandas / cuDF"), ("load", "load/pyarrow", "load/cudf", "pyarrow / cuDF"),
+          ("load", "load/pandas", "load/pyarrow", "pandas / pyarrow"),
+          ("end-to-end", "end-to-end/cpu", "end-to-end/gpu", "CPU / GPU")]
 
 
-# --------------------------------------------------------------------------- summaries
 def ok(results: list[dict], contender: str | None = None, samples: int | None = None) -> list[dict]:
     return [r for r in results if r["status"] == "ok" and (contender is None or r["contender"] == contender)
             and (samples is None or r["samples"] == samples)]
 
 
 def _one(results, contender, samples):
-    found = ok(results, contender, samples)
-    return found[0] if found else None
+    return next(iter(ok(results, contender, samples)), None)
 
 
 def slopes(results: list[dict]) -> list[dict]:
-    """Least-squares slope of log(median time) against log(samples), per contender: over every
-    measured size, and over the top decade (sizes ≥ largest / 10), where fixed costs weigh least.
-    Capped VAE runs (their work does not grow with the size) are left out."""
+    """Per contender, the least-squares slope of log(median time) on log(samples), over every size
+    and over the top decade (sizes ≥ the largest / 10), where fixed costs weigh least; capped VAE
+    runs (work that does not grow with the size) are left out."""
     out = []
     for contender in dict.fromkeys(r["contender"] for r in results):
         points = [(r["samples"], r["median_s"]) for r in ok(results, contender) if not r.get("capped")]
         if len(points) < 2:
             continue
-        n, t = np.log([p[0] for p in points]), np.log([p[1] for p in points])
-        top = [(s, m) for s, m in points if s >= max(p[0] for p in points) / 10]
-        slope_top = None
-        if len(top) >= 2:
-            slope_top = float(np.polyfit(np.log([p[0] for p in top]), np.log([p[1] for p in top]), 1)[0])
-        slope_all = float(np.polyfit(n, t, 1)[0])
-        judged = slope_top if slope_top is not None else slope_all
+        fit = lambda pts: float(np.polyfit(np.log([p[0] for p in pts]), np.log([p[1] for p in pts]), 1)[0])  # noqa: E731
+        top = [p for p in points if p[0] >= max(p[0] for p in points) / 10]
+        slope_top = fit(top) if len(top) >= 2 else None
+        slope_all = fit(points)
         out.append({"contender": contender, "sizes": [p[0] for p in points], "slope_all": round(slope_all, 3),
                     "slope_top_decade": None if slope_top is None else round(slope_top, 3),
-                    "top_decade_sizes": [p[0] for p in top], "flag": judged > SLOPE_FLAG})
+                    "top_decade_sizes": [p[0] for p in top],
+                    "flag": (slope_top if slope_top is not None else slope_all) > SLOPE_FLAG})
     return out
 
 
 def ratios(results: list[dict]) -> list[dict]:
     """Speed ratios between contenders measured at the same size in this run."""
-    pairs = [
-        ("segmentation", "segmentation/neurokit2", "segmentation/gpu", "NeuroKit2 ecg_peaks / pipeline GPU"),
-        ("segmentation", "segmentation/neurokit2", "segmentation/cpu", "NeuroKit2 ecg_peaks / pipeline CPU"),
-        ("segmentation", "segmentation/cpu", "segmentation/gpu", "pipeline CPU / pipeline GPU"),
-        ("load", "load/pandas", "load/cudf", "pandas / cuDF"),
-        ("load", "load/pyarrow", "load/cudf", "pyarrow / cuDF"),
-        ("load", "load/pandas", "load/pyarrow", "pandas / pyarrow"),
-        ("end-to-end", "end-to-end/cpu", "end-to-end/gpu", "CPU / GPU"),
-    ]
     out = []
-    samples = sorted({r["samples"] for r in results})
-    for n in samples:
-        for stage, slow, fast, what in pairs:
+    for n in sorted({r["samples"] for r in results}):
+        for stage, slow, fast, what in RATIOS:
             a, b = _one(results, slow, n), _one(results, fast, n)
             if a and b:
                 out.append({"stage": stage, "samples": n, "what": what, "slower": slow, "faster": fast,
                             "ratio": a["median_s"] / b["median_s"]})
         gpu, cpu = _one(results, "vae/gpu", n), _one(results, "vae/cpu", n)
         if gpu and cpu:
-            ratio = gpu["metrics"]["train_beats_per_s"] / cpu["metrics"]["train_beats_per_s"]
-            note = " (CPU capped)" if cpu.get("capped") else ""
-            out.append({"stage": "vae", "samples": n, "what": f"training beats/s, GPU / CPU{note}",
-                        "slower": "vae/cpu", "faster": "vae/gpu", "ratio": ratio})
+            out.append({"stage": "vae", "samples": n, "slower": "vae/cpu", "faster": "vae/gpu",
+                        "what": f"training beats/s, GPU / CPU{' (CPU capped)' if cpu.get('capped') else ''}",
+                        "ratio": gpu["metrics"]["train_beats_per_s"] / cpu["metrics"]["train_beats_per_s"]})
     return out
 
 
 def targets(results: list[dict], slope_rows: list[dict], gpu: bool) -> list[dict]:
-    """The issue's targets, each with what was measured, met / missed and by how much."""
-    rows = []
-
-    def add(name, measured, status, margin):
-        rows.append({"target": name, "measured": measured, "status": status, "margin": margin})
-
+    """The GPU targets: what was measured, met or missed and by how much."""
+    n = TARGETS["speedup_samples"]
+    names = [f"GPU segmentation ≥ {TARGETS['speedup']:.0f}× faster than NeuroKit2 ecg_peaks at {size_label(n)} samples",
+             f"cuDF CSV parse ≥ {TARGETS['parse_mb_per_s'] / 1000:g} GB/s",
+             f"time grows about linearly with samples (log-log slope ≤ {TARGETS['slope']}) for every GPU stage",
+             f"peak GPU memory ≤ {TARGETS['gpu_bytes_per_sample']:g} bytes per sample (end to end)"]
+    rows = [{"target": name, "measured": "no GPU in this run" if not gpu else "not measured", "status": "not measured",
+             "margin": ""} for name in names]
     if not gpu:
-        for name in _target_names():
-            add(name, "no GPU in this run", "not measured", "")
         return rows
 
-    # 1. segmentation speed-up over NeuroKit2 at 20M samples
-    n = TARGETS["speedup_samples"]
+    def judged(i, measured, value, limit, higher, unit):
+        met = value >= limit if higher else value <= limit
+        if higher:
+            margin = (f"{value / limit:.2f}× the target" if met else
+                      f"short by {limit - value:.3g}{unit} ({value / limit:.2f}× the target)")
+        else:
+            margin = (f"{limit - value:.3g}{unit} under the limit" if met else
+                      f"over by {value - limit:.3g}{unit} ({value / limit:.2f}× the limit)")
+        rows[i].update(measured=measured, status="met" if met else "missed", margin=margin)
+
     nk, seg = _one(results, "segmentation/neurokit2", n), _one(results, "segmentation/gpu", n)
     if nk and seg:
         x = nk["median_s"] / seg["median_s"]
-        add(_target_names()[0], f"{x:,.0f}× ({_t(nk['median_s'])} vs {_t(seg['median_s'])})",
-            *_judge(x, TARGETS["speedup"], higher=True, unit="×"))
-    else:
-        add(_target_names()[0], f"not both measured at {size_label(n)}", "not measured", "")
-
-    # 2. cuDF parse speed, at the largest size measured
+        judged(0, f"{x:,.0f}× ({seconds(nk['median_s'])} vs {seconds(seg['median_s'])})", x, TARGETS["speedup"],
+               True, "×")
     parsed = ok(results, "load/cudf")
     if parsed:
         r = max(parsed, key=lambda r: r["samples"])
         mbs = r["throughput"]["mb_per_s"]
-        add(_target_names()[1], f"{mbs / 1000:.2f} GB/s at {size_label(r['samples'])} "
-            f"(best {max(p['throughput']['mb_per_s'] for p in parsed) / 1000:.2f} GB/s)",
-            *_judge(mbs / 1000, TARGETS["parse_mb_per_s"] / 1000, higher=True, unit=" GB/s"))
-    else:
-        add(_target_names()[1], "load/cudf not measured", "not measured", "")
-
-    # 3. linear growth: every GPU stage's slope (top decade of sizes)
+        judged(1, f"{mbs / 1000:.2f} GB/s at {size_label(r['samples'])} (best "
+               f"{max(p['throughput']['mb_per_s'] for p in parsed) / 1000:.2f} GB/s)", mbs / 1000,
+               TARGETS["parse_mb_per_s"] / 1000, True, " GB/s")
     gpu_slopes = [s for s in slope_rows if s["contender"].endswith("/gpu") or s["contender"] == "load/cudf"]
     if gpu_slopes:
-        judged = [(s["contender"], s["slope_top_decade"] if s["slope_top_decade"] is not None else s["slope_all"])
-                  for s in gpu_slopes]
-        worst = max(judged, key=lambda p: p[1])
+        pairs = [(s["contender"], s["slope_top_decade"] if s["slope_top_decade"] is not None else s["slope_all"])
+                 for s in gpu_slopes]
         largest = max(max(s["sizes"]) for s in gpu_slopes)
-        text = ", ".join(f"{c} {v:.2f}" for c, v in judged) + f" (sizes up to {size_label(largest)})"
-        add(_target_names()[2], text, *_judge(worst[1], TARGETS["slope"], higher=False, unit=""))
-    else:
-        add(_target_names()[2], "fewer than 2 sizes per GPU stage", "not measured", "")
-
-    # 4. peak GPU memory per sample, end to end, at the largest size
+        judged(2, ", ".join(f"{c} {v:.2f}" for c, v in pairs) + f" (sizes up to {size_label(largest)})",
+               max(v for _, v in pairs), TARGETS["slope"], False, "")
     e2e = [r for r in ok(results, "end-to-end/gpu") if r.get("gpu_peak_bytes")]
     if e2e:
         r = max(e2e, key=lambda r: r["samples"])
-        per = r["gpu_peak_bytes"] / r["samples"]
         worst = max(e2e, key=lambda r: r["gpu_peak_bytes"] / r["samples"])
-        add(_target_names()[3], f"{per:.1f} B/sample at {size_label(r['samples'])} "
-            f"({r['gpu_peak_bytes'] / 2**30:.2f} GiB; most: {worst['gpu_peak_bytes'] / worst['samples']:.1f} "
-            f"B/sample at {size_label(worst['samples'])})",
-            *_judge(per, TARGETS["gpu_bytes_per_sample"], higher=False, unit=" B/sample"))
-    else:
-        add(_target_names()[3], "end-to-end/gpu peak not measured", "not measured", "")
+        per = r["gpu_peak_bytes"] / r["samples"]
+        judged(3, f"{per:.1f} B/sample at {size_label(r['samples'])} ({r['gpu_peak_bytes'] / 2**30:.2f} GiB; most: "
+               f"{worst['gpu_peak_bytes'] / worst['samples']:.1f} B/sample at {size_label(worst['samples'])})",
+               per, TARGETS["gpu_bytes_per_sample"], False, " B/sample")
     return rows
-
-
-def _target_names():
-    return [f"GPU segmentation ≥ {TARGETS['speedup']:.0f}× faster than NeuroKit2 ecg_peaks at "
-            f"{size_label(TARGETS['speedup_samples'])} samples",
-            f"cuDF CSV parse ≥ {TARGETS['parse_mb_per_s'] / 1000:g} GB/s",
-            f"time grows about linearly with samples (log-log slope ≤ {TARGETS['slope']}) for every GPU stage",
-            f"peak GPU memory ≤ {TARGETS['gpu_bytes_per_sample']:g} bytes per sample (end to end)"]
-
-
-def _judge(value: float, target: float, *, higher: bool, unit: str) -> tuple[str, str]:
-    met = value >= target if higher else value <= target
-    if higher:
-        margin = f"{value / target:.2f}× the target" if met else f"short by {target - value:.3g}{unit} ({value / target:.2f}× the target)"
-    else:
-        margin = f"{target - value:.3g}{unit} under the limit" if met else f"over by {value - target:.3g}{unit} ({value / target:.2f}× the limit)"
-    return ("met" if met else "missed"), margin
-
-
-# --------------------------------------------------------------------------- files
-def write_json(report: dict, path: Path) -> None:
-    path.write_text(json.dumps(report, indent=1, default=_json_default) + "\n")
-
-
-def _json_default(value):
-    if isinstance(value, (np.integer, np.floating)):
-        return value.item()
-    if isinstance(value, Path):
-        return str(value)
-    return str(value)
-
-
-def _t(seconds) -> str:
-    if seconds is None or not math.isfinite(seconds):
-        return "–"
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.3g} µs"
-    if seconds < 1:
-        return f"{seconds * 1e3:.3g} ms"
-    return f"{seconds:.3g} s"
 
 
 def _throughput(r: dict) -> str:
@@ -203,96 +213,68 @@ def _throughput(r: dict) -> str:
     if "mb_per_s" in tp:
         return f"{tp['mb_per_s']:,.0f} MB/s"
     if "train_beats_per_s" in tp:
-        return (f"{_t(tp['epoch_s'])}/epoch; train {tp['train_beats_per_s']:,.0f} beats/s; "
+        return (f"{seconds(tp['epoch_s'])}/epoch; train {tp['train_beats_per_s']:,.0f} beats/s; "
                 f"score {tp['score_beats_per_s']:,.0f} beats/s")
-    if "msamples_per_s" in tp:
-        return f"{tp['msamples_per_s']:,.1f} Msamples/s"
-    return ""
+    return f"{tp['msamples_per_s']:,.1f} Msamples/s" if "msamples_per_s" in tp else ""
 
 
-def write_markdown(report: dict, path: Path) -> None:
-    m, o = report["machine"], report["options"]
-    results = report["results"]
-    lines = [f"# Benchmarks: {report['machine_name']}, {report['date']}", ""]
+def pipeline_markdown(report: dict) -> str:
+    m, o, results = report["machine"], report["options"], report["results"]
     gpu_text = f"{m['gpu']} ({m['gpu_memory_bytes'] / 2**30:.0f} GiB)" if "gpu" in m else "none"
-    lines += [f"- Machine: {m['cpu']}, {m['cpu_cores_usable']} usable cores "
-              f"({m['cpu_cores']} in all), {m['memory_bytes'] / 2**30:.0f} GiB RAM; GPU: {gpu_text}",
-              f"- Libraries: python {m['python']}, " + ", ".join(f"{k} {v}" for k, v in m["versions"].items()),
-              f"- Load average at start / end: {m.get('load_average_start')} / {m.get('load_average_end')} "
-              "(other processes share the machine; it was not reserved)",
-              f"- Command: `{report['command']}`; took {report['elapsed_s']:.0f} s "
-              f"(budget {o['budget_s']:.0f} s)",
-              f"- Repeats: {o['repeats']} timed runs per cell after one first run, fewer when the timed runs "
-              f"of a cell would pass {o['cell_budget_s']:g} s (column *runs*); host-side contenders skipped "
-              f"where one run is predicted (linearly from the previous size) to take more than "
-              f"{o['cap_s']:g} s; VAE {o['epochs']} epochs, CPU VAE capped at {o['cpu_vae_beats']} beats",
-              ""]
+    lines = [f"# Benchmarks: {report['machine_name']}, {report['date']}", "",
+             f"- Machine: {m['cpu']}, {m['cpu_cores_usable']} usable cores ({m['cpu_cores']} in all), "
+             f"{m['memory_bytes'] / 2**30:.0f} GiB RAM; GPU: {gpu_text}",
+             f"- Libraries: python {m['python']}, " + ", ".join(f"{k} {v}" for k, v in m["versions"].items()),
+             f"- Load average at start / end: {m.get('load_average_start')} / {m.get('load_average_end')} "
+             "(other processes share the machine; it was not reserved)",
+             f"- Command: `{report['command']}`; took {report['elapsed_s']:.0f} s (budget {o['budget_s']:.0f} s)",
+             f"- Repeats: {o['repeats']} timed runs per cell after one first run, fewer when a cell's timed runs "
+             f"would pass {o['cell_budget_s']:g} s (column *runs*); host-side contenders skipped where one run is "
+             f"predicted to take more than {o['cap_s']:g} s; VAE {o['epochs']} epochs, CPU VAE capped at "
+             f"{o['cpu_vae_beats']} beats", ""]
     if report.get("stopped"):
         lines += [f"**Stopped early:** {report['stopped']}", ""]
-
-    startup = report.get("startup", {})
-    if startup:
+    if report.get("startup"):
         lines += ["## Start-up (paid once per process, e.g. by a server start)", "",
-                  "| what | time |", "| --- | --- |"]
-        lines += [f"| {k} | {_t(v)} |" for k, v in startup.items()]
-        lines += ["", "The *first run* column below is each cell's untimed first run; at the smallest size it "
-                  "also pays JIT compilation (Numba, CUDA), cuFFT plans, pool growth and library "
-                  "initialisation.", ""]
-
-    lines += ["## Recordings", "", "| samples | CSV | made | seconds |", "| --- | --- | --- | --- |"]
-    for rec in report["recordings"]:
-        lines.append(f"| {size_label(rec['samples'])} | {rec['nbytes'] / 1e6:,.{0 if rec['nbytes'] >= 1e7 else 2}f} MB | {rec['method']} | "
-                     f"{rec['seconds']:.1f} |")
-    lines.append("")
-
-    for stage, title in STAGE_TITLES.items():
-        rows = [r for r in results if r["stage"] == stage]
-        if not rows:
-            continue
-        lines += [f"## {title}", "",
-                  "| samples | contender | median | min – max | runs | first run | throughput | "
-                  "peak GPU | host peak (extra) | notes |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-        for r in sorted(rows, key=lambda r: (r["samples"], r["order"])):
+                  *table(["what", "time"], [[k, seconds(v)] for k, v in report["startup"].items()])]
+    lines += ["## Recordings", "", *table(["samples", "CSV", "made", "seconds"], [
+        [size_label(r["samples"]), f"{r['nbytes'] / 1e6:,.{0 if r['nbytes'] >= 1e7 else 2}f} MB", r["method"],
+         f"{r['seconds']:.1f}"] for r in report["recordings"]])]
+    for stage, (_, title) in STAGE_TITLES.items():
+        rows = []
+        for r in sorted((r for r in results if r["stage"] == stage), key=lambda r: (r["samples"], r["order"])):
             if r["status"] != "ok":
-                lines.append(f"| {size_label(r['samples'])} | {r['label']} | – | – | 0 | – | – | – | – | "
-                             f"{r['status']}: {r['reason']} |")
+                rows.append([size_label(r["samples"]), r["label"], *["–"] * 2, 0, *["–"] * 4,
+                             f"{r['status']}: {r['reason']}"])
                 continue
-            gpu_mem = (f"{r['gpu_peak_bytes'] / 2**20:,.0f} MiB ({r['gpu_peak_bytes'] / r['samples']:.1f} B/sample)"
-                       if r.get("gpu_peak_bytes") is not None else "–")
-            host = f"{r['host_peak_extra_bytes'] / 2**20:,.0f} MiB" if r.get("host_peak_extra_bytes") is not None else "–"
-            runs = f"{r['repeats']}" + (" (budget)" if r["stopped_by_budget"] else "")
-            lines.append(f"| {size_label(r['samples'])} | {r['label']} | {_t(r['median_s'])} | "
-                         f"{_t(r['min_s'])} – {_t(r['max_s'])} | {runs} | {_t(r['first_s'])} | "
-                         f"{_throughput(r)} | {gpu_mem} | {host} | {r.get('note', '')} |")
-        lines.append("")
-
+            gpu = r.get("gpu_peak_bytes")
+            host = r.get("host_peak_extra_bytes")
+            rows.append([size_label(r["samples"]), r["label"], seconds(r["median_s"]),
+                         f"{seconds(r['min_s'])} – {seconds(r['max_s'])}",
+                         f"{r['repeats']}" + (" (budget)" if r["stopped_by_budget"] else ""), seconds(r["first_s"]),
+                         _throughput(r), "–" if gpu is None else
+                         f"{gpu / 2**20:,.0f} MiB ({gpu / r['samples']:.1f} B/sample)",
+                         "–" if host is None else f"{host / 2**20:,.0f} MiB", r.get("note", "")])
+        if rows:
+            lines += [f"## {title}", "", *table(["samples", "contender", "median", "min – max", "runs", "first run",
+                                                 "throughput", "peak GPU", "host peak (extra)", "notes"], rows)]
     if report["ratios"]:
-        lines += ["## Ratios (same run): median of A / median of B", "", "| samples | stage | A / B | ratio |",
-                  "| --- | --- | --- | --- |"]
-        lines += [f"| {size_label(x['samples'])} | {x['stage']} | {x['what']} | {x['ratio']:,.1f} |"
-                  for x in report["ratios"]]
-        lines.append("")
-
+        lines += ["## Ratios (same run): median of A / median of B", "", *table(
+            ["samples", "stage", "A / B", "ratio"],
+            [[size_label(x["samples"]), x["stage"], x["what"], f"{x['ratio']:,.1f}"] for x in report["ratios"]])]
     if report["slopes"]:
-        lines += [f"## Scaling: log-log slope of median time against samples (flag > {SLOPE_FLAG})", "",
-                  "| contender | sizes | slope, all sizes | slope, top decade | flag |", "| --- | --- | --- | --- | --- |"]
-        for s in report["slopes"]:
-            top = "–" if s["slope_top_decade"] is None else f"{s['slope_top_decade']:.2f}"
-            lines.append(f"| {s['contender']} | {', '.join(size_label(n) for n in s['sizes'])} | "
-                         f"{s['slope_all']:.2f} | {top} | {'**> ' + str(SLOPE_FLAG) + '**' if s['flag'] else 'ok'} |")
-        lines += ["", "A slope below 1 over small sizes means fixed costs (launches, syncs, Python) still "
-                  "dominate there; the top decade (sizes ≥ the largest / 10) is what the flag judges.", ""]
-
-    lines += ["## Targets (measured, not asserted)", "", "| target | measured | status | margin |",
-              "| --- | --- | --- | --- |"]
-    lines += [f"| {t['target']} | {t['measured']} | **{t['status']}** | {t['margin']} |" for t in report["targets"]]
-    lines += ["", "## Method", ""]
-    lines += [f"- {note}" for note in report["notes"]]
-    path.write_text("\n".join(lines) + "\n")
+        lines += [f"## Scaling: log-log slope of median time against samples (flag > {SLOPE_FLAG})", "", *table(
+            ["contender", "sizes", "slope, all sizes", "slope, top decade", "flag"],
+            [[s["contender"], ", ".join(size_label(n) for n in s["sizes"]), f"{s['slope_all']:.2f}",
+              "–" if s["slope_top_decade"] is None else f"{s['slope_top_decade']:.2f}",
+              f"**> {SLOPE_FLAG}**" if s["flag"] else "ok"] for s in report["slopes"]])]
+    lines += ["## Targets (measured, not asserted)", "", *table(
+        ["target", "measured", "status", "margin"],
+        [[t["target"], t["measured"], f"**{t['status']}**", t["margin"]] for t in report["targets"]])]
+    return "\n".join(lines + ["## Method", "", *(f"- {note}" for note in report["notes"])])
 
 
-def write_plot(report: dict, path: Path) -> None:
+def plot(report: dict, path: Path) -> None:
     """Log-log time against samples, one panel per stage, one line per contender (min–max bars)."""
     import matplotlib
 
@@ -311,8 +293,7 @@ def write_plot(report: dict, path: Path) -> None:
             rows = sorted(ok(results, contender), key=lambda r: r["samples"])
             if not rows:
                 continue
-            x = np.array([r["samples"] for r in rows], dtype=float)
-            y = np.array([r["median_s"] for r in rows])
+            x, y = np.array([r["samples"] for r in rows], dtype=float), np.array([r["median_s"] for r in rows])
             err = np.array([[r["median_s"] - r["min_s"] for r in rows], [r["max_s"] - r["median_s"] for r in rows]])
             style = "-" if contender.endswith("/gpu") or contender == "load/cudf" else \
                 ":" if "neurokit" in contender else "--"
@@ -321,11 +302,8 @@ def write_plot(report: dict, path: Path) -> None:
             if capped:
                 ax.plot(x[capped], y[capped], "o", ms=8, mfc="none", color=line[0].get_color(),
                         label=f"{rows[0]['label']}: capped beats")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("samples")
-        ax.set_ylabel("median time (s)")
-        ax.set_title(PLOT_TITLES[stage], fontsize=10)
+        ax.set(xscale="log", yscale="log", xlabel="samples", ylabel="median time (s)")
+        ax.set_title(STAGE_TITLES[stage][0], fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle(f"{report['machine_name']} {report['date']}: time vs samples (log-log)", fontsize=11)
@@ -334,18 +312,174 @@ def write_plot(report: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def render(json_path: Path) -> None:
-    """Write the Markdown and the plot beside ``json_path`` again, from the JSON alone."""
-    json_path = Path(json_path)
-    full = json.loads(json_path.read_text())
-    write_markdown(full, json_path.with_suffix(".md"))
-    write_plot(full, json_path.with_suffix(".png"))
+# --------------------------------------------------------------------------- the dashboard benchmark
+def _row(label: str, s: dict, *extra) -> list:
+    return [label, s["n"], ms(s["median"]), ms(s["p95"]), ms(s["max"]), *extra]
+
+
+def _measured(section: dict, cores: int) -> str:
+    """When and how a section was measured, and how busy the machine was meanwhile."""
+    m = section.get("measured")
+    if not m:
+        return ""
+    load = m["load_average"]
+    options = f" (server options `{' '.join(m['server_options'])}`)" if m.get("server_options") else ""
+    text = (f"Measured {m['date'].replace('T', ' ')} by `{m['command']}`{options}; 1-minute load average "
+            f"meanwhile: mean {load['mean']}, max {load['max']} on {cores} cores.")
+    if m.get("disturbed"):
+        text += (" **Disturbed**: other work kept the machine busier than its core count, so these times are "
+                 "what a user of a busy machine feels, not an idle one's.")
+    return text
+
+
+def invocation_lines(report: dict) -> list[str]:
+    lines = []
+    for inv in report.get("invocations", []):
+        load, loop = inv.get("load_average") or {}, inv.get("python_loop_ms")
+        line = (f"- `{inv['command']}` at {inv['date'].replace('T', ' ')}: load average mean {load.get('mean')}, "
+                f"max {load.get('max')} (start {load.get('start')}, end {load.get('end')})")
+        if loop:
+            line += (f"; the cores' speed (a fixed Python loop, `benchmarks.measure.python_loop_ms`, lower is "
+                     f"faster): {loop['start']} ms at the start, {loop['end']} ms at the end")
+        lines.append(line + ("; **problems**: " + "; ".join(inv["problems"]) if inv.get("problems") else ""))
+    return lines
+
+
+def _server_lines(title: str, server: dict, cores: int) -> list[str]:
+    rows = []
+    for kind, s in server["kinds"].items():
+        d = server["details"].get(kind, {})
+        rows.append(_row(kind, s, f"{d['patch_bytes_median'] / 1024:.1f} KiB, {d['events_median']:.0f} events"
+                         if "patch_bytes_median" in d else
+                         f"{d.get('models', 0)} models, {d.get('document_bytes', 0) / 1024:.0f} KiB document"
+                         if d else ""))
+    return [f"## {title}", "", "From the property change the browser sends to the document patch serialized. "
+            + _measured(server, cores), "", *table(["interaction", "n", "median", "p95", "max", "patch (median)"], rows)]
+
+
+def _protocol_lines(title: str, proto: dict, cores: int) -> list[str]:
+    rows = [_row(kind, s) for kind, s in proto.items() if isinstance(s, dict) and "median" in s]
+    return [f"## {title}", "", "From the message sent to the last patch of the answer received. "
+            + _measured(proto, cores), "", *table(["interaction", "n", "median", "p95", "max"], rows),
+            f"Errors: {len(proto.get('errors', []))}" + (f" ({'; '.join(proto['errors'][:5])})"
+                                                          if proto.get("errors") else "") + ".", ""]
+
+
+def dashboard_markdown(report: dict) -> str:
+    run, cores = report.get("run", {}), report["machine"].get("cpu_cores_usable")
+    lines = [f"# Interaction benchmark: {report['machine'].get('name')}, {report['date'][:10]}", "",
+             f"- Machine: {machine_line(report['machine'])}"]
+    if run:
+        lines.append(f"- Run: {run['n_samples']:,} samples, {run['beats']:,} beats, device {run['device']}, "
+                     f"board {run['board']}; server ready after {run['server_ready_s']:.1f} s "
+                     f"({'cached run' if run.get('cached') else 'pipeline ran at start'})")
+    lines += ["- Server: `panel serve dashboard/app.py`, one process, as `./run.sh` serves it unless a section "
+              "says otherwise; the soak test has a server of its own (below)",
+              "- Runs of the benchmark that wrote this file (each section says which one measured it):",
+              *invocation_lines(report), ""]
+    if report.get("failed"):
+        lines += ["**Failed steps:** " + "; ".join(report["failed"]), ""]
+    lines += ["## Targets", "", *target_lines(report.get("targets", []))]
+    browser = report.get("browser", {})
+    if browser:
+        rows = [_row(f"session open: navigation → {label}", s)
+                for label, s in browser.get("session open", {}).get("milestones_ms", {}).items()]
+        rows += [_row(f"{label} → every view repainted" if label != "clear" else
+                      "double-click clear → every view repainted", s) for label, s in browser.get("brushes", {}).items()]
+        rows += [_row(f"{label} → new window's picture painted", s) for label, s in browser.get("zoom", {}).items()]
+        lines += ["## In Chromium, one session", "", "Each time runs in the page's own clock (`performance.now()`), "
+                  "from the input event's timestamp to two animation frames after the result arrived. "
+                  + _measured(browser, cores), "", *table(["interaction", "n", "median", "p95", "max"], rows)]
+        selected = browser.get("brush_selected_beats")
+        if selected and selected["n"]:
+            lines += [f"Beats selected after a timed brush: median {selected['median']:,.0f} of {selected['of']:,}; "
+                      f"{selected['empty']} of {selected['n']} brushes left none.", ""]
+        failures = browser.get("brush_failures", []) + browser.get("zoom_failures", [])
+        errors = browser.get("console_errors", []) + browser.get("session open", {}).get("console_errors", [])
+        lines += [f"Failed gestures: {len(failures)}" + (f" ({'; '.join(failures[:5])})" if failures else "")
+                  + f". Console errors: {len(errors)}" + (f" ({'; '.join(errors[:5])})" if errors else "") + ".", ""]
+    if report.get("protocol"):
+        lines += _protocol_lines("Over Bokeh's protocol, one session", report["protocol"], cores)
+    if report.get("server"):
+        lines += _server_lines(f"Server side ({report['server']['board']} board, in process)", report["server"], cores)
+    load = report.get("load")
+    if load:
+        many = load["concurrent"]
+        rows = [[r["sessions"], r["opened"], *_row("", r["brush_ms"])[1:], len(r["failed_interactions"]),
+                 len(r["console_errors"]), f"{r['independent_sessions']}/{r['opened']}"]
+                for r in (load["single"], load.get("in_turn"), many) if r]
+        lines += [f"## Load test: {many['sessions']} sessions at once ({many['client']})", "",
+                  _measured(load, cores), "", *table(["sessions", "opened", "brushes", "median", "p95", "max",
+                                                      "failed", "console errors", "selections independent"], rows)]
+        if load.get("p95_ratio"):
+            lines += [f"p95 with {many['sessions']} sessions / p95 with one: {load['p95_ratio']:.2f}×", ""]
+        if load.get("p95_ratio_in_turn"):
+            lines += [f"p95 with {many['sessions']} sessions / p95 of the same brushes one session at a time "
+                      f"(the second row): {load['p95_ratio_in_turn']:.2f}×", ""]
+        if many.get("burst_ms", {}).get("n"):
+            b = many["burst_ms"]
+            lines += [f"Before those, every session brushed at the same instant once (the burst, not in the "
+                      f"figures above): median {ms(b['median'])}, the last answered after {ms(b['max'])}.", ""]
+        problems = many["failed_interactions"] + many["selection_mismatches"] + many["console_errors"]
+        lines += ["Problems: " + "; ".join(problems[:10]), ""] if problems else []
+    soak = report.get("soak")
+    if soak:
+        growth = soak.get("growth_after_first_10")
+        lines += [f"## Soak test: {soak['cycles']} sessions opened, brushed once and closed", "",
+                  _measured(soak, cores), "",
+                  f"A server of its own with `{' '.join(soak['server_options'])}` (ms), so that Bokeh discards a "
+                  "closed session within seconds (its default keeps it 15 s). Server RSS after every 10 sessions "
+                  f"(each reading {soak['settle_s']:.0f} s after the last close); growth after the first 10: "
+                  + (f"**{growth:+.1%}**" if growth is not None else "–") + f"; failed cycles: {len(soak['failures'])}.",
+                  "", *table(["sessions", "RSS"], [[r["sessions"], f"{r['rss_bytes'] / 2**20:.0f} MiB"]
+                                                    for r in soak["rss"]])]
+    other = report.get("cuxfilter", {})
+    if other.get("protocol"):
+        lines += _protocol_lines("cuxfilter board over Bokeh's protocol", other["protocol"], cores)
+    if other.get("server"):
+        lines += _server_lines("cuxfilter board, server side (in process)", other["server"], cores)
+    if report.get("cuxfilter_equals_default"):
+        lines += [f"cuxfilter board against the default board: {len(report['cuxfilter_equals_default']['checks'])} "
+                  "brushes, the same counts and bars.", ""]
+    scale = report.get("scale")
+    if scale:
+        lines += [f"## {scale['beats']:,} beats ({scale['n_samples']:,} samples): server-side brushes", "",
+                  *table(["board", "n", "median", "p95", "max"], [_row(board, b["kinds"]["all brushes"])
+                                                                   for board, b in scale.get("boards", {}).items()])]
+    return "\n".join(lines)
+
+
+def dashboard_table(report: dict) -> str:
+    """A compact terminal table: one line per interaction kind, then the targets."""
+    rows = [("kind", "n", "median", "p95", "max")]
+    browser, board = report.get("browser", {}), report.get("cuxfilter", {})
+    for label, s in browser.get("session open", {}).get("milestones_ms", {}).items():
+        if label in ("first paint", "every view populated, painted"):
+            rows.append((f"open → {label}", *_row("", s)[1:]))
+    sections = [("browser", browser.get("brushes", {})), ("browser", browser.get("zoom", {})),
+                ("protocol", report.get("protocol", {})), ("server", (report.get("server") or {}).get("kinds", {})),
+                ("cuxfilter protocol", board.get("protocol", {})),
+                ("cuxfilter server", (board.get("server") or {}).get("kinds", {}))]
+    sections += [(f"scale {name}", b["kinds"]) for name, b in (report.get("scale") or {}).get("boards", {}).items()]
+    for prefix, kinds in sections:
+        rows += [(f"{prefix} {label}", *_row("", s)[1:]) for label, s in kinds.items()
+                 if isinstance(s, dict) and "median" in s]
+    load = report.get("load")
+    for r, how in ((load["single"], ""), (load.get("in_turn"), " in turn"), (load["concurrent"], "")) if load else ():
+        if r:
+            rows.append((f"load {r['sessions']} session(s){how} brush", *_row("", r["brush_ms"])[1:]))
+    width = max(len(str(r[0])) for r in rows) + 2
+    out = [f"{r[0]:<{width}}{r[1]:>5}{r[2]:>10}{r[3]:>10}{r[4]:>10}" for r in rows] + [""]
+    out += [f"{row['status']:<16} {row['target']}: {_value(row, 'measured')}" for row in report.get("targets", [])]
+    return "\n".join(out + invocation_lines(report)[-1:])
 
 
 if __name__ == "__main__":
     import sys
 
-    for name in sys.argv[1:] or [None]:
-        if name is None:
-            raise SystemExit("usage: python -m benchmarks.report RESULT.json [...]")
-        render(Path(name))
+    if len(sys.argv) < 2:
+        raise SystemExit("usage: python -m benchmarks.report RESULT.json [...]")
+    for name in sys.argv[1:]:
+        full = json.loads(Path(name).read_text())
+        Path(name).with_suffix(".md").write_text(pipeline_markdown(full) + "\n")
+        plot(full, Path(name).with_suffix(".png"))

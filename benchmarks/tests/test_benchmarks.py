@@ -1,5 +1,6 @@
 """benchmarks: the script end to end on tiny recordings (CPU, one repeat), and its input checks; the
-interaction benchmark's quick run and its load test's client against a served dashboard."""
+interaction benchmark's quick run, its load test's client against a served dashboard, and the parts
+that only a GPU run reaches (options, targets, the report of every section)."""
 from __future__ import annotations
 
 import asyncio
@@ -141,6 +142,7 @@ def test_interaction_benchmark_quick_measures_every_kind(tmp_path):
     assert loop["start"] > 0 and loop["end"] > 0 and "fixed Python loop" in Path(report["paths"]["md"]).read_text()
     assert all(data[name]["measured"]["command"].startswith("python -m benchmarks.interaction --quick")
                for name in ("run", "browser", "server", "load", "soak"))
+    assert not data["failed"] and all(step["ok"] for step in data["steps"].values()), data["steps"]
 
 
 def test_interaction_benchmark_refuses_bad_options():
@@ -150,6 +152,73 @@ def test_interaction_benchmark_refuses_bad_options():
         interaction.main(["--brushes", "0"])
     with pytest.raises(SystemExit):
         interaction.main(["--parts", "open,teleport"])
+    with pytest.raises(SystemExit):
+        interaction.main(["--client", "browser", "--boards", "bokeh,cuxfilter"])
+
+
+def test_gpu_run_options_parse():
+    """What benchmarks/gpu_session.sh asks of the dashboard benchmark on the GPU machine."""
+    from benchmarks import interaction
+
+    args = interaction.parse_args(["--device", "gpu", "--client", "bokeh", "--boards", "bokeh,cuxfilter",
+                                   "--sessions", "20", "--soak", "200", "--budget-s", "540"])
+    assert args.boards == ["bokeh", "cuxfilter"] and args.parts == {"open", "brush", "zoom", "server"}
+    assert interaction.app_args(args, "cuxfilter")[:4] == ["--device", "gpu", "--board", "cuxfilter"]
+    assert interaction.parse_args(["--scale", "--boards", "bokeh,cuxfilter"]).scale
+
+
+def _summary(median: float) -> dict:
+    return {"n": 3, "median": median, "p95": 1.5 * median, "max": 2 * median, "min": median / 2, "values": []}
+
+
+def _dashboard_report() -> dict:
+    """A report with every section a CPU or GPU run of the dashboard benchmark writes."""
+    kinds = {"brush lengths": _summary(5.0), "all brushes": _summary(5.0), "session open": _summary(600.0)}
+    details = {"brush lengths": {"events_median": 4, "patch_bytes_median": 2048.0},
+               "session open": {"models": 900, "document_bytes": 2e6}}
+    proto = {**kinds, "all zoom/pan": _summary(30.0), "errors": [], "document": {}}
+    load_round = {"client": "bokeh protocol", "sessions": 20, "opened": 20, "brush_ms": _summary(12.0),
+                  "burst_ms": _summary(40.0), "failed_interactions": [], "console_errors": [],
+                  "selection_mismatches": [], "independent_sessions": 20}
+    return {"machine": {"name": "h200", "cpu": "x", "cpu_cores_usable": 16, "gpu": "NVIDIA H200", "versions": {}},
+            "date": "2026-11-27T10:00:00", "invocations": [], "failed": [], "steps": {},
+            "run": {"n_samples": 20_000_000, "beats": 93_537, "device": "gpu", "board": "bokeh", "server_ready_s": 3.0},
+            "protocol": proto, "server": {"board": "bokeh", "kinds": kinds, "details": details},
+            "load": {"single": {**load_round, "sessions": 1, "opened": 1, "independent_sessions": 1},
+                     "in_turn": load_round, "concurrent": load_round, "p95_ratio": 1.4, "p95_ratio_in_turn": 1.2},
+            "soak": {"cycles": 20, "rss": [{"sessions": 0, "rss_bytes": 2**30}, {"sessions": 10, "rss_bytes": 2**30}],
+                     "failures": [], "settle_s": 2.0, "server_options": ["--unused-session-lifetime", "500"],
+                     "growth_after_first_10": -0.004},
+            "cuxfilter": {"protocol": proto, "server": {"board": "cuxfilter", "kinds": kinds, "details": details}},
+            "cuxfilter_equals_default": {"checks": [{"brush": {}, "count": 5}]},
+            "scale": {"beats": 935_369, "n_samples": 200_000_000, "boards": {"bokeh": {"kinds": kinds}}}}
+
+
+def test_gpu_targets_and_report_of_every_section():
+    from benchmarks import interaction, report
+
+    data = _dashboard_report()
+    rows = {r["target"]: r for r in interaction.targets(data, "gpu")}
+    assert rows["brush, end to end p95"]["status"] == "met"                           # 7.5 ms ≤ 50 ms
+    assert rows["cuxfilter: session open (protocol) median"]["status"] == "met"
+    assert rows["bokeh: 935,369 beats, brush server side p95"]["measured"] == 7.5
+    assert rows["20 sessions: p95 brush / single-session p95"]["status"] == "met"
+    assert rows["memory over 20 session open/close cycles: growth after the first 10"]["status"] == "met"
+    data["targets"] = list(rows.values())
+    text = report.dashboard_markdown(data)
+    for heading in ("## Over Bokeh's protocol", "## Server side (bokeh board", "## Load test: 20 sessions",
+                    "## Soak test", "## cuxfilter board over", "## 935,369 beats"):
+        assert heading in text, heading
+    assert "scale bokeh all brushes" in report.dashboard_table(data)
+
+
+def test_stalls_name_the_client_processes_of_slow_brushes():
+    from benchmarks import interaction
+
+    brushes = [(0, 0, 0.0, 10.0), (1, 1, 0.0, 11.0), (0, 0, 1.0, 12.0), (1, 1, 2.0, 200.0), (0, 0, 2.05, 9.0)]
+    out = interaction.stalls(brushes)
+    assert out["slow"] == 1 and out["clients_of_slow"] == [1]
+    assert out["overlapping_other_clients_fast"] == 1 and out["overlapping_other_clients_slow"] == 0
 
 
 # --------------------------------------------------------------------------- the load test's client
@@ -163,7 +232,7 @@ def test_deferred_patches_still_give_the_version_and_are_applied_later(tmp_path)
     applied it shows the count that the session's brush selects in the run's own table."""
     import numpy as np
 
-    from benchmarks import inprocess, interaction
+    from benchmarks import sessions
 
     server = Server([*APP_ARGS, "--out", str(tmp_path / "runs")], tmp_path / "server.log")
 
@@ -174,18 +243,18 @@ def test_deferred_patches_still_give_the_version_and_are_applied_later(tmp_path)
             marker = session.doc.get_model_by_name(DASHBOARD_MARKER)
             before = marker.text
             session.defer_patches()
-            bounds = inprocess.brush_bounds(beats, "scores", np.random.default_rng(1))
-            await interaction.brush_over_protocol(session, "scores", bounds, 60)
+            bounds = sessions.brush_bounds(beats, "scores", np.random.default_rng(1))
+            await sessions.protocol_brush(session, "scores", bounds)
             seen = {"before": before, "version": session.version, "document": marker.text}
             session.apply_deferred()
-            return {**seen, "applied": marker.text, "shown": interaction.shown_count(session),
-                    "expected": interaction.expected_count(beats, {"scores": bounds})}
+            return {**seen, "applied": marker.text, "shown": sessions.shown_count(session),
+                    "expected": sessions.expected_count(beats, {"scores": bounds})}
         finally:
             await session.close()
 
     try:
         server.wait_ready(TIMEOUT_S)
-        seen = asyncio.run(brush(inprocess.run_beats(interaction.run_path_from_log(server.log()))))
+        seen = asyncio.run(brush(sessions.run_beats(sessions.run_path_from_log(server.log()))))
     finally:
         server.stop()
     assert seen["version"] != seen["before"] and seen["document"] == seen["before"], seen

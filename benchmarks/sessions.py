@@ -1,0 +1,623 @@
+"""The session harness of the dashboard benchmarks: one dashboard session driven three ways, and the
+gestures they all make.
+
+- :class:`BrowserPage`: a page in headless Chromium (Playwright, async) with real mouse gestures.
+  :file:`interaction_probe.js`, injected before the page's scripts, records each input event, each
+  change of the hidden selection-version marker and each new picture of the recording, and when
+  each was painted (two animation frames later); a gesture's latency is that paint minus the input
+  event, both in the page's own clock.
+- :func:`protocol_brush` and :func:`protocol_zoom`: a ``tests.support.bokeh_session.ProtocolSession``
+  (the Bokeh protocol without a browser) sends what a browser sends and waits for the last patch of
+  the answer.
+- :class:`InProcessSession`: one session's dashboard in a Bokeh document in this process, marked
+  loaded as Panel marks a served page; an interaction is timed from the property change a browser
+  would send to the PATCH-DOC serialized (the browser's own changes left out, as the server leaves
+  them out for the connection that sent them).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from dashboard.spec import LINKED, RENDERED_BY_BOARD, VIEWS
+from tests.support.bokeh_session import SessionError
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBE = Path(__file__).resolve().parent / "interaction_probe.js"
+CHARTS = [name for name, view in VIEWS.items() if view.kind in RENDERED_BY_BOARD]  # drawn before "populated"
+VIEWPORT = {"width": 1600, "height": 1250}
+
+# The view of the plot inside the card ``ecg-view-<name>`` (the first plot below it).
+_PLOT_VIEW_JS = """(name) => {
+    const views = Bokeh.documents[0].views_manager;
+    const isPlot = (m) => m.x_range !== undefined && Array.isArray(m.renderers);
+    const card = views.query_one(v => (v.model.css_classes || []).includes('ecg-view-' + name));
+    let plot = null;
+    const descend = (v) => { if (plot) return; if (isPlot(v.model)) { plot = v; return; }
+                             for (const c of v.children()) descend(c); };
+    descend(card);
+    return plot;
+}"""
+
+# Each named linked chart's brush bounds in the page: its ``Brush`` model, an argument of the
+# chart's selection-geometry callback.
+_BRUSH_BOUNDS_JS = f"""(linked) => {{
+    const out = {{}};
+    for (const name of linked) {{
+        const plot = ({_PLOT_VIEW_JS})(name).model;
+        const callback = plot.js_event_callbacks['selectiongeometry'][0];
+        const args = callback.args;
+        const brush = args instanceof Map ? args.get('brush') : args.brush;
+        out[name] = brush.bounds == null ? null : Array.from(brush.bounds);
+    }}
+    return out;
+}}"""
+
+
+# --------------------------------------------------------------------------- the run and the plans
+def run_path_from_log(log: str) -> Path:
+    found = re.search(r"ECG dashboard ready in [\d.]+ s \((?:cached run )?([^;)]+)", log)
+    if not found:
+        raise RuntimeError("the server's log does not name its run")
+    path = Path(found.group(1))
+    return path if path.is_absolute() else ROOT / path
+
+
+def run_beats(run_path):
+    """A run's beats as the charts see them (the saved table plus the RR intervals the DataStore
+    derives), float64: an independent source for the counts a session shows."""
+    import pandas as pd
+
+    from dashboard.shared_run import rr_intervals
+
+    beats = pd.read_parquet(run_path / "beats.parquet")
+    report = json.loads((run_path / "report.json").read_text())
+    beats["rr_prev_s"], beats["rr_next_s"] = rr_intervals(beats, np.load(run_path / "fiducials.npy"),
+                                                          float(report["input"]["fs"]))
+    return beats
+
+
+def expected_count(beats, brushes: dict) -> int:
+    """Beats inside every brush (``{view: bounds or None}``), from the run's own table, ends included."""
+    mask = np.ones(len(beats), dtype=bool)
+    for view, bounds in brushes.items():
+        for k, column in enumerate(VIEWS[view].brush if bounds else ()):
+            lo, hi = sorted(bounds[2 * k:2 * k + 2])
+            values = beats[column].to_numpy(dtype=np.float64)
+            mask &= (values >= lo) & (values <= hi)
+    return int(mask.sum())
+
+
+def brush_bounds(beats, view: str, rng: np.random.Generator) -> list[float]:
+    """A varied brush in data units: 5–50 % of the range between the 2nd and 98th percentile of the
+    chart's column(s)."""
+    bounds = []
+    for column in VIEWS[view].brush:
+        lo, hi = np.nanquantile(beats[column].to_numpy(dtype=np.float64), [0.02, 0.98])  # the first beat: no RR
+        width = rng.uniform(0.05, 0.5) * (hi - lo)
+        start = rng.uniform(lo, hi - width)
+        bounds += [float(start), float(start + width)]
+    return bounds
+
+
+def brush_span(view: str, beats, rng) -> dict:
+    """A drag where the chart shows beats: between two quantiles of each axis's column, the lower
+    from 0–45 %, the upper from 55–100 %, so that the four charts' brushes together still select
+    some beats most of the time, as a user's do."""
+    span = {}
+    for axis, column in zip(("x", "y"), VIEWS[view].brush):
+        quantiles = (rng.uniform(0.0, 0.45), rng.uniform(0.55, 1.0))
+        span[axis] = tuple(float(v) for v in np.nanquantile(beats[column].to_numpy(dtype=np.float64), quantiles))
+    return span
+
+
+def zoom_plan(duration_s: float, n: int, rng: np.random.Generator) -> list[tuple[str, float, float]]:
+    """``n`` windows the recording moves through: zooms in (down to a few seconds, where raw
+    samples are drawn), pans and zooms out."""
+    plan, (lo, hi) = [], (0.0, duration_s)
+    for i in range(n):
+        span = hi - lo
+        kind = ("zoom in", "pan", "zoom out")[i % 3] if span < 0.9 * duration_s else "zoom in"
+        if kind == "zoom in":
+            centre, span = rng.uniform(lo + 0.2 * span, hi - 0.2 * span), span * rng.uniform(0.05, 0.5)
+        elif kind == "pan":
+            centre = (lo + hi) / 2 + rng.choice([-1, 1]) * rng.uniform(0.2, 0.6) * span
+        else:
+            centre, span = (lo + hi) / 2, min(span * rng.uniform(2, 6), duration_s)
+        span = max(span, 4.0)
+        lo = float(np.clip(centre - span / 2, 0.0, duration_s - span))
+        hi = lo + span
+        plan.append((kind, lo, hi))
+    return plan
+
+
+def next_gesture(window, duration_s: float, step: int, rng) -> tuple[str, float]:
+    """The next browser gesture for the recording's window: ``('wheel', notches)`` (> 0 in) or
+    ``('pan', fraction of the width)``, chosen so that the window can move that way."""
+    lo, hi = window
+    span = hi - lo
+    if span > 0.8 * duration_s:
+        return "wheel", int(rng.integers(3, 7))
+    kind = ("wheel in", "pan", "wheel in", "pan", "wheel out", "pan")[step % 6]
+    if kind == "wheel in" and span < 12:
+        kind = "wheel out"
+    if kind == "wheel in":
+        return "wheel", int(rng.integers(3, 9))
+    if kind == "wheel out":
+        return "wheel", -int(rng.integers(2, 5))
+    by = float(rng.uniform(0.15, 0.4))
+    if lo < 0.6 * span:
+        return "pan", -by            # drag left: later times come into view
+    if hi > duration_s - 0.6 * span:
+        return "pan", by
+    return "pan", by if rng.random() < 0.5 else -by
+
+
+# --------------------------------------------------------------------------- over the protocol
+async def protocol_brush(session, view: str, bounds, board: str = "bokeh", timeout_s: float = 60.0) -> float:
+    """A brush (or a clear, ``bounds=None``) over the protocol; seconds to the last patch: ``Brush.bounds``
+    on the default board, the box selection's ``selectiongeometry`` event on cuxfilter's charts."""
+    before, sent = session.version, time.perf_counter()
+    if board == "cuxfilter":
+        if bounds is None:
+            await session.send_event(session.reset(view))
+        else:
+            y = tuple(bounds[2:]) if len(bounds) == 4 else (0.0, 1.0)
+            await session.send_event(session.selection_geometry(view, tuple(bounds[:2]), y))
+    else:
+        brush = session.brush_model(view)
+        async with session.change():
+            brush.bounds = bounds
+    # cuxfilter's charts may answer in several patches: wait longer before calling the answer complete.
+    waited = await session.wait_for(lambda: session.version != before, sent, timeout_s,
+                                    quiet=0.3 if board == "cuxfilter" else 0.1)
+    return waited.last_at - sent
+
+
+async def protocol_zoom(session, lo: float, hi: float) -> float:
+    """The recording's window moved to [lo, hi]; seconds to the last patch (its raster or raw samples)."""
+    x_range, raster = session.by_name("ecg-signal").x_range, session.by_name("ecg-raster")
+    lines = next(r for r in session.by_name("ecg-signal").renderers if type(r.glyph).__name__ == "MultiLine")
+    tol = 1e-6 * (hi - lo)
+
+    def shown() -> bool:
+        x, dw = raster.data.get("x", ()), raster.data.get("dw", ())   # no columns before the first raster
+        if len(x) and abs(x[0] - lo) <= tol and abs(x[0] + dw[0] - hi) <= tol:
+            return True
+        ts = lines.data_source.data.get("t", ())
+        t = ts[0] if len(ts) else []
+        return len(t) > 0 and t[0] <= lo + tol and t[-1] >= hi - tol
+
+    sent = time.perf_counter()
+    async with session.change():
+        x_range.update(start=lo, end=hi)
+    return (await session.wait_for(shown, sent, 30, quiet=0.1)).last_at - sent
+
+
+def shown_count(session) -> int:
+    """The selected-beat count in a protocol session's summary ("<b>N</b> of T beats selected", escaped)."""
+    import html
+
+    for model in session.doc.models:
+        text = getattr(model, "text", None)
+        if isinstance(text, str) and "ecg-count" in text:
+            found = re.search(r"<b>([\d,]+)</b> of", html.unescape(text))
+            if found:
+                return int(found.group(1).replace(",", ""))
+    raise SessionError("no selection summary in the session's document")
+
+
+# --------------------------------------------------------------------------- in Chromium
+class GestureError(RuntimeError):
+    """A gesture whose result never showed (counted as a failed interaction)."""
+
+
+@dataclass
+class Gesture:
+    """One timed gesture: ``latency_ms`` from the input event to the paint of its result."""
+
+    kind: str
+    latency_ms: float
+    detail: dict = field(default_factory=dict)
+
+
+async def launch(playwright):
+    from tests.support.served import CHROMIUM, CHROMIUM_ARGS
+
+    return await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+
+
+class BrowserPage:
+    """One browser context and page of the dashboard, collecting console errors."""
+
+    def __init__(self, context, page):
+        self.context, self.page = context, page
+        self._jitter = random.Random(0)
+        self.errors: list[str] = []
+        page.on("console", lambda m: self.errors.append(f"console: {m.text}") if m.type == "error" else None)
+        page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
+
+    @classmethod
+    async def new(cls, browser) -> "BrowserPage":
+        context = await browser.new_context(viewport=VIEWPORT)
+        await context.add_init_script(script=f"window.__ecgCharts = {json.dumps(CHARTS)};")
+        await context.add_init_script(path=str(PROBE))
+        return cls(context, await context.new_page())
+
+    async def close(self) -> None:
+        await self.context.close()
+
+    async def open(self, url: str, timeout_s: float) -> dict:
+        """Navigate and wait until every view is populated; milliseconds since the navigation started
+        to each milestone (response, first paint, marker, document idle, table rows, charts, all populated)."""
+        await self.page.goto(url, wait_until="commit", timeout=timeout_s * 1000)
+        await self.page.wait_for_function(
+            "() => window.__ecgProbe && (window.__ecgProbe.milestones.populated_painted !== undefined"
+            " || window.__ecgProbe.error !== undefined)", timeout=timeout_s * 1000, polling=100)
+        timing = await self.page.evaluate("""() => {
+            const nav = performance.getEntriesByType('navigation')[0] || {};
+            const paint = Object.fromEntries(performance.getEntriesByType('paint').map(e => [e.name, e.startTime]));
+            return {probe_error: window.__ecgProbe.error || null, response_start: nav.responseStart,
+                    response_end: nav.responseEnd, dom_content_loaded: nav.domContentLoadedEventEnd,
+                    first_paint: paint['first-paint'], first_contentful_paint: paint['first-contentful-paint'],
+                    ...window.__ecgProbe.milestones};
+        }""")
+        if timing.get("probe_error"):
+            raise GestureError(f"the page probe failed: {timing['probe_error']}")
+        return timing
+
+    async def probe(self, expression: str):
+        return await self.page.evaluate(f"() => {{ const p = window.__ecgProbe; return {expression}; }}")
+
+    async def x_range(self) -> tuple[float, float]:
+        return tuple(await self.page.evaluate(
+            "() => { const r = Bokeh.documents[0].get_model_by_name('ecg-signal').x_range; return [r.start, r.end]; }"))
+
+    async def count(self, timeout_s: float = 10.0) -> int:
+        """The selected-beat count the page shows ("N of T beats selected")."""
+        deadline = time.perf_counter() + timeout_s
+        while True:
+            text = await self.page.locator(".ecg-count").first.inner_text()
+            found = re.search(r"([\d,]+) of", text)
+            if found:
+                return int(found.group(1).replace(",", ""))
+            if time.perf_counter() > deadline:
+                raise GestureError(f"no selection count on the page (it shows {text!r})")
+            await asyncio.sleep(0.1)
+
+    async def brush_bounds(self) -> dict:
+        """Each linked chart's brush as the page holds it: ``{view: bounds or None}``."""
+        return await self.page.evaluate(_BRUSH_BOUNDS_JS, list(LINKED))
+
+    async def canvas_box(self, view: str) -> dict:
+        canvas = self.page.locator(f".ecg-view-{view} .bk-Canvas").first
+        await canvas.scroll_into_view_if_needed()
+        box = await canvas.bounding_box()
+        if box is None:
+            raise GestureError(f"the chart 'ecg-view-{view}' has no canvas on the page")
+        return box
+
+    async def frame_geometry(self, view: str, xs=(), ys=()) -> dict:
+        """Where data values fall on a chart's canvas (CSS px, by the plot's own scales), and its plot
+        frame: ``{"sx": [...], "sy": [...], "frame": {x, y, width, height}}``."""
+        return await self.page.evaluate(f"""([name, xs, ys]) => {{
+            const frame = ({_PLOT_VIEW_JS})(name).frame;
+            const box = frame.bbox;
+            return {{sx: xs.map(x => frame.x_scale.compute(x)), sy: ys.map(y => frame.y_scale.compute(y)),
+                    frame: {{x: box.x, y: box.y, width: box.width, height: box.height}}}};
+        }}""", [view, list(xs), list(ys)])
+
+    async def _at(self, view: str, *fractions: tuple[float, float]) -> list[tuple[float, float]]:
+        """The page coordinates of fractions (fx, fy) of a chart's plot frame."""
+        box, frame = await self.canvas_box(view), (await self.frame_geometry(view))["frame"]
+        return [(box["x"] + frame["x"] + frame["width"] * fx, box["y"] + frame["y"] + frame["height"] * fy)
+                for fx, fy in fractions]
+
+    async def _painted(self, before: int, input_types: tuple[str, ...], kind: str, timeout_s: float) -> Gesture:
+        """The first version change after ``before`` changes, painted; timed from the last of
+        ``input_types`` the page saw."""
+        try:
+            await self.page.wait_for_function(
+                "(n) => { const v = window.__ecgProbe.versions; return v.length > n && v[n].painted !== null; }",
+                arg=before, timeout=timeout_s * 1000, polling="raf")
+        except Exception as err:   # noqa: BLE001 - Playwright's TimeoutError; report the gesture
+            raise GestureError(f"{kind}: no repaint within {timeout_s:.0f} s") from err
+        record, inputs = await self.page.evaluate(
+            "(n) => [window.__ecgProbe.versions[n], window.__ecgProbe.input]", before)
+        start = max(inputs.get(t) or 0 for t in input_types)
+        return Gesture(kind, record["painted"] - start, {"version": record["version"], "arrived_ms": record["at"] - start})
+
+    async def _drag(self, points: list[tuple[float, float]], pause_s: float = 0.016) -> None:
+        """Press at the first point, move through the others (one move a frame, as a hand does), release."""
+        mouse = self.page.mouse
+        await mouse.move(*points[0])
+        await mouse.down()
+        for point in points[1:]:
+            await mouse.move(*point)
+            await asyncio.sleep(pause_s)
+        await mouse.up()
+
+    async def brush(self, view: str, x: tuple[float, float], y: tuple[float, float] = (0.5, 0.5),
+                    timeout_s: float = 120.0) -> Gesture:
+        """Drag across fractions ``x`` (and ``y``, from the top) of a linked chart's plot frame; time
+        mouse-up → every view repainted. A drag that left the chart's brush as it was (one the page
+        missed while laying itself out) is made again a few pixels aside after a pause."""
+        brushed = (await self.brush_bounds())[view]
+        shifts = (0.0, 0.004, -0.004, 0.01, -0.01)
+        for drags, shift in enumerate(shifts, start=1):
+            if drags > 1:
+                await asyncio.sleep(0.25 * drags)
+            (x0, y0), (x1, y1) = await self._at(view, (x[0] + shift, y[0]), (x[1] + shift, y[1]))
+            before = await self.probe("p.versions.length")
+            await self._drag([(x0 + (x1 - x0) * k / 8, y0 + (y1 - y0) * k / 8) for k in range(9)])
+            try:
+                await self.page.wait_for_function(
+                    f"([name, was]) => JSON.stringify(({_BRUSH_BOUNDS_JS})([name])[name]) !== JSON.stringify(was)",
+                    arg=[view, brushed], timeout=1000, polling="raf")
+                break
+            except Exception:   # noqa: BLE001 - Playwright's TimeoutError: the brush did not move
+                continue
+        else:
+            raise GestureError(f"brush {view}: {len(shifts)} drags left the chart's brush at {brushed}")
+        gesture = await self._painted(before, ("mouseup", "pointerup"), f"brush {view}", timeout_s)
+        gesture.detail["drags"] = drags
+        return gesture
+
+    async def brush_values(self, view: str, x: tuple[float, float], y: tuple[float, float] | None = None,
+                           timeout_s: float = 120.0) -> Gesture:
+        """:meth:`brush` over the data range ``x`` (and ``y`` on a plane), kept inside the plot frame."""
+        geometry = await self.frame_geometry(view, xs=x, ys=y or ())
+        frame = geometry["frame"]
+
+        def inside(fractions) -> tuple[float, float]:
+            # A varied margin: two spans beyond the same edges must not give the same drag (it would
+            # change nothing). At least 3 % wide: a drag, not a click.
+            edge = 0.01 + 0.03 * self._jitter.random()
+            lo, hi = sorted(min(max(f, edge), 1 - edge) for f in fractions)
+            return (lo, max(hi, lo + 0.03)) if lo < 0.95 else (0.95, 0.98)
+
+        fx = inside((sx - frame["x"]) / frame["width"] for sx in geometry["sx"])
+        fy = inside((sy - frame["y"]) / frame["height"] for sy in geometry["sy"]) if y else (0.5, 0.5)
+        return await self.brush(view, fx, fy, timeout_s=timeout_s)
+
+    async def clear(self, view: str, timeout_s: float = 120.0) -> Gesture:
+        """Double-click a chart (clears its brush); time the double-click → repaint."""
+        at = await self._at(view, (0.5, 0.5))
+        before = await self.probe("p.versions.length")
+        await self.page.mouse.dblclick(*at[0])
+        return await self._painted(before, ("dblclick",), "clear", timeout_s)
+
+    async def open_families(self, timeout_s: float = 120.0) -> int:
+        """Show the families panel's tab; the number of family rows it lists."""
+        await self.page.locator(".bk-tab", has_text="Families").first.click()
+        rows = self.page.locator(".ecg-view-families .slick-row")
+        await rows.first.wait_for(timeout=timeout_s * 1000)
+        return await rows.count()
+
+    async def select_family(self, row: int, timeout_s: float = 120.0) -> Gesture:
+        """Click a family's row (:meth:`open_families` first); time the click → every view repainted."""
+        cell = self.page.locator(".ecg-view-families .slick-row").nth(row).locator(".slick-cell.l0")
+        await cell.scroll_into_view_if_needed()
+        box = await cell.bounding_box()
+        if box is None:
+            raise GestureError(f"family row {row} is not on the page")
+        before = await self.probe("p.versions.length")
+        await self.page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        return await self._painted(before, ("mouseup", "pointerup"), "select family", timeout_s)
+
+    async def wheel(self, at: float, notches: int, timeout_s: float = 120.0) -> Gesture | None:
+        """Wheel-zoom the recording around fraction ``at`` of its width (notches > 0 zoom in); time
+        the last wheel event → the new window's picture painted. None when the window did not move."""
+        point, before = await self._at("signal", (at, 0.5)), await self.x_range()
+        since = await self.probe("performance.now()")
+        await self.page.mouse.move(*point[0])
+        for _ in range(abs(notches)):
+            await self.page.mouse.wheel(0, -100 if notches > 0 else 100)
+            await asyncio.sleep(0.03)
+        return await self._landed("zoom (wheel)", "wheel", before, since, timeout_s)
+
+    async def pan(self, by: float, timeout_s: float = 120.0) -> Gesture | None:
+        """Drag the recording by fraction ``by`` of its width; time mouse-up → new window painted."""
+        (x0, y), (x1, _) = await self._at("signal", (0.5 - by / 2, 0.5), (0.5 + by / 2, 0.5))
+        before, since = await self.x_range(), await self.probe("performance.now()")
+        await self._drag([(x0 + (x1 - x0) * k / 18, y) for k in range(19)])   # ~0.3 s of a hand's drag
+        return await self._landed("pan (drag)", "mouseup", before, since, timeout_s)
+
+    async def _landed(self, kind: str, input_type: str, before, since_ms: float, timeout_s: float) -> Gesture | None:
+        """The first picture of the recording since ``since_ms`` (the gesture's first input) that shows
+        the new window, painted; timed from the gesture's last input (a drag's last step can be
+        answered before the mouse is released: that picture counts, at 0 ms)."""
+        window = await self.x_range()
+        tol = 1e-6 * (window[1] - window[0]) + 1e-9
+        if all(abs(a - b) <= tol for a, b in zip(window, before)):   # at a bound: rounding moved it
+            return None
+        end_ms = (await self.probe("p.input"))[input_type]
+        match = """(l, lo, hi, tol) => l.painted !== null && (l.kind === 'raster'
+                         ? Math.abs(l.x0 - lo) <= tol && Math.abs(l.x1 - hi) <= tol
+                         : l.kind === 'samples' && l.x0 <= lo + tol && l.x1 >= hi - tol)"""
+        try:
+            await self.page.wait_for_function(f"""([t0, lo, hi, tol]) => window.__ecgProbe.landings.some(
+                    l => l.at >= t0 && ({match})(l, lo, hi, tol))""", arg=[since_ms, window[0], window[1], tol],
+                                              timeout=timeout_s * 1000, polling="raf")
+        except Exception as err:   # noqa: BLE001
+            raise GestureError(f"{kind}: the recording did not show [{window[0]:.3f}, {window[1]:.3f}] "
+                               f"within {timeout_s:.0f} s") from err
+        landing, pictures, updates = await self.page.evaluate(f"""([t0, t1, lo, hi, tol]) => {{
+            const landing = window.__ecgProbe.landings.find(l => l.at >= t0 && ({match})(l, lo, hi, tol));
+            return [landing, window.__ecgProbe.landings.filter(l => l.at >= t1).length,
+                    window.__ecgProbe.versions.filter(v => v.at >= t0 && v.at <= landing.at).length];
+        }}""", [since_ms, end_ms, window[0], window[1], tol])
+        return Gesture(kind, max(landing["painted"] - end_ms, 0.0),
+                       {"picture": landing["kind"], "span_s": window[1] - window[0],
+                        "pictures_after_gesture": pictures, "arrived_ms": landing["at"] - end_ms,
+                        "beat_view_updates_meanwhile": updates})
+
+
+# --------------------------------------------------------------------------- in this process
+def load_shared(app_args: list[str]):
+    """The run the server shows (from the cache the server fills) and its shared data, prepared and
+    warmed up as the server does it: ``(run, shared)``."""
+    from dashboard import app, startup
+
+    settings = startup.settings_from(app_args, {})
+    job = startup.PipelineJob(settings, prepare=app.prepare(settings), log=lambda m: None).start()
+    progress = job.wait()
+    if progress.state != "ready":
+        raise RuntimeError(f"the pipeline failed: {progress.error}")
+    return job.run, job.result
+
+
+@dataclass
+class Timed:
+    """One interaction: seconds to update every view, to serialize the patch, and its size."""
+
+    update_s: float
+    serialize_s: float
+    events: int
+    nbytes: int
+    version: int
+
+    @property
+    def total_s(self) -> float:
+        return self.update_s + self.serialize_s
+
+
+class InProcessSession:
+    """One session's dashboard in a Bokeh document, its outgoing patches recorded."""
+
+    def __init__(self, shared):
+        from bokeh.core.json_encoder import serialize_json
+        from bokeh.document import Document
+        from panel.io.state import set_curdoc, state
+
+        from dashboard.app import make_board
+        from dashboard.data_store import DataStore
+        from dashboard.page import layout
+
+        self._curdoc, self.doc, self.shared = set_curdoc, Document(), shared
+        started = time.perf_counter()
+        with set_curdoc(self.doc):
+            self.store = DataStore(shared)
+            self.board = make_board(self.store)
+            self.body, self.views = layout(self.store, self.board)
+            self.root = self.body.get_root(self.doc)
+            self.doc.add_root(self.root)
+        built = time.perf_counter()
+        self.models, self.doc_bytes = len(self.doc.models), len(serialize_json(self.doc.to_json()))
+        self.build_s, self.serialize_doc_s = built - started, time.perf_counter() - built
+        self.open_s = self.build_s + self.serialize_doc_s    # the page built and the document a browser pulls
+        state._loaded[self.doc] = True          # what the browser's 'document_ready' does
+        self.events: list = []
+        self.doc.on_change(self.events.append)
+
+    def _timed(self, change, sent_by_browser: tuple) -> Timed:
+        from bokeh.protocol import Protocol
+
+        self.events.clear()
+        with self._curdoc(self.doc):
+            started = time.perf_counter()
+            change()
+            updated = time.perf_counter()
+            events = [e for e in self.events if getattr(e, "model", None) not in sent_by_browser]
+            size = 0
+            if events:
+                message = Protocol().create("PATCH-DOC", events)
+                size = len(message.header_json) + len(message.metadata_json) + len(message.content_json)
+                size += sum(len(b.to_bytes()) for b in message.buffers)
+            done = time.perf_counter()
+        return Timed(updated - started, done - updated, len(events), size, self.store.selection.version)
+
+    def brush(self, view: str, bounds: list[float] | None) -> Timed:
+        """A finished box selection: ``[x0, x1]``, ``[x0, x1, y0, y1]`` (a plane) or None (cleared). On
+        the cuxfilter board, its chart's selection stream event; a clear drops the chart's brush from
+        the store, which reloads every chart (what a reset ends in)."""
+        if self.board.name == "cuxfilter":
+            return self._timed(lambda: self._cuxfilter_brush(view, bounds), ())
+        brush = self.board.charts[view].brush
+        return self._timed(lambda: setattr(brush, "bounds", bounds), (brush,))
+
+    def select_family(self, family: int | None) -> Timed:
+        """A click on a family's row in the families panel (None: the row unselected)."""
+        selected = self.views["families"].source.selected
+        return self._timed(lambda: setattr(selected, "indices", [] if family is None else [family]), (selected,))
+
+    def _cuxfilter_brush(self, view: str, bounds) -> None:
+        if bounds is None:
+            self.store.update(brush={c: r for c, r in self.store.brush.items() if c not in VIEWS[view].brush})
+            return
+        chart = self.board.charts[view].chart   # the cuxfilter chart's HoloViews element (its box_stream)
+        if len(bounds) == 2:
+            chart.box_stream.event(bounds=(bounds[0], 0, bounds[1], 1), x_selection=tuple(bounds), y_selection=(0, 1))
+        else:
+            chart.box_stream.event(bounds=(bounds[0], bounds[2], bounds[1], bounds[3]),
+                                   x_selection=tuple(bounds[:2]), y_selection=tuple(bounds[2:]))
+
+    def zoom(self, start: float, end: float) -> Timed:
+        """The recording's window moved to [start, end], start and end in one held change as BokehJS sends them."""
+        import panel as pn
+
+        x_range = self.views["signal"].figure.x_range
+
+        def change():
+            with pn.io.hold(self.doc):
+                x_range.update(start=start, end=end)
+        return self._timed(change, (x_range,))
+
+    def close(self) -> None:
+        with self._curdoc(self.doc):
+            self.body._cleanup(self.root)
+        self.doc.clear()
+
+
+def server_side(shared, n_brushes: int, n_zooms: int, n_sessions: int = 5, seed: int = 0) -> dict:
+    """The server-side milliseconds of each interaction kind on fresh sessions, after one untimed
+    warm-up of each: ``n_brushes`` brushes on each linked chart, ``n_brushes // 5`` clears and as
+    many family selections (and their clears), ``n_zooms`` zoom/pan changes, ``n_sessions`` opens.
+    Returns ``{"board", "kinds": {kind: summary}, "details"}``."""
+    from benchmarks.measure import summary
+
+    rng = np.random.default_rng(seed)
+    opens = []
+    for _ in range(n_sessions + 1):                     # the first one is the warm-up
+        opens.append(InProcessSession(shared))
+        opens[-1].close()
+    opens = opens[1:]
+    session, samples = InProcessSession(shared), {}
+    for view in LINKED:                                  # untimed: first-use costs of each path
+        session.brush(view, brush_bounds(shared.beats, view, rng))
+        session.brush(view, None)
+    session.zoom(0.0, shared.duration_s / 2)
+    session.zoom(0.0, shared.duration_s)
+    for i in range(n_brushes):
+        for view in LINKED:
+            samples.setdefault(f"brush {view}", []).append(session.brush(view, brush_bounds(shared.beats, view, rng)))
+        if i % 5 == 4:
+            samples.setdefault("clear", []).append(session.brush(LINKED[(i // 5) % len(LINKED)], None))
+    families = int(shared.beats["family"].max()) + 1
+    for i in range(max(n_brushes // 5, 1)):                # a family's row clicked, then unselected
+        samples.setdefault("select family", []).append(session.select_family(i % families))
+        samples.setdefault("clear", []).append(session.select_family(None))
+    for kind, lo, hi in zoom_plan(shared.duration_s, n_zooms, rng):
+        samples.setdefault(kind, []).append(session.zoom(lo, hi))
+    session.close()
+    ms = {kind: [1000 * t.total_s for t in timed] for kind, timed in samples.items()}
+    ms["session open"] = [1000 * s.open_s for s in opens]
+    kinds = {kind: summary(v) for kind, v in ms.items()}
+    kinds["all brushes"] = summary([x for k, v in ms.items() if k.startswith("brush") for x in v])
+    details = {kind: {"events_median": float(np.median([t.events for t in timed])),
+                      "patch_bytes_median": float(np.median([t.nbytes for t in timed])),
+                      "update_ms_median": 1000 * float(np.median([t.update_s for t in timed])),
+                      "serialize_ms_median": 1000 * float(np.median([t.serialize_s for t in timed]))}
+               for kind, timed in samples.items()}
+    details["session open"] = {"models": opens[0].models if opens else 0,
+                               "document_bytes": opens[0].doc_bytes if opens else 0,
+                               "build_ms_median": 1000 * float(np.median([s.build_s for s in opens])),
+                               "serialize_ms_median": 1000 * float(np.median([s.serialize_doc_s for s in opens]))}
+    return {"board": session.board.name, "kinds": kinds, "details": details}
