@@ -27,6 +27,7 @@ labels.py         ReviewLabels: the reviewer's beat labels of a recording, share
 labels_file.py    their SQLite file: schema, transactions, the folder lock, damaged files moved aside
 label_exports.py  the labels as WFDB annotations, CSV (formula-safe cells) or Parquet
 app.py            App: progress view, then the dashboard; ``.servable()``
+waiting.py        the progress view and the error page, shown before the dashboard
 server_gc.py      the server's garbage-collector policy: pauses, freezes, thresholds, a collection after sessions end
 bokeh_checks.py   Bokeh's validation the server skips (each session's document; property values inside a patch)
 command.py        the installed `ecg` command

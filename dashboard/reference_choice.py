@@ -11,14 +11,14 @@ file of its choosing. File names and descriptions come from files: escape them w
 select shows them as text).
 
 Rescoring (:meth:`References.rescored`) computes only the reference's part of the score
-(:func:`pipeline.run.rescore_run`: no training) and writes the rescored run as a cached run of its
+(:func:`pipeline.rescore.rescore_run`: no training) and writes the rescored run as a cached run of its
 own, under the key of that reference; the run shown is never rewritten. A page reloaded with
 ``?reference=<id>`` in its address reads that run again. The runs most recently rescored stay in
 memory, shared by every session.
 
 See Also
 --------
-pipeline.run.rescore_run : the rescoring.
+pipeline.rescore.rescore_run : the rescoring.
 dashboard.shared_run.SharedRun.rescored : the rescored recording's shared data.
 dashboard.app.App.rescore : what a page's choice does.
 """
@@ -143,10 +143,10 @@ class References:
     def rescored(self, base: SharedRun, choice: ReferenceChoice) -> SharedRun:
         """``base``'s recording scored against ``choice``: ``base`` itself when that reference
         scored it, else its rescored run (read from the cache when written before, else computed
-        and written; :func:`pipeline.run.rescore_run`). Raises ValueError, in words, when the
+        and written; :func:`pipeline.rescore.rescore_run`). Raises ValueError, in words, when the
         reference cannot be read."""
         from pipeline.reference_store import load_reference
-        from pipeline.run import rescore_run
+        from pipeline.rescore import rescore_run
 
         if choice.problem:
             raise ValueError(choice.problem)

@@ -96,7 +96,7 @@ class SharedRun:
 
     def rescored(self, run) -> "SharedRun":
         """This recording as ``run`` scores it: the same recording, beats and VAE scored against
-        another reference (:func:`pipeline.run.rescore_run`). Its own object, for the sessions that
+        another reference (:func:`pipeline.rescore.rescore_run`). Its own object, for the sessions that
         ask for it, never a change to this one, which other sessions read: the beats table with
         ``run``'s score and score components, the score column anew; the signal, embedded beats,
         other columns, the model and what was derived without the score are this one's.

@@ -350,7 +350,7 @@ def _cmd_rescore(args) -> int:
     from pipeline import results
     from pipeline.calibrate import is_outlier
     from pipeline.quality import low_quality
-    from pipeline.run import rescore_run
+    from pipeline.rescore import rescore_run
 
     def outliers(beats) -> int:
         return int(is_outlier(beats["score"][~low_quality(beats["quality"])]).sum())

@@ -179,3 +179,12 @@ def _describe(meta: dict, fs: float) -> str:
     digest = str(meta.get("training_data_sha256", "?"))[:12]
     return (f"reference of {len(meta.get('records', []))} recordings, {meta.get('normal_beats', 0):,} normal beats "
             f"at {fs:g} Hz (training data SHA-256 {digest}…)")
+
+
+def report_entry(population: Reference) -> dict:
+    """What a run's calibrated scores were measured against, for its report."""
+    from pipeline.calibrate import OUTLIER_SCORE
+
+    meta = population.meta
+    return {"file": meta.get("file", {}), "training_data_sha256": meta.get("training_data_sha256"),
+            "description": describe(population), "outlier_score": OUTLIER_SCORE}

@@ -198,7 +198,7 @@ def write_run(root: Path, key: str, *, report: dict, beats: pd.DataFrame, fiduci
 def write_rescored(root: Path, key: str, *, source: Path, report: dict, beats: pd.DataFrame) -> Path:
     """Write, as :func:`write_run` does (atomically, with checksums), the run ``<root>/<key>`` that
     is the finished run ``source`` with another beats table and report: every other file is
-    copied unchanged, and ``source`` is not touched. A rescored run (:func:`pipeline.run.rescore_run`)
+    copied unchanged, and ``source`` is not touched. A rescored run (:func:`pipeline.rescore.rescore_run`)
     is written so. The temporary folder carries the thread's id as well: sessions of one server
     may rescore at the same time."""
     source = Path(source)

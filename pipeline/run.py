@@ -7,7 +7,6 @@ trains the VAE, scores every beat and writes a run directory, reporting each sta
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import platform
 import time
@@ -23,6 +22,7 @@ import numpy as np
 import pipeline
 from pipeline import backend, collector, results, threads
 from pipeline.config import SignalConfig, VAEConfig, config_hash
+from pipeline.reference_store import report_entry
 from pipeline.requests import RunRequest
 from pipeline.stages import SEGMENTATION, STAGES
 
@@ -101,93 +101,16 @@ def run_key(digest: dict, device: str, request: RunRequest) -> str:
     enters only when there is one."""
     from pipeline.reference_store import reference_digest
 
-    return _key(digest, device, request.fs, request.column, request.signal, request.vae,
+    return cache_key(digest, device, request.fs, request.column, request.signal, request.vae,
                 reference_digest(request.reference))
 
 
-def _key(digest: dict, device: str, fs, column, signal, vae, reference: str) -> str:
+def cache_key(digest: dict, device: str, fs, column, signal, vae, reference: str) -> str:
+    """The key of a run from its parts (:func:`run_key` from a request)."""
     parts = [digest["sha256"], device, fs, column, signal, vae, {"reference": reference}]
     if digest.get("annotations"):
         parts.append({"annotations": digest["annotations"]})
     return config_hash(*parts)
-
-
-def _report_key(report: dict, reference: str) -> str:
-    """The key :func:`run_key` gives the recording, device and settings that ``report`` records,
-    scored against the reference whose digest is ``reference`` (the settings as the run used them:
-    a setting added since changes no key of an earlier run)."""
-    inp, cfg = report["input"], report["config"]
-    return _key({"sha256": inp["sha256"], "annotations": inp.get("annotations_sha256")}, report["device"]["name"],
-                cfg.get("fs_override"), cfg.get("column"), cfg["signal"], cfg["vae"], reference)
-
-
-def rescore_run(run_dir: Path | str, reference: Path | str | None = None) -> results.RunResult:
-    """A finished run scored against another reference beat model, nothing else computed again.
-
-    Only the reference's part is recomputed (:func:`pipeline.reference_score.score_reference` on
-    the run's embedded beats and fiducials: no training, no segmentation), and the beats table's
-    ``score`` and its components (:data:`pipeline.calibrate.COLUMNS`) are replaced. The rescored run
-    is written beside ``run_dir`` under the key that :func:`run_key` gives this recording and these
-    settings with that reference, so a later ``run --reference`` of them finds it in the cache; its
-    report names the reference and, under ``rescored``, the run it came from. ``run_dir`` itself is
-    never touched. An intact run under that key is read, not computed again (``cached`` True); the
-    reference that scored ``run_dir`` gives ``run_dir``'s own run. When the runs folder cannot be
-    written, the rescored run is returned in memory with a warning (``report["rescored"]["saved"]``
-    False; its ``path`` is then ``run_dir``'s, whose other files it shares).
-
-    Parameters
-    ----------
-    run_dir : a run directory written by ``run``/``batch`` (checked against its checksums).
-    reference : a reference's ``.npz`` (``python -m pipeline reference``); None: the shipped one.
-
-    Raises ValueError when ``run_dir`` is no intact run or the reference cannot be read.
-
-    See Also
-    --------
-    run_pipeline : what made the run.
-    pipeline.results.write_rescored : writes the rescored run.
-    """
-    from pipeline.reference_score import score_reference
-    from pipeline.reference_store import load_reference
-
-    source = Path(run_dir)
-    problem = results.run_problem(source)
-    if problem is not None:
-        raise ValueError(f"{results.printable_path(source)} is not a finished run ({problem})")
-    report = json.loads((source / results.REPORT).read_text())
-    population = load_reference(reference)       # read and checked even for a cached run: a damaged file is said so
-    digest = population.meta["file"]["sha256"]
-    if digest == report.get("reference", {}).get("file", {}).get("sha256"):
-        return results.load_run(source)                          # scored with that reference already
-    key = _report_key(report, digest)
-    if (found := results.find_cached(source.parent, key)) is not None:
-        return results.load_run(found)
-    run = results.load_run(source)
-    started = time.perf_counter()
-    rows = np.asarray(run.embeddings, dtype=np.float32)
-    pre = int(round(report["config"]["signal"]["pre_fiducial"] * rows.shape[1]))
-    scored = score_reference(rows, run.beats["fiducial"].to_numpy(), run.fs, pre, population)
-    beats = run.beats.copy()
-    beats["score"] = np.asarray(scored.score, dtype=np.float32)
-    for name, values in scored.columns().items():
-        beats[name] = np.asarray(values, dtype=np.float32)
-    report = dict(report, key=key, reference=_describe_reference(population), rescored={
-        "from_key": report.get("key", source.name), "from_reference": report.get("reference"),
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "seconds": round(time.perf_counter() - started, 6), "saved": True})
-    try:
-        path = results.write_rescored(source.parent, key, source=source, report=report, beats=beats)
-    except OSError as err:      # a read-only runs folder: the scores still hold, for as long as they are kept
-        from pipeline import PipelineWarning
-
-        warnings.warn(f"the rescored run could not be written to {results.printable_path(source.parent)} "
-                      f"({err.strerror or err}); it is kept in memory only", PipelineWarning, stacklevel=2)
-        report["rescored"] = dict(report["rescored"], saved=False)
-        run.report, run.beats, run.cached = report, beats, False
-        return run
-    rescored = results.load_run(path)
-    rescored.cached = False
-    return rescored
 
 
 # --------------------------------------------------------------------------- steps
@@ -339,7 +262,7 @@ def _write(input_path, digest, key, request, device, c, stages, handoffs, memory
                              "edges_s": host(c["histogram"][1]).round(4).tolist()},
         "training": {"epochs": request.vae.epochs, "loss_history": [round(v, 4) for v in c["history"]]},
         "beat_scale": beats.scale,
-        "reference": _describe_reference(c["reference"]),
+        "reference": report_entry(c["reference"]),
     }
     checkpoint = {"config": asdict(c["model"].cfg), "width": c["width"], "model": c["model"].state_dict()}
     embeddings, signal = c["embeddings"], host(recording.signal)
@@ -355,16 +278,6 @@ def _write(input_path, digest, key, request, device, c, stages, handoffs, memory
     run = results.load_run(path)
     run.cached = False
     return run
-
-
-def _describe_reference(population) -> dict:
-    """What the run's calibrated scores were measured against, for its report."""
-    from pipeline.calibrate import OUTLIER_SCORE
-    from pipeline.reference_store import describe
-
-    meta = population.meta
-    return {"file": meta.get("file", {}), "training_data_sha256": meta.get("training_data_sha256"),
-            "description": describe(population), "outlier_score": OUTLIER_SCORE}
 
 
 def _warm_up(device: str, request: RunRequest, input_path: Path) -> None:

@@ -951,18 +951,18 @@ def test_the_page_has_one_threshold_slider_and_buttons_that_look_like_buttons(re
 
 
 def test_the_error_page_quotes_the_command_and_names_a_folder_plainly(tmp_path):
-    from dashboard import app
+    from dashboard import app, waiting
 
     argv = ["/venv/bin/python3", "-m", "dashboard.serve", "dashboard/app.py", "--port", "5006", "--args",
             "--input", str(tmp_path), "--device", "cpu"]
-    texts = "\n".join(p.object for p in app.error_view("boom <b>", argv=argv, environ={"ECG_EPOCHS": "3"})
+    texts = "\n".join(p.object for p in waiting.error_view("boom <b>", argv=argv, environ={"ECG_EPOCHS": "3"})
                       if isinstance(p.object, str))
     assert f"<code>--input {tmp_path} --device cpu</code>" in texts
     assert f"<code>python -m dashboard.serve dashboard/app.py --port 5006 --args --input {tmp_path}" in texts
     assert "ECG_EPOCHS=3" in texts and "boom &lt;b&gt;" in texts
     panel_argv = ["python3", "/venv/bin/panel", "serve", "dashboard/app.py", "--args", "--input", "x y.csv"]
-    assert app.launch_command(panel_argv) == ("panel serve dashboard/app.py --args --input 'x y.csv'",
-                                              "--input 'x y.csv'")
+    assert waiting.launch_command(panel_argv) == ("panel serve dashboard/app.py --args --input 'x y.csv'",
+                                                  "--input 'x y.csv'")
 
     settings = startup.settings_from(["--input", str(tmp_path), "--device", "cpu", "--out", str(tmp_path / "runs")], {})
     job = startup.PipelineJob(settings, prepare=app.prepare(settings), log=lambda message: None).start()

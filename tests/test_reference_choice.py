@@ -207,7 +207,7 @@ def test_a_page_cannot_make_the_server_open_a_path(base, runs, tmp_path, monkeyp
     path of one inside it, a made-up id, not a string), the server opens no file: only ids of its
     own list are taken, and a reference outside its folder is not in that list."""
     import pipeline.reference_store as store_module
-    import pipeline.run as run_module
+    import pipeline.rescore as run_module
 
     outside = another(runs / FOLDER / "mine.npz", tmp_path / "outside")
     opened = []

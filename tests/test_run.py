@@ -531,7 +531,8 @@ def test_rescore_run_recomputes_only_the_reference_part(cpu_run, tmp_path):
     beats with that reference, every other column unchanged; it is written under the key a run of
     that reference has (so `run --reference` finds it), and the run it came from is not touched."""
     from pipeline.calibrate import COLUMNS
-    from pipeline.run import rescore_run, run_key
+    from pipeline.rescore import rescore_run
+    from pipeline.run import run_key
 
     out, request = _relocated(cpu_run, tmp_path)
     source = out / cpu_run.run.path.name
@@ -566,7 +567,7 @@ def test_rescore_run_recomputes_only_the_reference_part(cpu_run, tmp_path):
 
 
 def test_rescore_run_refuses_a_damaged_reference_or_run(cpu_run, tmp_path):
-    from pipeline.run import rescore_run
+    from pipeline.rescore import rescore_run
 
     out, _ = _relocated(cpu_run, tmp_path)
     source = out / cpu_run.run.path.name
@@ -585,7 +586,7 @@ def test_rescore_run_refuses_a_damaged_reference_or_run(cpu_run, tmp_path):
 
 
 def test_a_rescored_run_that_cannot_be_written_is_kept_in_memory_and_said_so(cpu_run, tmp_path, monkeypatch):
-    from pipeline.run import rescore_run
+    from pipeline.rescore import rescore_run
 
     out, _ = _relocated(cpu_run, tmp_path)
     source = out / cpu_run.run.path.name

@@ -167,9 +167,9 @@ def test_every_pane_shows_outside_text_literally(hostile_run):
 
 
 def test_progress_errors_and_an_archives_messages_show_outside_text_literally(tmp_path):
-    from dashboard import app, startup
+    from dashboard import app, startup, waiting
 
-    progress = app.ProgressView()
+    progress = waiting.ProgressView()
     progress.show(startup.Progress(state="running", label=HOSTILE, message="reading <b>x</b>.csv",
                                    done=(("<i>stage</i>", 1.0),)))
     assert_shown_literally(pane_html(progress.panel), HOSTILE, "reading <b>x</b>.csv", "<i>stage</i>")
