@@ -22,9 +22,8 @@ LOG_FLOOR = 0.5             # where bars of a log-count histogram start
 # What a brush changes is drawn at Bokeh's "overlay" level. BokehJS paints a plot on two canvases,
 # one for the overlay level and one for everything else (background, grid, axes, the other
 # glyphs), and repaints only the canvas whose renderers changed: a brush then leaves the axes and
-# the layers behind untouched. On two cores, in Chromium, a brush's repaints took 18 ms of the
-# page's main thread instead of 45 (medians of 24 brushes). Overlay glyphs are clipped to the
-# frame like the others (assets/bokeh_speedups.js).
+# the layers behind untouched, which is most of a brush's painting on a slow machine. Overlay
+# glyphs are clipped to the frame like the others (assets/bokeh_speedups.js).
 CHANGES_WITH_BRUSH = "overlay"
 
 

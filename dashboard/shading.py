@@ -2,8 +2,8 @@
 
 A density image of one colour (the recording's raster, the tachogram, the planes' unselected
 beats) goes to the browser as uint8 opacity through Bokeh's ``image`` glyph and a 256-step colour
-mapper, not as RGBA: a quarter of the bytes to send and for the browser to take in. On two cores
-that took zoom/pan of the recording from p95 357-456 ms to 317-332 ms (README, "The dashboard").
+mapper, not as RGBA: a quarter of the bytes to send and for the browser to take in, which on a
+slow machine is much of a zoom's or pan's time.
 """
 from __future__ import annotations
 

@@ -33,9 +33,9 @@ SCORE_FREE_DERIVED = ("leads", "review-labels", "signal-raster", "other-leads", 
                       "home/rhythm")
 BACKGROUND_DELAY_S = 10.0   # work for later starts this long after the run is ready, or when the first page is up
 # A brush is ~150 small array operations (masks, bin counts, means). On the GPU each one is a kernel
-# launch and an allocation, which for a day's recording cost more than the arithmetic: in process
-# on the H200 with 93,536 beats a brush took 10.3 ms (median; p95 14.7) with the beat columns in
-# CuPy and 6.7 ms (11.2) in NumPy. With ~1M beats (200M samples) CuPy's took 10.9 / 24.7 ms.
+# launch and an allocation, which for a day's recording (~100,000 beats) cost more than the
+# arithmetic: the columns stay on the host below this many beats, where the GPU's bandwidth does
+# not yet pay for its launches (measurements: docs/performance-history.md).
 GPU_COLUMNS_MIN_BEATS = 300_000
 
 

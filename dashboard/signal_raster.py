@@ -14,8 +14,7 @@ A page shows the whole recording first, and only its coarsest level is needed fo
 on the host with the raster, and the other levels when a render first needs them (a server builds
 them in the background after its first page, with Datashader's compilation). On a GPU that keeps
 the device out of a cached start until the first page is up: uploading the recording and building
-its levels there, CUDA's context included, had made the views' preparation 0.23-0.37 s instead of
-0.07-0.09 s on the H200.
+its levels there, CUDA's context included, had made the views' preparation several times longer.
 
 See Also
 --------
@@ -88,9 +87,9 @@ def _min_max_trace_gpu(signal, block: int, fs: float):
     """:func:`min_max_trace` in one CuPy kernel: a thread per point of the trace scans its block.
 
     Built from CuPy's ``argmin(axis=1)``, ``argmax`` and friends, the levels took 13 kernels, six
-    of them CUB reductions (one per level's shape, ~2 s each): a machine's first server compiled
-    them for 13-15 s on the H200, and its first zoom out waited 8-10 s for them. This is one kernel;
-    like those, CuPy keeps it compiled on disk."""
+    of them CUB reductions compiled once per level's shape (seconds each), which a machine's first
+    server and its first zoom out waited for. This is one kernel; like those, CuPy keeps it
+    compiled on disk."""
     import cupy
 
     points = 2 * (signal.shape[0] // block)
