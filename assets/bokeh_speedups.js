@@ -20,9 +20,16 @@
 //    image stays inside its axes while a pan waits for the re-binned one. (Four interleaved runs of
 //    120 brushes on two cores: median 88-99 ms against 111-120 ms with every plot repainted whole.)
 //
-// `window.ecgBokehSpeedups` keeps the originals and counts the skipped walks, for the tests.
+// `window.ecgBokehSpeedups` keeps the originals and counts the skipped walks, for the tests; on a
+// BokehJS other than 3.6 nothing is patched and it says which version was skipped.
 (() => {
   if (window.ecgBokehSpeedups || typeof Bokeh === "undefined") {
+    return;
+  }
+  // These patch BokehJS 3.6's internals: on any other version they stay off, and say so.
+  if (!String(Bokeh.version).startsWith("3.6.")) {
+    console.error(`bokeh_speedups.js is written for BokehJS 3.6 and is not applied to ${Bokeh.version}`);
+    window.ecgBokehSpeedups = {skipped: Bokeh.version};
     return;
   }
   const {Document} = Bokeh.require("document/document");
