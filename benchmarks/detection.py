@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import report
 from pipeline import load, stress, wavelet
 from pipeline.config import SignalConfig
 from pipeline.evaluate import PROTOCOL, neurokit_peaks
@@ -55,16 +56,15 @@ def stress_cases():
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| record | beats | Se 150 | P+ 150 | Se 50 | P+ 50 | NK2 Se 150 | NK2 P+ 150 | NK2 Se 50 | NK2 P+ 50 |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    cells = []
     for row in rows:
-        cells = [row["record"], f"{row['beats']:,}"]
+        cells.append([row["record"], f"{row['beats']:,}"])
         for prefix in ("", "nk_"):
             for ms in (150, 50):
                 se, ppv = sensitivity_ppv(row[f"{prefix}tp_{ms}"], row[f"{prefix}fn_{ms}"], row[f"{prefix}fp_{ms}"])
-                cells += [f"{se:.2f}", f"{ppv:.2f}"]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+                cells[-1] += [f"{se:.2f}", f"{ppv:.2f}"]
+    return "\n".join(report.table(["record", "beats", "Se 150", "P+ 150", "Se 50", "P+ 50", "NK2 Se 150", "NK2 P+ 150",
+                                   "NK2 Se 50", "NK2 P+ 50"], cells)).rstrip()
 
 
 def gross(rows: list[dict], name: str) -> dict:

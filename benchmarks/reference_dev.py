@@ -1,25 +1,16 @@
-"""Development evaluation of the reference population (pipeline.reference): today's per-recording
+"""Development evaluation of the reference population (pipeline.reference): each recording's own
 score against the calibrated score, on MIT-BIH DS1 only, leave-one-record-out.
 
-Needs the product's runs of the 22 DS1 records (each record run as a user runs it, with its
-``.atr`` labels matched to the beats table), made once:
-
     python -m pipeline evaluate /work/shared/data/mitdb-ds1 --device cpu --no-neurokit \\
-        --out .scratch/ds1-runs --workers 1
+        --out .scratch/ds1-runs --workers 1                     # the product's DS1 runs, once
+    python -m benchmarks.reference_dev --runs .scratch/ds1-runs
 
-Then ``python -m benchmarks.reference_dev --runs .scratch/ds1-runs``. For each record a
-reference is trained on the other 21 records' normal (AAMI N) beats and scores the held-out
-record; labels choose the normal beats for training and score the results, nothing else. A run of
-any record outside DS1 is refused: DS2 and the other databases are where the product is judged.
-
-Figures, for both scores: AUROC of abnormal versus normal beats pooled over records on the raw
-scores; per AAMI class against N; each record's AUROC (median); precision of each record's 10
-top-ranked beats (with its ceiling, since some records have fewer than 10 abnormal beats, and over
-the records that have at least 10); and for the calibrated score, the fraction of normal beats
-at or above the outlier threshold (its false-positive rate) pooled and per record.
-
-``--write-reference PATH`` also trains on all 22 records and writes the reference there (the
-shipped ``pipeline/reference_data/reference-v1``).
+Each record is scored by a reference trained on the other 21 records' normal (AAMI N) beats; a run
+of any record outside DS1 is refused (DS2 and the other databases are where the product is
+judged). Figures: pooled AUROC of abnormal against normal beats, per AAMI class, the median
+per-record AUROC, the precision of each record's 10 top-ranked beats, and for the calibrated score
+the normal beats at or above the outlier threshold, pooled and per record. ``--write-reference
+PATH`` also trains on all 22 records and writes the reference (the shipped ``reference-v1``).
 """
 from __future__ import annotations
 
@@ -32,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import report
+from benchmarks.report import table
 from pipeline import calibrate, reference
 from pipeline.metrics import aami_class, auroc
 from pipeline.reference import NORMAL_SYMBOLS
@@ -46,12 +39,12 @@ def ds1_runs(folder: Path) -> dict:
     from pipeline.results import load_run
 
     runs = {}
-    for report in sorted(Path(folder).glob("*/report.json")):
-        path = Path(json.loads(report.read_text())["input"]["path"])
+    for found in sorted(Path(folder).glob("*/report.json")):
+        path = Path(json.loads(found.read_text())["input"]["path"])
         record = path.stem
         if record not in DS1 or path.parent.name != "mitdb-ds1":
-            raise SystemExit(f"{report.parent}: {path} is not a DS1 record; only DS1 may be used in development")
-        runs[record] = load_run(report.parent)
+            raise SystemExit(f"{found.parent}: {path} is not a DS1 record; only DS1 may be used in development")
+        runs[record] = load_run(found.parent)
     missing = sorted(set(DS1) - set(runs))
     if missing:
         raise SystemExit(f"{folder}: no runs of DS1 record(s) {', '.join(missing)}; run pipeline evaluate first")
@@ -189,34 +182,29 @@ def markdown(result: dict) -> str:
              ("precision_top10_records_with_10_abnormal", "  over records with ≥ 10 abnormal beats", ""),
              ("auroc_median_per_record", "median per-record AUROC", "≥ 0.97")]
     variants = list(result["scores"])
-    lines = [f"# Reference population, development figures ({result['date']})", "",
-             result["protocol"], "",
-             "| figure | target | " + " | ".join(variants) + " |",
-             "|---|---|" + "---|" * len(variants)]
-    for key, title, target in names:
-        values = " | ".join(f"{result['scores'][v][key]:.3f}" for v in variants)
-        lines.append(f"| {title} | {target} | {values} |")
-    calibrated = result["scores"][variants[1]]
-    speed = result["speed"]
-    lines += ["", "| calibrated score at least | expected FP rate | measured FP rate (N, pooled) | worst record "
-              "| sensitivity: all abnormal | S | V | F |", "|---|---|---|---|---|---|---|---|"]
+    lines = [f"# Reference population, development figures ({result['date']})", "", result["protocol"], "",
+             *table(["figure", "target", *variants], [[title, target, *(f"{result['scores'][v][key]:.3f}"
+                                                                          for v in variants)]
+                                                       for key, title, target in names])]
+    calibrated, speed, rows = result["scores"][variants[1]], result["speed"], []
     for t in THRESHOLDS:
         at = calibrated[f"at_{t:g}"]
         worst, sens = at["false_positive_rate_N_worst_record"], at["sensitivity"]
-        lines.append(f"| {t:g}{' (OUTLIER_SCORE)' if t == calibrate.OUTLIER_SCORE else ''} "
-                     f"| {calibrate.expected_false_positive_rate(t):.2%} | {at['false_positive_rate_N']:.2%} "
-                     f"| {worst[0]} {worst[1]:.2%} | {sens['all_abnormal']:.1%} | {sens.get('S', float('nan')):.1%} "
-                     f"| {sens.get('V', float('nan')):.1%} | {sens.get('F', float('nan')):.1%} |")
+        rows.append([f"{t:g}{' (OUTLIER_SCORE)' if t == calibrate.OUTLIER_SCORE else ''}",
+                     f"{calibrate.expected_false_positive_rate(t):.2%}", f"{at['false_positive_rate_N']:.2%}",
+                     f"{worst[0]} {worst[1]:.2%}", f"{sens['all_abnormal']:.1%}",
+                     *(f"{sens.get(c, float('nan')):.1%}" for c in "SVF")])
+    lines += table(["calibrated score at least", "expected FP rate", "measured FP rate (N, pooled)", "worst record",
+                    "sensitivity: all abnormal", "S", "V", "F"], rows)
     majority = result["majority"]
-    lines += ["", "The recording's own majority (only a quarter of the normal beats kept; AUROC of the shape "
+    first = majority[next(iter(majority))]
+    lines += ["The recording's own majority (only a quarter of the normal beats kept; AUROC of the shape "
               "statistic, abnormal vs normal; see majority_stress):", "",
-              "| record | abnormal fraction | " + " | ".join(majority) + " |", "|---|---|" + "---|" * len(majority)]
-    for record in MAJORITY_RECORDS:
-        first = majority[next(iter(majority))][record]
-        lines.append(f"| {record} | {first['abnormal_fraction']:.0%} | "
-                     + " | ".join(f"{majority[v][record]['auroc_shape']:.3f}" for v in majority) + " |")
+              *table(["record", "abnormal fraction", *majority],
+                     [[r, f"{first[r]['abnormal_fraction']:.0%}", *(f"{majority[v][r]['auroc_shape']:.3f}" for v in majority)]
+                      for r in MAJORITY_RECORDS])]
     at = calibrated[f"at_{calibrate.OUTLIER_SCORE:g}"]
-    lines += ["", f"Normal beats at or above {calibrate.OUTLIER_SCORE:g}, per record: "
+    lines += [f"Normal beats at or above {calibrate.OUTLIER_SCORE:g}, per record: "
               + ", ".join(f"{r} {v:.2%}" for r, v in at["false_positive_rate_N_per_record"].items()) + ".", "",
               f"Scoring speed (resampling, statistics, calibration) of {speed['beats']:,} beats: "
               f"CPU {speed['cpu_s']:.2f} s"
@@ -267,11 +255,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.write_reference:
         path = reference.save_reference(full, Path(args.write_reference))
         print(f"wrote {path} ({path.stat().st_size:,} bytes) and {path.with_suffix('.json')}")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"reference-dev-{result['date']}"
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=1, default=str) + "\n")
-    stem.with_suffix(".md").write_text(markdown(result))
+    report.write(result, report.paths(args.out, "reference-dev", ""), markdown(result))
     print(markdown(result))
     return result
 
