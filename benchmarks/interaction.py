@@ -6,27 +6,20 @@
     python -m benchmarks.interaction --device gpu --client bokeh --boards bokeh,cuxfilter --sessions 20 --soak 200
     python -m benchmarks.interaction --device gpu --scale  # 200M samples: server-side brushes only
 
-Single-session parts (``--parts``), each warmed up and then repeated: session opens, brushes on
-each linked chart (varied ranges where the beats are; clears; a family's row), zoom/pan of the
-recording. In Chromium (``--client browser``) each is timed from the input event to every view
-repainted (:class:`benchmarks.sessions.BrowserPage`); over Bokeh's protocol (``--client bokeh``,
-the GPU machine has no browser) to the last patch of the answer; and server side, in this process,
-from the property change to the patch serialized. With ``--sessions N``, N sessions brush at once
-(first all at the same instant, the burst; then after a user's pause), against one session and
-the same brushes made one session at a time, each session's count checked against what its own
-brushes select; each part starts once the sessions closed before it are discarded. With
-``--soak N``, N protocol sessions are opened, brushed once and closed on a server of its own that
-discards closed sessions within a second, its memory read after every 10. With ``cuxfilter`` in
-``--boards`` that board is measured too, and its counts compared with the default board's.
-``--scale`` times server-side brushes on a tiled 200M-sample recording. Every part is a step that
-prints PASS/FAIL/SKIP and keeps to ``--budget-s``; the results
-(``--out/interaction-<machine>-<date>[-<label>].{json,md}``) are rewritten after each step.
+Session opens, brushes (clears, a family's row) and zoom/pan, each warmed up then repeated: in
+Chromium (input → every view repainted) or over Bokeh's protocol (``--client bokeh``: sent → last
+patch received), and server side in this process (property change → patch serialized). With
+``--sessions N``, N protocol sessions brush at once (the burst, then paced), against one session
+and the same brushes in turn, each session's count checked against its own brushes. With ``--soak
+N``, N sessions are opened, brushed and closed on a server of its own, its memory read every 10.
+``cuxfilter`` in ``--boards`` measures that board too and compares its counts with the default
+board's; ``--scale`` times server-side brushes on 200M samples. Each part is a PASS/FAIL/SKIP step
+within ``--budget-s``; ``--out/interaction-<machine>-<date>[-<label>].{json,md}`` is rewritten after each.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import datetime as dt
 import importlib.util
 import json
@@ -50,13 +43,11 @@ from benchmarks.measure import p95_ratio, summary  # noqa: E402
 from benchmarks.sessions import LINKED  # noqa: E402
 from tests.support.served import CHROMIUM, Server, chromium_version  # noqa: E402
 
-# Servers that only protocol sessions use discard closed ones within a second (Bokeh's default keeps
-# them 15 s). Not for browser pages: a page's session counts as unused from the HTTP request that
-# creates it until its websocket connects, seconds when 20 pages load at once.
+# Servers that only protocol sessions use discard closed ones within a second (Bokeh keeps them 15 s);
+# not browser pages' servers: a page's session is unused until its websocket connects, seconds later.
 LIFETIME_MS = 500
 SHORT_LIFETIME = ["--check-unused-sessions", str(LIFETIME_MS), "--unused-session-lifetime", str(LIFETIME_MS)]
-# Protocol sessions per load-test process: a process applies every patch of its sessions, and its other
-# sessions' answers wait to be read meanwhile, so the fewer it holds, the less it delays its readings.
+# Protocol sessions per load-test process: the fewer it holds, the less its own patch work delays its readings.
 SESSIONS_PER_CLIENT = 2
 QUICK = dict(samples=300_000, epochs=3, brushes=3, gestures=4, opens=2, server_n=5, load_brushes=3)
 
@@ -152,8 +143,8 @@ class Bench:
         self.logs = Path(tempfile.mkdtemp(prefix="ecg-interaction-"))
 
     def step(self, name: str, path: tuple, fn, limit: float = math.inf, needs: float = 10.0):
-        """Run ``fn`` within min(``limit``, the budget left); its section goes to ``path`` in the report,
-        stamped with when, how and under which load it was measured. A section's ``problems`` fail it."""
+        """Run ``fn`` within ``limit`` and the budget; its section goes to ``path``, stamped with when, how and
+        under which load it was measured. A section's ``problems`` fail the step."""
         allowed = min(limit, self.budget.left() - 5)
         if allowed < needs:
             print(f"SKIP {name}: {self.budget.left():.0f} s of the budget left, it needs ~{needs:.0f} s", flush=True)
@@ -246,8 +237,7 @@ async def browser_parts(args, url: str, beats, duration_s: float) -> dict:
 
 
 async def browser_brushes(page, beats, n: int, rng, section: dict) -> None:
-    """``n`` brushes on each linked chart (interleaved), a double-click clear of each every 10th round
-    and after the last; then ``n // 5`` clicks on a family's row; and the beats each brush left selected."""
+    """``n`` brushes on each chart, a clear of each every 10th round; ``n // 5`` family rows clicked."""
     samples, failures, selected = {}, [], []
 
     async def timed(gesture, keep: bool = True):
@@ -306,8 +296,7 @@ async def browser_gestures(page, n: int, duration_s: float, rng, section: dict) 
 
 # --------------------------------------------------------------------------- over the protocol
 async def protocol_parts(args, url: str, board: str, beats, duration_s: float) -> dict:
-    """Session opens (websocket connect → the dashboard in the pulled document), brushes (and
-    clears) and zoom/pan through one protocol session; a gesture never answered is noted."""
+    """Session opens (connect → the dashboard pulled), brushes, clears and zoom/pan over the protocol."""
     from tests.support.bokeh_session import ProtocolSession, SessionError
 
     opens, out, in_order, failures = [], {}, [], []
@@ -359,9 +348,8 @@ async def protocol_parts(args, url: str, board: str, beats, duration_s: float) -
 
 # --------------------------------------------------------------------------- load test
 def load_part(args, server: Server, beats) -> dict:
-    """One session, then (protocol sessions) the same sessions and brushes one session at a time, then
-    ``--sessions`` at once; each after the sessions closed before it are discarded (their discard
-    pauses the server for a full garbage collection: a session's end, not a brush's cost)."""
+    """One session, the sessions' brushes one session at a time, then all at once; each round after the
+    sessions closed before it are discarded (a discard's full collection is not a brush's cost)."""
     wait_s = 0.0 if args.quick else server.discard_s()
     rounds = {}
     for name, n, seed, in_turn in (("single", 1, 1, False), ("in_turn", args.sessions, 2, True),
@@ -370,17 +358,15 @@ def load_part(args, server: Server, beats) -> dict:
         print(f"load test: {n} session(s){' in turn' if in_turn else ''}, {args.load_brushes} brushes each", flush=True)
         rounds[name] = load_protocol(args, server.url, beats, n, args.seed + seed, in_turn)
     many = rounds["concurrent"]
-    return {**rounds, "in_turn": rounds.get("in_turn"), "waited_for_discards_s": 3 * wait_s,
+    return {**rounds, "waited_for_discards_s": 3 * wait_s,
             "p95_ratio": p95_ratio(many["brush_ms"], rounds["single"]["brush_ms"]),
-            "p95_ratio_in_turn": p95_ratio(many["brush_ms"], rounds.get("in_turn", {}).get("brush_ms")),
+            "p95_ratio_in_turn": p95_ratio(many["brush_ms"], rounds["in_turn"]["brush_ms"]),
             "problems": many["failed_interactions"] + many["console_errors"] + many["selection_mismatches"]}
 
 
 def load_protocol(args, url: str, beats, n_sessions: int, seed: int, in_turn: bool = False) -> dict:
-    """``n_sessions`` protocol sessions brushing at once, from worker processes of
-    ``SESSIONS_PER_CLIENT`` sessions each (one process applying every session's patches was itself
-    the slowest part, and counted its own queue as the server's latency). ``in_turn``: one session
-    brushes at a time, all of its brushes, then the next (the load's reference without the load)."""
+    """``n_sessions`` protocol sessions brushing at once from processes of ``SESSIONS_PER_CLIENT``
+    (``in_turn``: one session's brushes after another's, the reference without the load)."""
     import concurrent.futures
     import multiprocessing
 
@@ -406,9 +392,8 @@ def load_protocol(args, url: str, beats, n_sessions: int, seed: int, in_turn: bo
 
 
 def stalls(brushes: list, factor: float = 4.0) -> dict:
-    """Whose slow brushes (over ``factor`` × the median) they were: if the server paused, the brushes
-    of other client processes in flight then were slow too; if one client process paused, theirs were
-    not. ``brushes``: (client, session, start wall-clock s, ms)."""
+    """Whose slow brushes (> ``factor`` × median) they were: a server pause slows other processes'
+    brushes in flight too, a client's own pause does not. ``brushes``: (client, session, start s, ms)."""
     if not brushes:
         return {}
     limit = factor * float(np.median([b[3] for b in brushes]))
@@ -422,9 +407,8 @@ def stalls(brushes: list, factor: float = 4.0) -> dict:
 
 
 def _load_client(job) -> dict:
-    """One worker process of :func:`load_protocol`: its sessions ``ks`` (each picks its chart and
-    brushes from its number). Their patches are read but applied only at the end: applying one to a
-    Python document costs milliseconds, which a browser per user does not spend in this process."""
+    """One process of :func:`load_protocol`, sessions ``ks``; their patches are applied only at the end
+    (applying one costs this process milliseconds that a user's own browser would spend)."""
     url, beats, ks, brushes, seed, timeout_s, opened_all, turn = job
     from tests.support.bokeh_session import ProtocolSession, SessionError
 
@@ -434,8 +418,7 @@ def _load_client(job) -> dict:
         failures = [f"open: {type(o).__name__}: {o}" for o in opened if isinstance(o, BaseException)]
         live = [(k, s) for (k, s), o in zip(clients.items(), opened) if not isinstance(o, BaseException)]
         timed, mine, loop = [], {k: {} for k in clients}, asyncio.get_running_loop()
-        # The brushes start once every client's sessions are open: brushes sent while other sessions
-        # are still being built would wait for those builds.
+        # Brushes start once every session is open: they would otherwise wait for other sessions' builds.
         await loop.run_in_executor(None, opened_all.wait, timeout_s)
         for _, session in live:
             session.defer_patches()
@@ -480,8 +463,7 @@ def _load_client(job) -> dict:
 
 # --------------------------------------------------------------------------- soak test
 def soak(args, bench: Bench, beats) -> dict:
-    """Open, brush once and close up to ``--soak`` protocol sessions on a server of its own, within
-    the budget; the server's RSS after every 10, once the closed sessions had time to be discarded."""
+    """Up to ``--soak`` sessions opened, brushed and closed on a server of its own; its RSS every 10."""
     from tests.support.bokeh_session import ProtocolSession
 
     server = bench.start("soak server", SHORT_LIFETIME)
@@ -522,9 +504,7 @@ def soak(args, bench: Bench, beats) -> dict:
 
 # --------------------------------------------------------------------------- boards, in process
 def compare_boards(shared, n: int = 6, seed: int = 0) -> dict:
-    """Brush the cuxfilter board and the default board the same way, in two sessions on one run, and
-    compare the selected count, cuxfilter's own filtered frame, and the default board's histogram
-    bars against a histogram of cuxfilter's filtered beats."""
+    """The same brushes on both boards: counts, cuxfilter's filtered frame and the default histograms agree."""
     from dashboard.spec import VIEWS
 
     rng, checks, problems = np.random.default_rng(seed), [], []
@@ -540,9 +520,10 @@ def compare_boards(shared, n: int = 6, seed: int = 0) -> dict:
             for name in LINKED:
                 ref.brush(name, [v for c in VIEWS[name].brush for v in brush.get(c, ())] or None)
             count, filtered = ref.store.selection.count, cux.board.filtered_count()
-            problems += [f"{view}: default board brush {ref.store.brush} != cuxfilter's {brush}"] * (ref.store.brush != brush)
-            problems += [f"{view}: counts {cux.store.selection.count} vs {count}"] * (cux.store.selection.count != count)
-            problems += [f"{view}: cuxfilter's charts show {filtered} beats, the default board {count}"] * (filtered != count)
+            for same, text in ((ref.store.brush == brush, f"default board brush {ref.store.brush} != cuxfilter's {brush}"),
+                               (cux.store.selection.count == count, f"counts {cux.store.selection.count} vs {count}"),
+                               (filtered == count, f"cuxfilter's charts show {filtered} beats, the default board {count}")):
+                problems += [] if same else [f"{view}: {text}"]
             frame = cux.board.dashboard._query(cux.board.dashboard._generate_query_str()).to_pandas()
             for name in (x for x in ("lengths", "scores") if x != view and len(brush) == 1):
                 chart = ref.board.charts[name]     # one brush: the other charts show exactly the filtered beats
@@ -595,7 +576,7 @@ def in_process(args, bench: Bench, input_path=None, scale: bool = False) -> None
 
 # --------------------------------------------------------------------------- the whole run
 def environment(args) -> dict:
-    """What the GPU run needs: a GPU the pipeline sees, and Node.js ≥ 18 for cuxfilter's Bokeh model."""
+    """A GPU the pipeline sees, and Node.js ≥ 18 for cuxfilter's Bokeh model."""
     import cudf
     import cupy
 
@@ -615,8 +596,7 @@ def environment(args) -> dict:
 
 
 def served_board(args, bench: Bench, board: str):
-    """A server for ``board``: its single-session parts, and the load test on the default board.
-    Returns the run's beats (None when the server never got ready)."""
+    """A server for ``board``: the single-session parts and (default board) the load test; the run's beats."""
     state, section = {}, ("run",) if board == "bokeh" else ("cuxfilter", "run")
 
     def start():

@@ -317,36 +317,16 @@ def _median_metrics(runs: list[dict]) -> dict:
 
 
 def _notes(o: dict, gpu: bool) -> list[str]:
+    """What a result's Markdown says of its method beyond docs/benchmarking.md (its values in this run)."""
     from pipeline.config import VAEConfig
 
     vae = VAEConfig()
-    return [
-        "All contenders ran in one process on the same recordings; every ratio compares medians from this run. "
-        "Clocks are read after synchronising the device (CuPy's stream, then the whole device).",
-        "Each cell runs once first (reported as *first run*, left out of the median/min/max): JIT compilation, "
-        "cuFFT plans, RMM pool growth and oneDNN/cuDNN set-up land there.",
-        f"Host memory: peak resident memory above the resident size at the run's start ({o['host_memory_method']}). "
-        + ("GPU memory: RMM statistics, bytes allocated during the run on top of what was held (end to end loads "
-           "its own input); the cuFFT plan cache is cleared before each GPU contender's first run at a size, so its "
-           "work area counts in the peak (the maximum over all runs)." if gpu else ""),
-        "The CSV files are in the page cache when parsed: the load numbers are parse speed, not disk speed. MB/s "
-        "counts the CSV's bytes (about 7.4 bytes per sample).",
-        f"Recordings: pipeline.synth at 250 Hz, seed {o['seed']}; sizes above {size_label(o['chunk'])} repeat that "
-        "recording's lines (each seam cuts at most one beat).",
-        "Segmentation, project: ricker_response + find_beats + beat_lengths and length_histogram + embed_beats, "
-        "chained as run._compute does, on a signal already on the device. NeuroKit2: nk.ecg_peaks(signal, "
-        "sampling_rate=250), default method, on the raw signal, single-threaded: R-peak detection only.",
-        f"VAE: train.fit_vae for {o['epochs']} epoch(s) (batch {vae.batch_size}, {vae.train_fraction:.0%} of the "
-        f"beats, beta {vae.beta:g}, {'bf16 autocast' if vae.mixed_precision else 'float32'} on the GPU), then "
-        "score.score_beats of every beat; beats/s count training beats × epochs over training time. The CPU VAE "
-        f"uses at most the first {o['cpu_vae_beats']} beats (marked 'capped'); a capped size whose work equals the "
-        "previous size's is not run again.",
-        f"End to end: run_pipeline(RunRequest(input=csv, device, use_cache=False, vae epochs={o['epochs']})), from "
-        "hashing the input to the written run directory; the directory is removed between runs, off the clock.",
-        f"Budgets: a cell's repeats stop once they would pass {o['cell_budget_s']:g} s; host-side contenders are "
-        f"skipped where one run is predicted above {o['cap_s']:g} s; past the {o['budget_s']:.0f} s budget, "
-        "host-side contenders are dropped first, then sizes. The machine is not reserved (load average above).",
-    ]
+    return ["How every figure is measured: docs/benchmarking.md, 'How benchmarks.run measures'.",
+            f"Host memory: {o['host_memory_method']}." + (" GPU memory: RMM statistics." if gpu else ""),
+            f"Recordings: pipeline.synth at 250 Hz, seed {o['seed']}, tiled above {size_label(o['chunk'])} samples.",
+            f"VAE: {o['epochs']} epoch(s), batch {vae.batch_size}, {vae.train_fraction:.0%} of the beats trained on, "
+            f"beta {vae.beta:g}, {'bf16 autocast' if vae.mixed_precision else 'float32'} on the GPU; the CPU VAE "
+            f"at most {o['cpu_vae_beats']} beats."]
 
 
 if __name__ == "__main__":

@@ -1,18 +1,10 @@
-"""The session harness of the dashboard benchmarks: one dashboard session driven three ways, and the
-gestures they all make.
-
-- :class:`BrowserPage`: a page in headless Chromium (Playwright, async) with real mouse gestures.
-  :file:`interaction_probe.js`, injected before the page's scripts, records each input event, each
-  change of the hidden selection-version marker and each new picture of the recording, and when
-  each was painted (two animation frames later); a gesture's latency is that paint minus the input
-  event, both in the page's own clock.
-- :func:`protocol_brush` and :func:`protocol_zoom`: a ``tests.support.bokeh_session.ProtocolSession``
-  (the Bokeh protocol without a browser) sends what a browser sends and waits for the last patch of
-  the answer.
-- :class:`InProcessSession`: one session's dashboard in a Bokeh document in this process, marked
-  loaded as Panel marks a served page; an interaction is timed from the property change a browser
-  would send to the PATCH-DOC serialized (the browser's own changes left out, as the server leaves
-  them out for the connection that sent them).
+"""The session harness of the dashboard benchmarks: one session driven three ways, and the gestures
+they make. :class:`BrowserPage` is a page in headless Chromium with real mouse gestures, timed in
+the page's clock from the input event to the paint of its result (``interaction_probe.js`` records
+inputs, selection versions and pictures of the recording, and their paints). :func:`protocol_brush`
+and :func:`protocol_zoom` drive a ``tests.support.bokeh_session.ProtocolSession`` (Bokeh's protocol,
+no browser) to the last patch of the answer. :class:`InProcessSession` is a session's dashboard in
+this process, timed from the property change a browser would send to the PATCH-DOC serialized.
 """
 from __future__ import annotations
 
@@ -34,7 +26,6 @@ PROBE = Path(__file__).resolve().parent / "interaction_probe.js"
 CHARTS = [name for name, view in VIEWS.items() if view.kind in RENDERED_BY_BOARD]  # drawn before "populated"
 VIEWPORT = {"width": 1600, "height": 1250}
 
-# The view of the plot inside the card ``ecg-view-<name>`` (the first plot below it).
 _PLOT_VIEW_JS = """(name) => {
     const views = Bokeh.documents[0].views_manager;
     const isPlot = (m) => m.x_range !== undefined && Array.isArray(m.renderers);
@@ -46,8 +37,7 @@ _PLOT_VIEW_JS = """(name) => {
     return plot;
 }"""
 
-# Each named linked chart's brush bounds in the page: its ``Brush`` model, an argument of the
-# chart's selection-geometry callback.
+# Each linked chart's brush bounds in the page: its ``Brush``, an argument of its selection callback.
 _BRUSH_BOUNDS_JS = f"""(linked) => {{
     const out = {{}};
     for (const name of linked) {{
@@ -71,8 +61,7 @@ def run_path_from_log(log: str) -> Path:
 
 
 def run_beats(run_path):
-    """A run's beats as the charts see them (the saved table plus the RR intervals the DataStore
-    derives), float64: an independent source for the counts a session shows."""
+    """A run's beats as the charts see them (with the DataStore's RR intervals): the counts' check."""
     import pandas as pd
 
     from dashboard.shared_run import rr_intervals
@@ -96,8 +85,7 @@ def expected_count(beats, brushes: dict) -> int:
 
 
 def brush_bounds(beats, view: str, rng: np.random.Generator) -> list[float]:
-    """A varied brush in data units: 5–50 % of the range between the 2nd and 98th percentile of the
-    chart's column(s)."""
+    """A brush in data units: 5–50 % of the range between the 2nd and 98th percentiles of each column."""
     bounds = []
     for column in VIEWS[view].brush:
         lo, hi = np.nanquantile(beats[column].to_numpy(dtype=np.float64), [0.02, 0.98])  # the first beat: no RR
@@ -108,9 +96,8 @@ def brush_bounds(beats, view: str, rng: np.random.Generator) -> list[float]:
 
 
 def brush_span(view: str, beats, rng) -> dict:
-    """A drag where the chart shows beats: between two quantiles of each axis's column, the lower
-    from 0–45 %, the upper from 55–100 %, so that the four charts' brushes together still select
-    some beats most of the time, as a user's do."""
+    """A drag between two quantiles of each axis's column (0–45 %, 55–100 %): the four charts' brushes
+    together still select some beats most of the time, as a user's do."""
     span = {}
     for axis, column in zip(("x", "y"), VIEWS[view].brush):
         quantiles = (rng.uniform(0.0, 0.45), rng.uniform(0.55, 1.0))
@@ -119,8 +106,7 @@ def brush_span(view: str, beats, rng) -> dict:
 
 
 def zoom_plan(duration_s: float, n: int, rng: np.random.Generator) -> list[tuple[str, float, float]]:
-    """``n`` windows the recording moves through: zooms in (down to a few seconds, where raw
-    samples are drawn), pans and zooms out."""
+    """``n`` windows of the recording: zooms in (down to raw samples), pans and zooms out."""
     plan, (lo, hi) = [], (0.0, duration_s)
     for i in range(n):
         span = hi - lo
@@ -139,8 +125,7 @@ def zoom_plan(duration_s: float, n: int, rng: np.random.Generator) -> list[tuple
 
 
 def next_gesture(window, duration_s: float, step: int, rng) -> tuple[str, float]:
-    """The next browser gesture for the recording's window: ``('wheel', notches)`` (> 0 in) or
-    ``('pan', fraction of the width)``, chosen so that the window can move that way."""
+    """The next gesture that can move the recording's window: ``('wheel', notches > 0 in)`` or ``('pan', by)``."""
     lo, hi = window
     span = hi - lo
     if span > 0.8 * duration_s:
@@ -162,8 +147,8 @@ def next_gesture(window, duration_s: float, step: int, rng) -> tuple[str, float]
 
 # --------------------------------------------------------------------------- over the protocol
 async def protocol_brush(session, view: str, bounds, board: str = "bokeh", timeout_s: float = 60.0) -> float:
-    """A brush (or a clear, ``bounds=None``) over the protocol; seconds to the last patch: ``Brush.bounds``
-    on the default board, the box selection's ``selectiongeometry`` event on cuxfilter's charts."""
+    """A brush (a clear: ``bounds=None``) over the protocol, seconds to the last patch: ``Brush.bounds``,
+    or on cuxfilter's charts the box selection's event."""
     before, sent = session.version, time.perf_counter()
     if board == "cuxfilter":
         if bounds is None:
@@ -202,7 +187,7 @@ async def protocol_zoom(session, lo: float, hi: float) -> float:
 
 
 def shown_count(session) -> int:
-    """The selected-beat count in a protocol session's summary ("<b>N</b> of T beats selected", escaped)."""
+    """The selected-beat count in a protocol session's summary ("<b>N</b> of T beats selected")."""
     import html
 
     for model in session.doc.models:
@@ -255,8 +240,7 @@ class BrowserPage:
         await self.context.close()
 
     async def open(self, url: str, timeout_s: float) -> dict:
-        """Navigate and wait until every view is populated; milliseconds since the navigation started
-        to each milestone (response, first paint, marker, document idle, table rows, charts, all populated)."""
+        """Navigate until every view is populated; ms from the navigation to each milestone."""
         await self.page.goto(url, wait_until="commit", timeout=timeout_s * 1000)
         await self.page.wait_for_function(
             "() => window.__ecgProbe && (window.__ecgProbe.milestones.populated_painted !== undefined"
@@ -305,8 +289,7 @@ class BrowserPage:
         return box
 
     async def frame_geometry(self, view: str, xs=(), ys=()) -> dict:
-        """Where data values fall on a chart's canvas (CSS px, by the plot's own scales), and its plot
-        frame: ``{"sx": [...], "sy": [...], "frame": {x, y, width, height}}``."""
+        """Where values fall on a chart's canvas (CSS px) and its frame: ``{"sx", "sy", "frame"}``."""
         return await self.page.evaluate(f"""([name, xs, ys]) => {{
             const frame = ({_PLOT_VIEW_JS})(name).frame;
             const box = frame.bbox;
@@ -321,8 +304,7 @@ class BrowserPage:
                 for fx, fy in fractions]
 
     async def _painted(self, before: int, input_types: tuple[str, ...], kind: str, timeout_s: float) -> Gesture:
-        """The first version change after ``before`` changes, painted; timed from the last of
-        ``input_types`` the page saw."""
+        """The version change after ``before`` changes, painted; timed from the last of ``input_types``."""
         try:
             await self.page.wait_for_function(
                 "(n) => { const v = window.__ecgProbe.versions; return v.length > n && v[n].painted !== null; }",
@@ -346,9 +328,8 @@ class BrowserPage:
 
     async def brush(self, view: str, x: tuple[float, float], y: tuple[float, float] = (0.5, 0.5),
                     timeout_s: float = 120.0) -> Gesture:
-        """Drag across fractions ``x`` (and ``y``, from the top) of a linked chart's plot frame; time
-        mouse-up → every view repainted. A drag that left the chart's brush as it was (one the page
-        missed while laying itself out) is made again a few pixels aside after a pause."""
+        """Drag across fractions ``x`` (and ``y``) of a chart's frame; mouse-up → every view repainted. A
+        drag that left the brush as it was (missed while the page laid itself out) is made again aside."""
         brushed = (await self.brush_bounds())[view]
         shifts = (0.0, 0.004, -0.004, 0.01, -0.01)
         for drags, shift in enumerate(shifts, start=1):
@@ -431,9 +412,8 @@ class BrowserPage:
         return await self._landed("pan (drag)", "mouseup", before, since, timeout_s)
 
     async def _landed(self, kind: str, input_type: str, before, since_ms: float, timeout_s: float) -> Gesture | None:
-        """The first picture of the recording since ``since_ms`` (the gesture's first input) that shows
-        the new window, painted; timed from the gesture's last input (a drag's last step can be
-        answered before the mouse is released: that picture counts, at 0 ms)."""
+        """The first picture since the gesture began that shows the new window, painted; timed from its
+        last input (a drag answered before the mouse is released counts, at 0 ms)."""
         window = await self.x_range()
         tol = 1e-6 * (window[1] - window[0]) + 1e-9
         if all(abs(a - b) <= tol for a, b in zip(window, before)):   # at a bound: rounding moved it
@@ -462,8 +442,7 @@ class BrowserPage:
 
 # --------------------------------------------------------------------------- in this process
 def load_shared(app_args: list[str]):
-    """The run the server shows (from the cache the server fills) and its shared data, prepared and
-    warmed up as the server does it: ``(run, shared)``."""
+    """``(run, shared)``: the server's run (from its cache) and shared data, prepared as the server does."""
     from dashboard import app, startup
 
     settings = startup.settings_from(app_args, {})
@@ -535,9 +514,8 @@ class InProcessSession:
         return Timed(updated - started, done - updated, len(events), size, self.store.selection.version)
 
     def brush(self, view: str, bounds: list[float] | None) -> Timed:
-        """A finished box selection: ``[x0, x1]``, ``[x0, x1, y0, y1]`` (a plane) or None (cleared). On
-        the cuxfilter board, its chart's selection stream event; a clear drops the chart's brush from
-        the store, which reloads every chart (what a reset ends in)."""
+        """A box selection, ``[x0, x1]`` or ``[x0, x1, y0, y1]`` (None: cleared); on cuxfilter's board its
+        stream event, and a clear drops the chart's brush from the store (what a reset ends in)."""
         if self.board.name == "cuxfilter":
             return self._timed(lambda: self._cuxfilter_brush(view, bounds), ())
         brush = self.board.charts[view].brush
@@ -577,10 +555,8 @@ class InProcessSession:
 
 
 def server_side(shared, n_brushes: int, n_zooms: int, n_sessions: int = 5, seed: int = 0) -> dict:
-    """The server-side milliseconds of each interaction kind on fresh sessions, after one untimed
-    warm-up of each: ``n_brushes`` brushes on each linked chart, ``n_brushes // 5`` clears and as
-    many family selections (and their clears), ``n_zooms`` zoom/pan changes, ``n_sessions`` opens.
-    Returns ``{"board", "kinds": {kind: summary}, "details"}``."""
+    """Server-side ms of each kind after an untimed warm-up: ``n_brushes`` brushes a chart, clears, family
+    selections, ``n_zooms`` zoom/pans, ``n_sessions`` opens: ``{"board", "kinds", "details"}``."""
     from benchmarks.measure import summary
 
     rng = np.random.default_rng(seed)

@@ -59,6 +59,21 @@ def test_large_recordings_tile_the_chunk_and_its_annotations(tmp_path):
     assert recordings.recording_csv(25_000, tmp_path, seed=3, chunk=10_000).seconds == 0.0  # reused
 
 
+def test_gpu_targets_of_the_pipeline_benchmark():
+    """The four GPU targets from a GPU run's rows (made up here: no GPU on the test machine)."""
+    from benchmarks import report
+
+    def row(contender, samples, median_s, **extra):
+        return {"contender": contender, "samples": samples, "median_s": median_s, "status": "ok", **extra}
+
+    rows = [row("segmentation/neurokit2", 20_000_000, 3.0), row("segmentation/gpu", 20_000_000, 0.0075),
+            *(row("load/cudf", n, n / 5.5e9 * 7.4, throughput={"mb_per_s": 5500.0}) for n in (2_000_000, 20_000_000)),
+            *(row("end-to-end/gpu", n, n / 2e6, gpu_peak_bytes=45 * n) for n in (2_000_000, 20_000_000))]
+    targets = report.targets(rows, report.slopes(rows), gpu=True)
+    assert [t["status"] for t in targets] == ["met", "met", "met", "missed by 12%"]
+    assert targets[0]["measured"] == 400.0 and targets[3]["note"].startswith("at 20M; most 45.0 B/sample")
+
+
 @pytest.mark.parametrize("text, samples", [("50k", 50_000), ("1M", 1_000_000), ("2.5M", 2_500_000),
                                            ("200_000_000", 200_000_000)])
 def test_sizes_read_with_suffixes(text, samples):
