@@ -1,13 +1,11 @@
-"""Benchmarks: the GPU pipeline, the CPU pipeline and NeuroKit2 side by side on the same recordings.
+"""Benchmarks (measurements only; not shipped with the product), run from a checkout.
 
-``python -m benchmarks.run`` writes ``benchmarks/results/<machine>-<date>.{json,md,png}``; see
-:mod:`benchmarks.run` for the options and the method.
-
-Modules
--------
-recordings   the seeded synthetic recording of each size, written once as CSV and reused
-contenders   what each contender times (load, segmentation, VAE, end to end), GPU imports lazy
-measure      warm-up, device-synchronised clocks, repeats under a budget, peak memory, the machine
-report       ratios, log-log slopes, targets; the JSON, Markdown and plot
-run          the command line and the loop over sizes and contenders
+run, contenders, recordings   ``./run.sh bench``: CSV parse, segmentation, VAE, end to end, side by side
+interaction                   the dashboard in Chromium or over Bokeh's protocol, server side, load, soak
+serve_start, startup          fresh processes: the server to a usable dashboard, ``pipeline run``
+train_speed, threads          VAE training steps: captured against plain, under CPU contention
+archive, gpu_utilization      batch throughput on synthetic archives, GPU busy time
+detection, reference_dev      detection (EC57) and the calibrated score on DS1
+sessions                      the one session harness: Chromium page, protocol gestures, in-process session
+measure, report               the one way to time, summarise and budget; the one results writer
 """

@@ -213,7 +213,7 @@ def test_gpu_targets_and_report_of_every_section():
     from benchmarks import interaction, report
 
     data = _dashboard_report()
-    rows = {r["target"]: r for r in interaction.targets(data, "gpu")}
+    rows = {r["target"]: r for r in interaction.targets(data)}
     assert rows["brush, end to end p95"]["status"] == "met"                           # 7.5 ms ≤ 50 ms
     assert rows["cuxfilter: session open (protocol) median"]["status"] == "met"
     assert rows["bokeh: 935,369 beats, brush server side p95"]["measured"] == 7.5
