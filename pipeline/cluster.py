@@ -8,7 +8,7 @@
   :func:`pipeline.backend.use_rmm_pool`), with the same thread budget. One recording's small VAE
   leaves most of a GPU idle, and a worker runs its stages one after another (read, segment,
   train, score, write): with two or more workers on a GPU one trains while another reads or
-  writes, and their kernels interleave;
+  writes (and under CUDA MPS their kernels also run side by side);
 - a scheduler address (``tcp://host:8786``): an existing cluster, on one machine or many; the
   code is the same, only the address changes.
 
@@ -28,9 +28,9 @@ import time
 from dataclasses import dataclass
 
 CLUSTERS = ("auto", "local", "local-cuda")  # or a scheduler address such as tcp://host:8786
-# Worker processes per GPU on local-cuda: 4 ran 1.9× the recordings of 1 on one H200 (3.5×
-# under CUDA MPS), but no fewer than 2 cores each (their reading, segmentation and writing are
-# host work).
+# Worker processes per GPU on local-cuda: four nearly doubled a GPU's recordings a minute (more
+# under CUDA MPS; docs/user-guide.md), but no fewer than 2 cores each (their reading,
+# segmentation and writing are host work).
 PER_GPU = 4
 CORES_PER_WORKER = 2
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS")
