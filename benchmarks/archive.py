@@ -140,7 +140,8 @@ def main(argv: list[str] | None = None) -> dict:
         "command": "python -m benchmarks.archive " + " ".join(shlex.quote(a) for a in (argv if argv is not None
                                                                                        else sys.argv[1:])),
         "options": {"recordings": args.recordings, "samples": args.samples, "fs": FS, "inputs": args.inputs,
-                    "workers": workers, "per_gpu": per_gpu, "threads": args.threads, "repeats": args.repeats, "epochs": args.epochs,
+                    "workers": workers, "per_gpu": per_gpu, "threads": args.threads, "repeats": args.repeats,
+                    "epochs": args.epochs,
                     "cluster": args.cluster, "device": device, "budget_s": args.budget_s, "tag": args.tag},
         "archive": {"bytes": sum(_bytes(p) for p in paths), "made_s": round(synth_s, 3)},
         "mps": device == "gpu" and _mps_running(),
@@ -194,7 +195,7 @@ def _start(stack, report: dict, paths: list[Path], args, device: str, layout: tu
     from pipeline.cluster import open_cluster
 
     w, k = layout
-    print(f"{_layout(w, k, device)}: starting the cluster", file=sys.stderr)
+    print(f"{_layout(w, k, device == 'gpu')}: starting the cluster", file=sys.stderr)
     cluster = stack.enter_context(open_cluster(args.cluster, w, device=device, threads=args.threads, per_gpu=k))
     warm = run_batch([Job(replace(template, input=str(p), out=str(out_root / f"warm-{w}-{k}")))
                       for p in paths[:cluster.workers]], cluster=cluster, progress=not args.quiet)
@@ -225,7 +226,7 @@ def _passes(configs: list[dict], clusters: list, paths: list[Path], args, templa
                 result = run_batch(jobs, cluster=cluster, progress=not args.quiet)
             _check(result)
             config["passes"].append(_pass_record(result, busy.mean()))
-            print(f"{_layout(config['gpus'] or config['workers'], config['per_gpu'], config['cluster'])}, pass "
+            print(f"{_layout(_units(config), config['per_gpu'], bool(config['gpus']))}, pass "
                   f"{repeat + 1}: {len(jobs)} recordings in {result.seconds:.1f} s "
                   f"({result.per_minute:.1f} per minute)", file=sys.stderr)
             shutil.rmtree(out, ignore_errors=True)
@@ -233,8 +234,8 @@ def _passes(configs: list[dict], clusters: list, paths: list[Path], args, templa
     return None
 
 
-def _layout(w: int, k: int, device: str) -> str:
-    if device not in ("gpu", "local-cuda"):
+def _layout(w: int, k: int, gpus: bool) -> str:
+    if not gpus:
         return f"{w} worker{'s' if w != 1 else ''}"
     return f"{w} GPU{'s' if w != 1 else ''} × {k} worker{'s' if k != 1 else ''}"
 
@@ -289,13 +290,14 @@ def summarise(report: dict) -> dict:
         seconds = [p["seconds"] for p in passes]
         per_recording = [t for p in passes for t in p["recording_s"]]
         per_minute = statistics.median(p["per_minute"] for p in passes)
-        units = config.get("gpus") or config["workers"]
-        busy = [statistics.fmean(v for i, v in p["gpu_utilization"].items() if int(i) < units)
-                for p in passes if any(int(i) < units for i in p["gpu_utilization"])]
+        gpus = config.get("gpus", 0)   # a layout's GPUs are the first ones NVML numbers
+        busy = [statistics.fmean(v for i, v in p["gpu_utilization"].items() if int(i) < gpus)
+                for p in passes if any(int(i) < gpus for i in p["gpu_utilization"])]
         rows.append({"workers": config["workers"], "gpus": config.get("gpus", 0), "per_gpu": config.get("per_gpu", 1),
                      "threads": config["threads"], "recordings": passes[0]["recordings"],
                      "passes": len(passes), "pass_median_s": statistics.median(seconds),
-                     "pass_p95_s": _p95(seconds), "per_minute": per_minute, "per_unit_minute": per_minute / units,
+                     "pass_p95_s": _p95(seconds), "per_minute": per_minute,
+                     "per_unit_minute": per_minute / _units(config),
                      "gpu_utilization": statistics.median(busy) if busy else None,
                      "thousand_min": 1000 / per_minute,
                      "recording_median_s": statistics.median(per_recording), "recording_p95_s": _p95(per_recording),
@@ -303,12 +305,16 @@ def summarise(report: dict) -> dict:
                      "stage_median_s": passes[0]["stage_median_s"]})
     if not rows:
         return {"rows": [], "speedup": None, "targets": []}
-    units = lambda r: r["gpus"] or r["workers"]  # noqa: E731
-    most = max(rows, key=lambda r: (units(r), r["per_minute"]))
-    one = next((r for r in rows if units(r) == 1 and r["per_gpu"] == most["per_gpu"]), None)
-    speedup = most["per_minute"] / one["per_minute"] if one and units(most) > 1 else None
-    return {"rows": rows, "speedup": speedup, "speedup_units": units(most), "speedup_per_gpu": most["per_gpu"],
+    most = max(rows, key=lambda r: (_units(r), r["per_minute"]))
+    one = next((r for r in rows if _units(r) == 1 and r["per_gpu"] == most["per_gpu"]), None)
+    speedup = most["per_minute"] / one["per_minute"] if one and _units(most) > 1 else None
+    return {"rows": rows, "speedup": speedup, "speedup_units": _units(most), "speedup_per_gpu": most["per_gpu"],
             "targets": _targets(report, rows, most, speedup)}
+
+
+def _units(layout: dict) -> int:
+    """What a layout's throughput is shared by and scaled over: its GPUs, or else its workers."""
+    return layout.get("gpus") or layout["workers"]
 
 
 def _p95(values: list[float]) -> float:

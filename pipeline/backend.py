@@ -106,9 +106,9 @@ _POOL = None
 def use_rmm_pool(initial_pool_bytes: int | None = None, sharers: int = 1):
     """Make one RMM pool (with statistics) the allocator of cuDF, CuPy and Numba. Idempotent.
 
-    The pool starts at a quarter of the GPU's memory split among the ``sharers`` processes that
-    use this GPU (a batch's workers on one GPU), never more than half of what is free, and grows
-    on demand.
+    The pool starts at a quarter of the free memory, or of this process's share of the GPU where
+    ``sharers`` processes use it (a batch's workers on one GPU), whichever is less, and grows on
+    demand.
 
     Must run before any of them allocates device memory. PyTorch keeps its own caching allocator:
     capturing the training step as a CUDA graph needs its graph-private memory pools (memory used
@@ -128,7 +128,7 @@ def use_rmm_pool(initial_pool_bytes: int | None = None, sharers: int = 1):
 
     free, total = cupy.cuda.runtime.memGetInfo()
     if initial_pool_bytes is None:
-        initial_pool_bytes = min(free // 2, total // (4 * max(1, sharers))) // 256 * 256
+        initial_pool_bytes = (min(free, total // max(1, sharers)) // 4) // 256 * 256
     pool = rmm.mr.PoolMemoryResource(rmm.mr.CudaMemoryResource(), initial_pool_size=initial_pool_bytes)
     stats = rmm.mr.StatisticsResourceAdaptor(pool)
     rmm.mr.set_current_device_resource(stats)

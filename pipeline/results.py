@@ -130,7 +130,7 @@ def find_cached(root: Path, key: str) -> Path | None:
     path = Path(root) / key
     if not path.exists():
         return None
-    problem = _verify(path)
+    problem = run_problem(path)
     if problem is None:
         return path
     warnings.warn(f"cached run {printable_path(path)} is damaged ({problem}); recomputing it", PipelineWarning, stacklevel=2)
@@ -138,15 +138,11 @@ def find_cached(root: Path, key: str) -> Path | None:
 
 
 def run_problem(path: Path) -> str | None:
-    """None when the run directory ``path`` is intact (every file matches the checksum its report
-    records), else what is wrong with it, in a few words."""
-    return _verify(Path(path))
-
-
-def _verify(path: Path) -> str | None:
-    """None when the run is intact, else what is wrong. Every file's content is hashed and compared
-    with the digest written beside it: a file damaged in place keeps its size, and its modification
-    time can be set back, so nothing short of its bytes shows that it is the file written."""
+    """None when the run directory ``path`` is intact, else what is wrong with it, in a few words.
+    Every file's content is hashed and compared with the digest written beside it: a file damaged
+    in place keeps its size, and its modification time can be set back, so nothing short of its
+    bytes shows that it is the file written."""
+    path = Path(path)
     try:
         report = json.loads((path / REPORT).read_text())
     except (OSError, ValueError) as err:
