@@ -133,30 +133,48 @@ def template_distance(rows, population, cfg: ReferenceConfig = ReferenceConfig()
     core; the core then keeps those of its beats no farther from that template than its median
     beat, and the template is their median. Returns ``(statistic, is_core, templates, block)``:
     float32 (n,), bool (n,), (blocks, width) and int64 (n,) on the rows' device.
+
+    Blocks come in at most two sizes (:func:`block_edges`), so the blocks of each size are stacked
+    and done at once: a Python loop over the blocks would launch a few kernels per block, and a long
+    recording has hundreds of blocks.
     """
     xp = backend.xp_of(rows)
-    n = int(rows.shape[0])
+    n, width = int(rows.shape[0]), int(rows.shape[1])
     if n == 0:
-        return (xp.zeros(0, dtype=xp.float32), xp.zeros(0, dtype=bool), xp.zeros((0, rows.shape[1]), dtype=xp.float32),
+        return (xp.zeros(0, dtype=xp.float32), xp.zeros(0, dtype=bool), xp.zeros((0, width), dtype=xp.float32),
                 xp.zeros(0, dtype=xp.int64))
     edges = block_edges(n, cfg.block_beats)
+    sizes = np.diff(edges)
     distance = xp.zeros(n, dtype=xp.float32)
     is_core = xp.zeros(n, dtype=bool)
-    templates = []
-    for start, stop in zip(edges[:-1].tolist(), edges[1:].tolist()):
-        x, near = rows[start:stop], population[start:stop]
-        core = near <= xp.quantile(near, cfg.core_fraction)
-        d = ((x - xp.median(x[core], axis=0)) ** 2).sum(axis=1)
-        core &= d <= xp.median(d[core])
-        template = xp.median(x[core], axis=0)
-        distance[start:stop] = ((x - template) ** 2).sum(axis=1)
-        is_core[start:stop] = core
-        templates.append(template)
-    block = xp.asarray(np.repeat(np.arange(len(edges) - 1), np.diff(edges)))
-    typical = float(xp.median(distance[is_core])) if n else 1.0  # sync point
-    typical = max(typical, DISTANCE_FLOOR_PER_SAMPLE * rows.shape[1])
-    templates = xp.stack(templates) if templates else xp.zeros((0, rows.shape[1]), dtype=xp.float32)
-    return (distance / typical).astype(xp.float32), is_core, templates.astype(xp.float32), block
+    templates = xp.zeros((len(sizes), width), dtype=xp.float32)
+    for size in np.unique(sizes).tolist():
+        blocks = np.flatnonzero(sizes == size)
+        index = xp.asarray(edges[blocks][:, None] + np.arange(size)[None, :])      # (g, size)
+        x, near = rows[index], population[index]                                  # (g, size, width), (g, size)
+        core = near <= xp.quantile(near, cfg.core_fraction, axis=1)[:, None]
+        d = ((x - _masked_median(x, core[:, :, None], axis=1)[:, None, :]) ** 2).sum(axis=2)
+        core &= d <= _masked_median(d, core, axis=1)[:, None]
+        template = _masked_median(x, core[:, :, None], axis=1)                    # (g, width)
+        distance[index] = ((x - template[:, None, :]) ** 2).sum(axis=2)
+        is_core[index] = core
+        templates[xp.asarray(blocks)] = template
+    block = xp.asarray(np.repeat(np.arange(len(sizes)), sizes))
+    typical = float(xp.median(distance[is_core]))  # sync point
+    typical = max(typical, DISTANCE_FLOOR_PER_SAMPLE * width)
+    return (distance / typical).astype(xp.float32), is_core, templates, block
+
+
+def _masked_median(values, keep, axis: int):
+    """The median along ``axis`` of the entries ``keep`` (broadcast to ``values``) marks, as
+    ``median`` of those entries alone would give it; every line along ``axis`` keeps at least one."""
+    xp = backend.xp_of(values)
+    keep = xp.broadcast_to(keep, values.shape)
+    ordered = xp.sort(xp.where(keep, values, xp.asarray(xp.inf, dtype=values.dtype)), axis=axis)
+    count = keep.sum(axis=axis, keepdims=True)
+    low = xp.take_along_axis(ordered, (count - 1) // 2, axis=axis)
+    high = xp.take_along_axis(ordered, count // 2, axis=axis)
+    return xp.squeeze((low + high) / 2, axis=axis).astype(values.dtype, copy=False)
 
 
 def reference_statistics(rows, positions, fs: float, centroids,

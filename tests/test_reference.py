@@ -123,6 +123,39 @@ def test_prevalence_does_not_change_a_beats_score(clean, pvc_row):
     assert max(scores.values()) - min(scores.values()) <= PREVALENCE_TOLERANCE, scores
 
 
+def _template_distance_one_block_at_a_time(rows, near, cfg):
+    """template_distance's definition, read from its docstring and done block by block."""
+    edges = reference.block_edges(len(rows), cfg.block_beats)
+    distance, is_core, templates = np.zeros(len(rows), np.float32), np.zeros(len(rows), bool), []
+    for start, stop in zip(edges[:-1], edges[1:]):
+        x, d_pop = rows[start:stop], near[start:stop]
+        core = d_pop <= np.quantile(d_pop, cfg.core_fraction)
+        d = ((x - np.median(x[core], axis=0)) ** 2).sum(axis=1)
+        core &= d <= np.median(d[core])
+        templates.append(np.median(x[core], axis=0))
+        distance[start:stop], is_core[start:stop] = ((x - templates[-1]) ** 2).sum(axis=1), core
+    return distance / np.median(distance[is_core]), is_core, np.stack(templates)
+
+
+def test_template_distance_follows_its_definition_in_every_block(xp):
+    """Blocks of two sizes (293 beats in blocks of 41 and 42), ties in the population distance and
+    repeated rows: the same statistic, core and templates as block-by-block medians give."""
+    cfg = reference.ReferenceConfig(block_beats=40)
+    rng = np.random.default_rng(7)
+    rows = rng.standard_normal((293, 24)).astype(np.float32)
+    rows[::9] += 3.0
+    rows[50:60] = rows[50]
+    near = np.round(rng.random(293), 1).astype(np.float32)
+    assert len(set(np.diff(reference.block_edges(293, 40)).tolist())) == 2
+    want = _template_distance_one_block_at_a_time(rows, near, cfg)
+    got = reference.template_distance(xp.asarray(rows), xp.asarray(near), cfg)
+    got = [a.get() if hasattr(a, "get") else a for a in got]
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
+    np.testing.assert_array_equal(got[1], want[1])
+    np.testing.assert_allclose(got[2], want[2], rtol=1e-6)
+    np.testing.assert_array_equal(got[3], np.repeat(np.arange(7), np.diff(reference.block_edges(293, 40))))
+
+
 # --------------------------------------------------------------------------- resampling
 @pytest.mark.parametrize("fs", [128.0, 360.0, 1000.0])
 def test_rows_at_any_rate_resample_to_the_same_reference_rows(fs):
