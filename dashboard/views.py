@@ -154,15 +154,26 @@ def table_column(field: str, title: str, meaning: str, fmt: str, width: int) -> 
 
 
 # --------------------------------------------------------------------------- one beat
-class BeatDetail(View):
+class _Curves(View):
+    """A caption over a figure of beat-shaped curves (:func:`_curves`)."""
+
+    def __init__(self, store: DataStore, spec: ViewSpec, curves: dict, caption: str = ""):
+        super().__init__(store, spec)
+        self.source, self.figure = _curves(store, spec, curves)
+        self.info = html(caption, css_classes=["ecg-caption"], margin=(0, 10))
+
+    def __panel__(self):
+        return pn.Column(self.info, pn.pane.Bokeh(self.figure, sizing_mode="stretch_width"),
+                         sizing_mode="stretch_width")
+
+
+class BeatDetail(_Curves):
     """The focused beat (as the VAE saw it) and its reconstruction decode(mu)."""
 
     def __init__(self, store: DataStore, spec: ViewSpec):
-        super().__init__(store, spec)
-        self.source, self.figure = _curves(store, spec, {
-            "beat": ("beat", SIGNAL_COLOR, "solid", 2),
-            "recon": ("VAE reconstruction, decode(μ)", CENTRE_COLOR, "dashed", 2)})
-        self.info = html(self._info(), css_classes=["ecg-caption"], margin=(0, 10))
+        super().__init__(store, spec, {"beat": ("beat", SIGNAL_COLOR, "solid", 2),
+                                       "recon": ("VAE reconstruction, decode(μ)", CENTRE_COLOR, "dashed", 2)})
+        self.info.object = self._info()
         store.param.watch(self._draw, "focus")
         store.param.watch(lambda event: setattr(self.info, "object", self._info()), "labels_version")
 
@@ -193,10 +204,6 @@ class BeatDetail(View):
             self.source.data.update(beat=beat.astype(np.float32), recon=recon.astype(np.float32))
             _fit_y(self.figure, beat, recon)
         self.info.object = self._info()
-
-    def __panel__(self):
-        return pn.Column(self.info, pn.pane.Bokeh(self.figure, sizing_mode="stretch_width"),
-                         sizing_mode="stretch_width")
 
 
 # --------------------------------------------------------------------------- the decoder
@@ -240,15 +247,12 @@ class DecodedGrid(View):
         return pn.pane.Bokeh(p, sizing_mode="stretch_width")
 
 
-class SelectionCentre(View):
+class SelectionCentre(_Curves):
     """decode(mean z of the selection) beside the mean of the selected embedded beats."""
 
     def __init__(self, store: DataStore, spec: ViewSpec):
-        super().__init__(store, spec)
-        self.source, self.figure = _curves(store, spec, {
-            "mean": ("mean of selected beats", MEAN_COLOR, "solid", 3),
-            "decoded": ("decode(mean z)", CENTRE_COLOR, "dashed", 2)})
-        self.info = html("", css_classes=["ecg-caption"], margin=(0, 10))
+        super().__init__(store, spec, {"mean": ("mean of selected beats", MEAN_COLOR, "solid", 3),
+                                       "decoded": ("decode(mean z)", CENTRE_COLOR, "dashed", 2)})
         self._drawn = None
         self._draw(store.selection)
         store.param.watch(lambda event: self._draw(event.new), "selection")
@@ -269,10 +273,6 @@ class SelectionCentre(View):
             self.info.object = (f"<b>{sel.count:,}</b> selected {noun(sel.count, 'beat')} · their mean "
                                 f"latent position z = ({centre.z[0]:.3f}, {centre.z[1]:.3f})")
         self.rendered = sel.version
-
-    def __panel__(self):
-        return pn.Column(self.info, pn.pane.Bokeh(self.figure, sizing_mode="stretch_width"),
-                         sizing_mode="stretch_width")
 
 
 # --------------------------------------------------------------------------- text
