@@ -1,22 +1,12 @@
 #!/usr/bin/env bash
-# The GPU machine's measurements, in a few long commands (device time is scarce and the machine
-# forgets /tmp when idle, so each stage is one command and they run back to back).
+# The GPU machine's measurements, one long command a stage (device time is scarce and the machine
+# forgets /tmp when idle). From the repository root, the pack loaded (../shared/gpu/README.md):
 #
-#   benchmarks/gpu_session.sh STAGE        (from the repository root, after the pack is loaded;
-#                                           ../shared/gpu/README.md)
+#   benchmarks/gpu_session.sh tests|startup|serve|quality|dashboard|scale|batch
 #
-# Stages (each keeps its logs and JSON under $OUT, or benchmarks/results when $OUT is unset):
-#   tests      pytest -m gpu
-#   startup    pipeline run from scratch and from cache (3 fresh processes each), VAE training
-#              speed, then the serve stage
-#   serve      server start cold and from cache to a usable dashboard (protocol session; STARTS=N
-#              fresh servers each, default 3)
-#   quality    MIT-BIH records in .gpudata/mitdb through `pipeline evaluate` on the GPU
-#   dashboard  both boards' interactions, 20 sessions at once, soak of closed sessions (BOARDS=bokeh
-#              or BOARDS=cuxfilter: one board, for hosts too slow to fit both into one command)
-#   scale      server-side brushes on a 200M-sample recording
-#   batch      (several GPUs) the batch tests, and the archive benchmark on GPUS (1,2) × PER_GPU (1)
-#              workers each (MPS=1: under CUDA MPS)
+# Logs and JSON go to $OUT (default benchmarks/results). serve: STARTS=N fresh servers each (default
+# 3); dashboard, scale: BOARDS=bokeh or cuxfilter for one board; batch: GPUS, PER_GPU, RECORDINGS,
+# BUDGET choose the archive's layouts, TESTS=0 skips the batch tests, MPS=1 runs under CUDA MPS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . .gpupack/meta/env.sh
@@ -54,7 +44,8 @@ case "${1:-}" in
 tests)
     step gpu-tests 560 python3 -m pytest -m gpu -q -rs -p no:cacheprovider tests ;;
 startup)
-    step startup 200 python3 -m benchmarks.startup --device gpu --repeats 3 --out "$RUNS"
+    step startup-cold 200 python3 -m benchmarks.serve_start --pipeline --cold --out "$OUT" -- --device gpu --out "$RUNS"
+    step startup-cached 120 python3 -m benchmarks.serve_start --pipeline --out "$OUT" -- --device gpu --out "$RUNS"
     step train-speed 120 python3 -m benchmarks.train_speed --repeats 3
     bash "$0" serve ;;
 serve)
@@ -76,8 +67,7 @@ scale)
     step scale 580 python3 -m benchmarks.interaction --device gpu --scale --boards "${BOARDS:-bokeh,cuxfilter}" \
         --runs "$RUNS" --out "$OUT" --label scale --budget-s 540 ;;
 batch)
-    # GPUS, PER_GPU, RECORDINGS, BUDGET choose the layouts (TESTS=0: no tests first); MPS=1 runs them under CUDA MPS, whose
-    # daemon lets the kernels of a GPU's several workers run side by side instead of in turns.
+    # MPS's daemon lets the kernels of a GPU's several workers run side by side instead of in turns.
     [ "${TESTS:-1}" = 1 ] && step batch-tests 300 python3 -m pytest -m gpu -q -rs -p no:cacheprovider tests/test_batch.py
     [ "${MPS:-0}" = 1 ] && nvidia-cuda-mps-control -d && echo "CUDA MPS daemon started"
     step archive $((${BUDGET:-360} + 200)) python3 -m benchmarks.archive --recordings "${RECORDINGS:-40}" \

@@ -1,21 +1,23 @@
-"""Benchmark: from the server command to a usable dashboard, in fresh processes.
+"""Fresh processes: from the server command to a usable dashboard, or (``--pipeline``) ``pipeline run``.
 
-    python -m benchmarks.serve_start [--runs 3] [--cold] [--no-browser] [-- APP ARGS ...]
+    python -m benchmarks.serve_start [--runs 3] [--cold] [--no-browser | --pipeline] [-- APP ARGS ...]
 
-Each run starts ``panel serve dashboard/app.py`` (what ``./run.sh`` starts) in a new process and
-times, from the command: the server listening (its first HTTP answer, for a static file, so that no
-dashboard is built for a visitor who never comes); its "ready" log line; and the first visitor's
-usable dashboard: in Chromium (started before the server) until every view is drawn, or
-(``--no-browser``, the GPU machine) until a protocol session holds the whole dashboard, with the
-time that client spent decoding it in Python (BokehJS's work in a browser). ``--cold`` recomputes
-the run (``--no-cache``); otherwise the run comes from the cache (one untimed start fills it).
-Writes ``serve-start-<machine>-<cold|cached>-<date>.{json,md}`` under ``--out``.
+A server start is timed to its first HTTP answer (a static file: no dashboard is built for nobody),
+its "ready" log line, and the first visitor's usable dashboard: every view drawn in Chromium
+(started before the server), or with ``--no-browser`` a protocol session holding the whole
+dashboard (with the seconds that client spent decoding it, BokehJS's work in a browser).
+``--pipeline`` times ``python -m pipeline run APP ARGS`` from outside instead, with each cold run's
+stage times. ``--cold`` recomputes the run (``--no-cache``); otherwise (and always with
+``--pipeline``) one untimed start comes first. Writes ``serve-start-`` (``pipeline-start-``)
+``<machine>-<cold|cached>-<date>.{json,md}``.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,7 +40,7 @@ USABLE_JS = """() => {
     return bars.length > 0 && (signal[0].image[0].length > 1 || signal[1].t.length > 0);
 }"""
 NAMES = {"http_s": "server listening (first HTTP answer)", "ready_s": "server ready (log)",
-         "usable_s": "usable dashboard"}
+         "usable_s": "usable dashboard", "total_s": "pipeline run finished"}
 
 
 def usable_in_browser(browser, server: Server, timeout: float) -> float:
@@ -104,36 +106,51 @@ def one_start(app_args: list[str], log: Path, browser, timeout: float) -> dict:
             server.stop()
 
 
+def pipeline_start(app_args: list[str], log: Path, browser, timeout: float) -> dict:
+    """One fresh ``python -m pipeline run`` process, timed from outside, and its report's stage times."""
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "pipeline", "run", "--quiet", *app_args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+    total_s = time.perf_counter() - started
+    log.write_text(done.stdout + done.stderr)
+    if done.returncode != 0:
+        raise RuntimeError(f"pipeline run {' '.join(app_args)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    run = json.loads((ROOT / done.stdout.splitlines()[0].split()[1] / "report.json").read_text())
+    return {"total_s": round(total_s, 3), "stages_s": run["stages_s"], "beats": run["counts"]["beats"],
+            "epochs": len(run["training"]["loss_history"]), "final_loss": run["training"]["loss_history"][-1]}
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--runs", type=int, default=3, help="fresh server starts to time (median of them)")
-    p.add_argument("--cold", action="store_true", help="the server recomputes the run each time (--no-cache)")
+    p.add_argument("--runs", type=int, default=3, help="fresh processes to time (median of them)")
+    p.add_argument("--cold", action="store_true", help="recompute the run each time (--no-cache)")
     p.add_argument("--no-browser", action="store_true", help="usable = a bokeh.client session holds the dashboard")
+    p.add_argument("--pipeline", action="store_true", help="time `python -m pipeline run APP ARGS` instead")
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="folder of the JSON and Markdown")
-    p.add_argument("--label", default="", help="the machine's name in the result files (default: from the machine)")
     p.add_argument("app_args", nargs=argparse.REMAINDER, help="arguments for the app, after --")
     args = p.parse_args(argv)
     app_args = [a for a in args.app_args if a != "--"] + (["--no-cache"] if args.cold else [])
-    logs = Path(tempfile.mkdtemp(prefix="serve-start-"))
+    logs, start = Path(tempfile.mkdtemp(prefix="serve-start-")), pipeline_start if args.pipeline else one_start
 
     def measure(browser) -> list[dict]:
-        if not args.cold:     # fill the cache first (untimed)
-            one_start(app_args, logs / "fill.log", browser, args.timeout)
+        if not args.cold or args.pipeline:     # untimed: fills the cache, and Numba's disk cache for pipeline runs
+            start(app_args, logs / "fill.log", browser, args.timeout)
         runs = []
         for k in range(args.runs):
             loop_ms = python_loop_ms()   # the cores' speed just before this start
-            runs.append({**one_start(app_args, logs / f"run-{k}.log", browser, args.timeout), "python_loop_ms": loop_ms})
+            runs.append({**start(app_args, logs / f"run-{k}.log", browser, args.timeout), "python_loop_ms": loop_ms})
             print(f"run {k + 1}/{args.runs}: {runs[-1]}", file=sys.stderr, flush=True)
         return runs
 
-    if args.no_browser:
+    if args.no_browser and not args.pipeline:
         # The client's libraries load before any server starts, as the browser is started first: loaded
         # after the server listened, their imports (on the same cores) would be timed as the server's start.
         from tests.support.bokeh_session import ProtocolSession  # noqa: F401
         from tests.support.served import register_panel_models
 
         register_panel_models()
+    if args.pipeline or args.no_browser:
         runs = measure(None)
     else:
         from playwright.sync_api import sync_playwright
@@ -144,19 +161,25 @@ def main(argv: list[str] | None = None) -> dict:
                 runs = measure(browser)
             finally:
                 browser.close()
-    keys = [key for key in ("http_s", "ready_s", "usable_s", "client_decode_s", "python_loop_ms") if key in runs[0]]
+    keys = [key for key in (*NAMES, "client_decode_s", "python_loop_ms") if key in runs[0]]
     s = {key: {"median": round(statistics.median(r[key] for r in runs), 2), "min": min(r[key] for r in runs),
                "max": max(r[key] for r in runs)} for key in keys}
-    machine = describe_machine(backend.has_gpu())
-    result = {"benchmark": "serve_start", "date": date.today().isoformat(), "machine": machine, "app_args": app_args,
-              "cold": args.cold, "usable_by": "protocol" if args.no_browser else "chromium", "runs": runs, "summary": s}
-    m = machine
-    lines = [f"# Server start → usable dashboard ({'recomputed' if args.cold else 'cached'} run)", "",
-             f"Machine: {m.get('cpu', '?')}, {m.get('cpu_cores', '?')} cores" + (f", {m['gpu']}" if m.get("gpu") else "")
-             + f". App arguments: `{' '.join(app_args) or '(defaults)'}`; usable = {result['usable_by']}.", "",
+    machine, usable_by = describe_machine(backend.has_gpu()), "pipeline" if args.pipeline else \
+        "protocol" if args.no_browser else "chromium"
+    result = {"benchmark": "pipeline_start" if args.pipeline else "serve_start", "date": date.today().isoformat(),
+              "machine": machine, "app_args": app_args, "cold": args.cold, "usable_by": usable_by, "runs": runs,
+              "summary": s}
+    lines = [f"# {'pipeline run' if args.pipeline else 'Server start → usable dashboard'} "
+             f"({'recomputed' if args.cold else 'cached'} run)", "",
+             f"Machine: {report.machine_line(machine)}. App arguments: `{' '.join(app_args) or '(defaults)'}`; "
+             f"usable = {usable_by}.", "",
              *report.table(["from the command to", "median (s)", "min", "max"],
                            [[name, f"{s[k]['median']:.2f}", f"{s[k]['min']:.2f}", f"{s[k]['max']:.2f}"]
-                            for k, name in NAMES.items()])]
+                            for k, name in NAMES.items() if k in s])]
+    if args.pipeline and args.cold:
+        result["cold_stages_median_s"] = stages = {k: statistics.median(r["stages_s"].get(k, 0.0) for r in runs)
+                                                   for k in dict.fromkeys(k for r in runs for k in r["stages_s"])}
+        lines += ["Stages, median: " + ", ".join(f"{k} {v:.2f} s" for k, v in stages.items()) + ".", ""]
     if "client_decode_s" in s:
         d = s["client_decode_s"]
         lines += [f"Of the time to a usable dashboard, the protocol client spent {d['median']:.2f} s "
@@ -165,8 +188,9 @@ def main(argv: list[str] | None = None) -> dict:
     loop = s["python_loop_ms"]
     lines += [f"The cores' speed before each start (`benchmarks.measure.python_loop_ms`, lower is faster): "
               f"median {loop['median']:.0f} ms ({loop['min']:.0f}–{loop['max']:.0f})."]
-    label = f"{args.label or machine['name']}-{'cold' if args.cold else 'cached'}"
-    report.write(result, report.paths(args.out, "serve-start", label), "\n".join(lines))
+    label = f"{machine['name']}-{'cold' if args.cold else 'cached'}"
+    report.write(result, report.paths(args.out, "pipeline-start" if args.pipeline else "serve-start", label),
+                 "\n".join(lines))
     print("\n".join(lines))
     return result
 
