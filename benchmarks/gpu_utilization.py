@@ -6,7 +6,7 @@
 
 NVML's ``gpu`` utilization is the share of its last sample period (1/6 s to 1 s, by device) in
 which at least one kernel ran: it says the GPU was never idle, not that its cores were full.
-Without NVML (no nvidia-ml-py, no driver) the sampler records nothing and ``mean`` is empty.
+Without NVML (no nvidia-ml-py, no driver) nothing is sampled and ``mean`` is empty.
 """
 from __future__ import annotations
 
@@ -17,21 +17,16 @@ import threading
 
 class GpuUtilization:
     def __init__(self, interval_s: float = 0.1):
-        self.interval_s = interval_s
-        self.samples: dict[int, list[int]] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._handles: list = []
+        self.interval_s, self.samples, self._stop, self._thread = interval_s, {}, threading.Event(), None
 
     def __enter__(self) -> "GpuUtilization":
         with contextlib.suppress(Exception):  # no NVML: nothing to sample
             import pynvml
 
             pynvml.nvmlInit()
-            self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-        self.samples = {i: [] for i in range(len(self._handles))}
-        if self._handles:
-            self._thread = threading.Thread(target=self._sample, name="gpu-utilization", daemon=True)
+            handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+            self.samples = {i: [] for i in range(len(handles))}
+            self._thread = threading.Thread(target=self._sample, args=(pynvml, handles), daemon=True)
             self._thread.start()
         return self
 
@@ -39,17 +34,14 @@ class GpuUtilization:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        if self._handles:
             import pynvml
 
             with contextlib.suppress(Exception):
                 pynvml.nvmlShutdown()
 
-    def _sample(self) -> None:
-        import pynvml
-
+    def _sample(self, pynvml, handles) -> None:
         while not self._stop.wait(self.interval_s):
-            for i, handle in enumerate(self._handles):
+            for i, handle in enumerate(handles):
                 with contextlib.suppress(Exception):
                     self.samples[i].append(int(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu))
 

@@ -81,9 +81,14 @@ def target_lines(rows: list[dict]) -> list[str]:
                    r["status"], r.get("note") or ""] for r in rows])
 
 
+def load_line(m: dict) -> str:
+    return (f"- Load average at start / end: {m.get('load_average_start')} / {m.get('load_average_end')} "
+            "(other processes share the machine; it was not reserved)")
+
+
 def machine_line(m: dict) -> str:
     memory = f", {m['memory_bytes'] / 2**30:.0f} GiB RAM" if m.get("memory_bytes") else ""
-    gpu = f"; GPU {m['gpu']}" if m.get("gpu") else "; no GPU"
+    gpu = f"; GPU {m['gpu']}" + (f" × {m['gpu_count']}" if m.get("gpu_count", 1) > 1 else "") if m.get("gpu") else "; no GPU"
     v = m.get("versions", {})
     libs = ", ".join(f"{k} {v[k]}" for k in ("panel", "bokeh", "datashader", "playwright") if k in v)
     browser = f"; {m['chromium']}" if m.get("chromium") else ""
@@ -202,8 +207,7 @@ def pipeline_markdown(report: dict) -> str:
              f"- Machine: {m['cpu']}, {m['cpu_cores_usable']} usable cores ({m['cpu_cores']} in all), "
              f"{m['memory_bytes'] / 2**30:.0f} GiB RAM; GPU: {gpu_text}",
              f"- Libraries: python {m['python']}, " + ", ".join(f"{k} {v}" for k, v in m["versions"].items()),
-             f"- Load average at start / end: {m.get('load_average_start')} / {m.get('load_average_end')} "
-             "(other processes share the machine; it was not reserved)",
+             load_line(m),
              f"- Command: `{report['command']}`; took {report['elapsed_s']:.0f} s (budget {o['budget_s']:.0f} s)",
              f"- Repeats: {o['repeats']} timed runs per cell after one first run, fewer when a cell's timed runs "
              f"would pass {o['cell_budget_s']:g} s (column *runs*); host-side contenders skipped where one run is "
