@@ -8,6 +8,8 @@ pipeline.embed.embed_beats : the next step.
 """
 from __future__ import annotations
 
+import math
+
 from pipeline import _kernels, backend
 
 
@@ -152,8 +154,8 @@ def drop_non_qrs(signal, positions, fs: float, *, window_s: float = 0.38, width_
 def find_beats(response, signal, fs: float, cfg):
     """The fiducials of the heartbeats in ``signal`` from its Ricker ``response``: the adaptive
     threshold with non-maximum suppression, each point moved to the QRS extremum, T waves and
-    baseline steps removed, then a second look for small beats (:func:`second_look`). ``cfg`` is
-    a :class:`pipeline.config.SignalConfig`."""
+    baseline steps removed, then a second look for small beats (:func:`second_look`) and a search
+    inside long RR gaps (:func:`search_back`). ``cfg`` is a :class:`pipeline.config.SignalConfig`."""
     positions = fiducials(response, fs, refractory_s=cfg.refractory_s, threshold=cfg.threshold,
                           level_block_s=cfg.level_block_s, level_blocks=cfg.level_blocks)
     positions = refine_to_extremum(signal, positions, fs, search_s=cfg.refine_s, despike_s=cfg.despike_s)
@@ -161,7 +163,8 @@ def find_beats(response, signal, fs: float, cfg):
                              slope_ratio=cfg.twave_slope_ratio, window_rr_fraction=cfg.twave_rr_fraction,
                              max_width_s=cfg.max_qrs_width_s, despike_s=cfg.despike_s,
                              flat_slope_ratio=cfg.twave_flat_slope_ratio, step_slope_ratio=cfg.step_slope_ratio)
-    return second_look(response, signal, positions, fs, cfg)
+    positions = second_look(response, signal, positions, fs, cfg)
+    return search_back(response, signal, positions, fs, cfg)
 
 
 def second_look(response, signal, positions, fs: float, cfg):
@@ -188,6 +191,62 @@ def second_look(response, signal, positions, fs: float, cfg):
     narrow_and_steep = ((extra_width <= 1.5 * xp.median(width))
                         & (extra_slope >= cfg.second_look_slope * xp.median(slope)))
     return xp.unique(xp.concatenate([positions, extra[narrow_and_steep]]))
+
+
+def search_back(response, signal, positions, fs: float, cfg):
+    """Look again inside the RR gaps longer than ``cfg.search_back_rr`` × the local RR (the median
+    of the nine intervals around), with a level set by the gap itself.
+
+    After a large artefact (an amplifier driven to its rail, the slow recovery of an electrode's
+    baseline) the QRS complexes can come back at a tenth of their size for seconds: far under a
+    threshold set by the beats around, yet far above the gap's own noise. Pan & Tompkins search
+    back after an RR interval 1.66 × the average with half the threshold; here the level inside
+    the gap is ``cfg.search_back_level`` × the median of its 50-ms maxima of the response, so that
+    noise, a flat line or the slow recovery itself never reach it and a beat ten times smaller
+    than its neighbours still does. The search keeps ``max(cfg.second_look_gap_s, RR / 2)`` away
+    from the beats at both ends (their T waves), skips gaps longer than ``cfg.search_back_max_s``
+    (a pause or a lost lead is not a run of missed beats), suppresses within the absolute refractory
+    period (``cfg.search_back_refractory_s``: the wide response of a baseline step in the gap must
+    not hide a beat beside it), and keeps only candidates as narrow as a QRS complex (at most ``cfg.search_back_width`` × the beats' median width: a P or T wave, or a
+    baseline step, is wider). Per-gap and per-candidate work, plus one threshold-and-NMS pass
+    that leaves every sample outside the gaps at its first comparison; nothing runs without a
+    long gap."""
+    xp = backend.xp_of(positions)
+    if positions.shape[0] < 3:
+        return positions
+    rr = xp.diff(positions)
+    around = xp.clip(xp.arange(rr.shape[0])[:, None] + xp.arange(-4, 5)[None, :], 0, rr.shape[0] - 1)
+    local = xp.median(rr[around].astype(xp.float64), axis=1)
+    long = xp.flatnonzero((rr > cfg.search_back_rr * local) & (rr <= cfg.search_back_max_s * fs))
+    if long.shape[0] == 0:                       # host sync: one number
+        return positions
+    env = envelope(response)
+    block = max(1, int(round(0.05 * fs)))
+    n = env.shape[0]
+    count = -(-n // block)
+    padded = xp.zeros(count * block, dtype=env.dtype)
+    padded[:n] = env
+    maxima = padded.reshape(count, block).max(axis=1)
+    margin = xp.maximum(cfg.second_look_gap_s * fs, 0.5 * local[long])
+    first = xp.ceil((positions[long] + margin) / block).astype(xp.int64)        # whole blocks inside
+    stop = xp.floor((positions[long + 1] - margin) / block).astype(xp.int64)
+    room = stop > first
+    first, stop = first[room], stop[room]
+    span = int(math.ceil(cfg.search_back_max_s * fs / block))
+    blocks = first[:, None] + xp.arange(span)[None, :]
+    inside = blocks < stop[:, None]
+    values = xp.where(inside, maxima[xp.clip(blocks, 0, count - 1)], xp.nan)
+    level = cfg.search_back_level * xp.nanmedian(values, axis=1)
+    thresholds = xp.full(count, xp.inf, dtype=env.dtype)                        # no search outside the gaps
+    thresholds[blocks[inside]] = xp.broadcast_to(level[:, None], blocks.shape)[inside].astype(env.dtype)
+    extra = xp.flatnonzero(nms_gate(env, thresholds, block, max(1, int(round(cfg.search_back_refractory_s * fs)))))
+    if extra.shape[0] == 0:
+        return positions
+    extra = refine_to_extremum(signal, extra.astype(xp.int64), fs, search_s=cfg.refine_s, despike_s=cfg.despike_s)
+    _, width, _ = qrs_shape(signal, positions, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
+    _, extra_width, _ = qrs_shape(signal, extra, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
+    narrow = extra_width <= cfg.search_back_width * xp.median(width)
+    return xp.unique(xp.concatenate([positions, extra[narrow]]))
 
 
 def _steps_baseline(signal, positions, fs: float, before_s=(-0.3, -0.2), after_s=(0.4, 0.5), reach_s: float = 0.1):

@@ -12,6 +12,7 @@ this module only arranges them the way hard recordings do:
 ``tall_t_slow``        45 bpm, T waves taller than the small QRS complexes (synth's stress case)
 ``bigeminy``           every other beat a large PVC, the normal beats small
 ``ventricular_tachycardia`` 10 s of PVCs at 190 /min: fast, regular, no baseline, yet beats
+``amplifier_recovery`` an amplifier driven to its rail, then tiny beats on the recovering baseline
 ``*_128hz``, ``*_1khz`` the flutter and noise-burst cases at 128 Hz and 1 kHz
 =====================  ======================================================================
 
@@ -40,7 +41,8 @@ import numpy as np
 from pipeline import synth
 
 __all__ = ["StressCase", "CASES", "make_case", "write_case", "pauses", "flutter", "noise_bursts",
-           "electrode_motion", "tall_t_slow", "bigeminy", "ventricular_tachycardia"]
+           "electrode_motion", "tall_t_slow", "bigeminy", "ventricular_tachycardia",
+           "amplifier_recovery"]
 
 _LEADS = ("ECG1", "ECG2")
 
@@ -290,6 +292,37 @@ def ventricular_tachycardia(fs: float = 360.0, seed: int = 0, *, duration_s: flo
     return _case("ventricular_tachycardia", fs, signal, beats, np.where(kinds == 1, "V", "N"), (), rng_lead)
 
 
+def amplifier_recovery(fs: float = 360.0, seed: int = 0, *, duration_s: float = 60.0,
+                       starts_s: tuple = (15.0, 38.0), rail_s: float = 0.5, recovery_s: float = 6.0,
+                       gain: float = 0.15) -> StressCase:
+    """Sinus rhythm at 80 bpm with two amplifier overloads: an artefact drives the amplifier to
+    its rail for ``rail_s``, then the baseline falls back exponentially (time constant 1.5 s) and
+    the QRS complexes return at ``gain`` × their size for ``recovery_s`` before their size comes
+    back (as on some Holter tapes after an electrode is knocked). The small beats are true beats,
+    far under a threshold set by the beats around but far above the noise of their stretch. Beats
+    on the rail are hidden (``Q``). True episodes: the rails (noise)."""
+    rng_times, rng_noise, rng_lead = _streams(seed + 8, 3)
+    t = _sinus(duration_s, rng_times, heart_rate=80.0)
+    t = t[t < duration_s - 0.5]
+    n = int(round(duration_s * fs))
+    signal, beats, r_amp = _render_beats(fs, n, t, np.zeros(t.size), seed, heart_rate=80.0)
+    rail = 4.0 * r_amp
+    size = np.ones(n, dtype=np.float32)
+    offset = np.zeros(n, dtype=np.float32)
+    for start in starts_s:
+        i0, i1 = int(start * fs), int((start + rail_s) * fs)
+        size[i1:int((start + rail_s + recovery_s) * fs)] = gain
+        offset[i1:] += (rail * np.exp(-np.arange(n - i1) / (1.5 * fs))).astype(np.float32)
+    signal = np.minimum(signal * size + offset + _background(n, fs, rng_noise), rail)
+    symbols = np.full(beats.size, "N")
+    for start in starts_s:
+        i0, i1 = int(start * fs), int((start + rail_s) * fs)
+        signal[i0:i1] = rail
+        symbols[(beats >= i0) & (beats < i1)] = "Q"
+    episodes = tuple(("noise", start, start + rail_s) for start in starts_s)
+    return _case("amplifier_recovery", fs, signal, beats, symbols, episodes, rng_lead)
+
+
 #: Every case by name: ``CASES[name](seed=0)`` gives a :class:`StressCase`.
 CASES: dict = {
     "pauses": pauses,
@@ -299,6 +332,7 @@ CASES: dict = {
     "tall_t_slow": tall_t_slow,
     "bigeminy": bigeminy,
     "ventricular_tachycardia": ventricular_tachycardia,
+    "amplifier_recovery": amplifier_recovery,
     "flutter_128hz": functools.partial(flutter, 128.0),
     "flutter_1khz": functools.partial(flutter, 1000.0),
     "noise_bursts_128hz": functools.partial(noise_bursts, 128.0),

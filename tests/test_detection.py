@@ -20,7 +20,8 @@ from pipeline.run import heartbeats
 FLOOR = {"pauses": (1.0, 1.0), "flutter": (1.0, 1.0), "flutter_128hz": (1.0, 1.0), "flutter_1khz": (1.0, 1.0),
          "tall_t_slow": (1.0, 1.0), "bigeminy": (1.0, 1.0), "ventricular_tachycardia": (1.0, 1.0),
          "noise_bursts": (0.99, 0.95), "noise_bursts_128hz": (0.95, 0.9), "noise_bursts_1khz": (0.95, 0.9),
-         "electrode_motion": (0.88, 0.9)}
+         "electrode_motion": (0.88, 0.9),
+         "amplifier_recovery": (0.95, 0.98)}  # beats within 0.2 s of a rail's edges are lost with it
 DS1 = Path(os.environ.get("ECG_MITDB_DS1", Path(__file__).resolve().parents[2] / "shared" / "data" / "mitdb-ds1"))
 
 

@@ -10,7 +10,7 @@ from scipy.ndimage import maximum_filter1d
 from pipeline import backend
 from pipeline.config import SignalConfig
 from pipeline.peaks import (adaptive_threshold, beat_lengths, drop_non_qrs, envelope, fiducials, length_histogram,
-                            nms_gate, qrs_shape, refine_to_extremum)
+                            nms_gate, qrs_shape, refine_to_extremum, search_back)
 
 BEAT_SYMBOLS = list("NLRBAaJSVrFejnE/fQ?")  # the MIT-BIH README's heartbeat symbols
 
@@ -240,6 +240,44 @@ def test_drop_non_qrs_keeps_beats_and_drops_tall_t_waves(xp):
     candidates = np.sort(np.concatenate([beats, beats + int(0.33 * fs), [pvc]])).astype(np.int64)
     kept = _host(drop_non_qrs(xp.asarray(signal.astype(np.float32)), xp.asarray(candidates), fs))
     np.testing.assert_array_equal(kept, np.sort(np.concatenate([beats, [pvc]])))
+
+
+def _spikes(fs, n, centres, heights, sigma_s=0.01):
+    t = np.arange(n)
+    signal = np.zeros(n)
+    for c, h in zip(centres, heights):
+        signal += h * np.exp(-0.5 * ((t - c) / (sigma_s * fs)) ** 2)
+    return signal
+
+
+def test_search_back_finds_small_beats_in_a_long_gap_but_nothing_in_a_pause(xp):
+    """Beats every 0.8 s; in one stretch of 4.8 s they are a tenth of their size (an amplifier
+    recovering), and elsewhere a sinus pause of 3.2 s holds only noise and a P wave (wide). The
+    search inside the long gaps finds the five small beats and adds nothing in the pause."""
+    from pipeline.wavelet import ricker_response
+
+    fs, cfg = 360.0, SignalConfig()
+    rng = np.random.default_rng(7)
+    beats = np.arange(int(1.0 * fs), int(58 * fs), int(0.8 * fs))
+    pause = (beats > 40 * fs) & (beats < 43 * fs)             # three beats missing: a 3.2-s pause
+    beats = beats[~pause]
+    small = (beats > 20 * fs) & (beats < 24.5 * fs)
+    n = int(60 * fs)
+    signal = _spikes(fs, n, beats, np.where(small, 0.1, 1.0))
+    p_wave = beats[np.searchsorted(beats, 40 * fs)] + int(0.9 * fs)
+    signal += _spikes(fs, n, [p_wave], [0.1], sigma_s=0.04)
+    signal = xp.asarray((signal + 0.004 * rng.standard_normal(n)).astype(np.float32))
+    big = xp.asarray(beats[~small].astype(np.int64))
+    found = _host(search_back(ricker_response(signal, fs, cfg.ricker_width_s), signal, big, fs, cfg))
+    error = np.abs(found[:, None] - beats[None, :]).min(axis=1)
+    assert found.size == beats.size and error.max() <= 2, (found.size, beats.size, error.max())
+
+
+def test_search_back_adds_nothing_without_a_long_gap(xp):
+    fs, cfg = 360.0, SignalConfig()
+    positions = xp.asarray(np.arange(360, 20_000, 290, dtype=np.int64))
+    signal = xp.asarray(np.random.default_rng(3).standard_normal(20_360).astype(np.float32))
+    assert _host(search_back(signal, signal, positions, fs, cfg)).tolist() == _host(positions).tolist()
 
 
 def test_refined_fiducials_sit_on_the_r_peaks(synthetic_ecg):

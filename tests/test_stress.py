@@ -132,3 +132,14 @@ def test_wfdb_names_the_leads_ecg1_ecg2(cases, tmp_path):
 def test_write_case_refuses_other_suffixes(cases, tmp_path):
     with pytest.raises(ValueError, match=r"path must end in \.csv or \.hea .*got 'x\.parquet'"):
         stress.write_case(cases["pauses"], tmp_path / "x.parquet")
+
+
+def test_amplifier_recovery_shrinks_the_beats_after_the_rail(cases):
+    case = cases["amplifier_recovery"]
+    assert [e[0] for e in case.episodes] == ["noise", "noise"]
+    qrs = np.ptp(case.signal[np.clip(case.beats[:, None] + np.arange(-18, 19), 0, case.signal.size - 1)], axis=1)
+    after = np.zeros(case.beats.size, dtype=bool)
+    for _, start, end in case.episodes:
+        after |= (case.beats > (end + 0.3) * case.fs) & (case.beats < (end + 5.5) * case.fs)
+    assert after.sum() >= 10
+    assert np.median(qrs[after]) < 0.25 * np.median(qrs[~after & ~case.inside()])
