@@ -1,17 +1,15 @@
 """CPU training under contention: the thread policy (``pipeline.threads``) against the libraries'
 defaults, with and without another process keeping one core busy.
 
-    python -m benchmarks.threads                 # 5 runs per cell, 40 steps each
-    python -m benchmarks.threads --repeats 7 --policies default,policy,2
+    python -m benchmarks.threads [--repeats 5] [--steps 40] [--policies default,policy,2]
 
-Each run is a fresh process (thread settings are per process) that applies its policy, warms up
-for 5 steps of the CPU default run's training (the 2M-sample recording's beats, full batches), then
-times ``--steps`` steps while a second thread asks to wake every 5 ms and records how late it wakes
-(a web server's thread beside the training). Policies: ``default`` (nothing set), ``policy``
-(``limit_threads()``) or a number of threads; a trailing ``p`` also sets ``OMP_WAIT_POLICY=PASSIVE``.
-Conditions ``idle`` and ``busy`` (a ``while True: pass`` process throughout) are interleaved run by
-run. Prints per cell the median step, the p95 of all steps, the wake-up lateness, and each
-policy's busy/idle ratio (target ≤ 1.5); the last line is JSON.
+Each run is a fresh process (thread settings are per process) that applies its policy (``default``:
+nothing set; ``policy``: ``limit_threads()``; or a number of threads), warms up for 5 steps of the
+CPU default run's training (the 2M-sample recording's beats, full batches), then times ``--steps``
+steps while a second thread asks to wake every 5 ms and records how late it wakes (a web server's
+thread beside the training). Conditions ``idle`` and ``busy`` (a ``while True: pass`` process
+throughout) are interleaved run by run. Prints per cell the median step, the p95 of all steps, the
+wake-up lateness, and each policy's busy/idle ratio (target ≤ 1.5); the last line is JSON.
 """
 from __future__ import annotations
 
@@ -33,14 +31,10 @@ from benchmarks.measure import describe_machine, load_average
 
 def child(policy: str, beats: Path, steps: int) -> dict:
     """One measured run, in this (fresh) process."""
-    if policy.endswith("p"):  # OpenMP threads sleep at once at a barrier instead of spinning first
-        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
-        policy = policy[:-1]
     if policy != "default":
         from pipeline import threads
 
         threads.limit_threads(None if policy == "policy" else int(policy))
-    import numba
     import torch
 
     from benchmarks.train_speed import make_step
@@ -50,7 +44,7 @@ def child(policy: str, beats: Path, steps: int) -> dict:
     rows, cfg = torch.from_numpy(np.load(beats)), VAEConfig()
     step, batches, plan = make_step(rows, split_train(len(rows), cfg.train_fraction, cfg.seed), cfg, seed=0)
     full = [b for b in batches if len(b) == plan.batch]
-    lateness, stop = [], threading.Event()
+    lateness, stop, times = [], threading.Event(), []
 
     def server_thread():  # wakes every 5 ms, as an event loop polling its sockets would
         while not stop.is_set():
@@ -62,15 +56,13 @@ def child(policy: str, beats: Path, steps: int) -> dict:
         step(full[k % len(full)])
     watcher = threading.Thread(target=server_thread, daemon=True)
     watcher.start()
-    times = []
     for k in range(steps):
         started = time.perf_counter()
         step(full[k % len(full)])
         times.append((time.perf_counter() - started) * 1000)
     stop.set()
     watcher.join()
-    return {"step_ms": times, "late_ms": lateness, "batch": plan.batch, "torch_threads": torch.get_num_threads(),
-            "numba_threads": numba.get_num_threads()}
+    return {"step_ms": times, "late_ms": lateness, "batch": plan.batch, "torch_threads": torch.get_num_threads()}
 
 
 def run_child(policy: str, beats: Path, steps: int, busy: bool) -> dict:
@@ -110,22 +102,19 @@ def main(argv: list[str] | None = None) -> int:
     beats = Path(tempfile.mkdtemp(prefix="threads-")) / "beats.npy"
     np.save(beats, synthetic_beats(args.samples)[0])
     machine = {k: v for k, v in describe_machine(gpu=False).items() if k != "versions"}
-    print(f"machine    {json.dumps(machine)}")
     cells = {(p, c): [] for p in policies for c in ("idle", "busy")}
     for i in range(args.repeats):
         for (policy, condition), runs in cells.items():
             runs.append(run_child(policy, beats, args.steps, condition == "busy"))
-            r = runs[-1]
-            print(f"run {i + 1} {policy:>8} {condition:<5} median step {statistics.median(r['step_ms']):7.1f} ms "
-                  f"(torch {r['torch_threads']}, numba {r['numba_threads']} threads, batch {r['batch']})", flush=True)
+            print(f"run {i + 1} {policy:>8} {condition:<5} median step {statistics.median(runs[-1]['step_ms']):7.1f} ms",
+                  flush=True)
 
     print(f"\n{'policy':>8} {'cond':<5} {'threads':>7} {'step ms':>8} {'p95 ms':>8} {'late p95':>8} {'late max':>8}")
     summary = {"machine": machine, "samples": args.samples, "steps": args.steps, "repeats": args.repeats,
                "load_average": {"start": machine["load_average_start"], "end": load_average()}, "cells": []}
     medians = {}
     for (policy, condition), runs in cells.items():
-        per_run = [statistics.median(r["step_ms"]) for r in runs]
-        late = [t for r in runs for t in r["late_ms"]]
+        per_run, late = [statistics.median(r["step_ms"]) for r in runs], [t for r in runs for t in r["late_ms"]]
         medians[policy, condition] = statistics.median(per_run)
         cell = {"policy": policy, "condition": condition, "torch_threads": runs[0]["torch_threads"],
                 "step_ms_median": medians[policy, condition],
@@ -138,9 +127,6 @@ def main(argv: list[str] | None = None) -> int:
     summary["busy_over_idle"] = {p: medians[p, "busy"] / medians[p, "idle"] for p in policies}
     for policy, ratio in summary["busy_over_idle"].items():
         print(f"{policy:>8}: one busy core costs {ratio:.2f}× (target ≤ 1.5×)")
-    if "default" in policies and "policy" in policies:
-        print(f"policy vs default, busy core: {medians['default', 'busy'] / medians['policy', 'busy']:.1f}× faster; "
-              f"idle: {medians['policy', 'idle'] / medians['default', 'idle']:.2f}× the default's step time")
     print(json.dumps(summary))
     return 0
 
