@@ -57,29 +57,31 @@ def _embed_one(i, signal, positions, pre, out):
         out[i, j] = signal[k] - mean if j < used and first <= k < last else 0.0
 
 
-def _median_at(signal, k, half):
-    """Median of signal[k-half : k+half+1] (indices clipped to the recording) without an array:
-    the element that has at most ``half`` smaller and at most ``half`` larger neighbours.
-    O(window²), fine for the 3–15 samples it is used with."""
-    n = signal.shape[0]
-    for a in range(k - half, k + half + 1):
-        value = signal[min(max(a, 0), n - 1)]
+def _median_of(values, first, last):
+    """Median of values[first : last+1] (indices clipped to the array, as a clipped gather would
+    repeat the end values) without an array: the element with at most count // 2 smaller and at
+    most count // 2 larger ones (for an even count, the first such in order). O(count²), fine for
+    the 3–15 values it is used with. The one median of the QRS-shape and noise kernels."""
+    n = values.shape[0]
+    half = (last - first + 1) // 2
+    for a in range(first, last + 1):
+        value = values[min(max(a, 0), n - 1)]
         below = 0
         above = 0
-        for b in range(k - half, k + half + 1):
-            other = signal[min(max(b, 0), n - 1)]
+        for b in range(first, last + 1):
+            other = values[min(max(b, 0), n - 1)]
             if other < value:
                 below += 1
             elif other > value:
                 above += 1
         if below <= half and above <= half:
             return value
-    return signal[min(max(k, 0), n - 1)]
+    return values[min(max(first + half, 0), n - 1)]
 
 
-def _qrs_shape_body(median_at):
-    """The per-index body of the QRS-shape kernel, closed over ``median_at``: the CPU or the CUDA
-    twin of :func:`_median_at` (a body may call only functions compiled for its own target)."""
+def _qrs_shape_body(median_of):
+    """The per-index body of the QRS-shape kernel, closed over ``median_of``: the CPU or the CUDA
+    twin of :func:`_median_of` (a body may call only functions compiled for its own target)."""
 
     def qrs_shape_one(i, signal, positions, search, base, despike, cap, step, reach, refined, width, slope):
         """QRS point and shape of candidate i, measured on the ECG with spikes removed (running median
@@ -100,11 +102,11 @@ def _qrs_shape_body(median_at):
         best_dev = -1.0
         for k in range(p - search, p + search + 1):
             kk = min(max(k, 0), n - 1)
-            dev = abs(median_at(signal, kk, despike) - baseline)
+            dev = abs(median_of(signal, kk - despike, kk + despike) - baseline)
             if dev > best_dev:
                 best_dev = dev
                 best = kk
-        peak = median_at(signal, best, despike) - baseline
+        peak = median_of(signal, best - despike, best + despike) - baseline
         half = 0.5 * abs(peak)
         sign = 1.0 if peak >= 0 else -1.0
         # The median flattens the tip of a narrow R wave: the point itself is the raw extremum
@@ -115,15 +117,18 @@ def _qrs_shape_body(median_at):
                 tip = k
         refined[i] = tip
         left = best
-        while left > max(best - cap, 0) and sign * (median_at(signal, left - 1, despike) - baseline) > half:
+        while (left > max(best - cap, 0)
+               and sign * (median_of(signal, left - 1 - despike, left - 1 + despike) - baseline) > half):
             left -= 1
         right = best
-        while right < min(best + cap, n - 1) and sign * (median_at(signal, right + 1, despike) - baseline) > half:
+        while (right < min(best + cap, n - 1)
+               and sign * (median_of(signal, right + 1 - despike, right + 1 + despike) - baseline) > half):
             right += 1
         width[i] = right - left + 1
         steepest = 0.0
         for k in range(best - reach, best + reach + 1):
-            rise = abs(median_at(signal, k + step, despike) - median_at(signal, k - step, despike))
+            rise = abs(median_of(signal, k + step - despike, k + step + despike)
+                       - median_of(signal, k - step - despike, k - step + despike))
             if rise > steepest:
                 steepest = rise
         slope[i] = steepest
@@ -135,7 +140,8 @@ def _qrs_shape_body(median_at):
 # CUDA kernels take a fixed argument list (no *args), so each body gets two explicit wrappers.
 _nms_cpu_body = numba.njit(_nms_one, cache=True)
 _embed_cpu_body = numba.njit(_embed_one, cache=True)
-_qrs_shape_cpu_body = numba.njit(_qrs_shape_body(numba.njit(_median_at, cache=True)), cache=True)
+_median_of_cpu = numba.njit(_median_of, cache=True)
+_qrs_shape_cpu_body = numba.njit(_qrs_shape_body(_median_of_cpu), cache=True)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -163,6 +169,14 @@ cuda = _nms_cuda_body = _embed_cuda_body = _qrs_shape_cuda_body = None
 
 
 @functools.cache
+def _median_of_cuda():
+    """The CUDA twin of :func:`_median_of`, compiled once for both tables of CUDA kernels."""
+    from numba import cuda
+
+    return cuda.jit(device=True)(_median_of)
+
+
+@functools.cache
 def _cuda_kernels() -> dict:
     """Compile-on-first-use CUDA twins (numba.cuda is imported only on the GPU path), cached on disk
     like the CPU ones (``cache=True``: in ``__pycache__``, invalidated when this file changes), so
@@ -172,7 +186,7 @@ def _cuda_kernels() -> dict:
 
     _nms_cuda_body = cuda.jit(device=True)(_nms_one)
     _embed_cuda_body = cuda.jit(device=True)(_embed_one)
-    _qrs_shape_cuda_body = cuda.jit(device=True)(_qrs_shape_body(cuda.jit(device=True)(_median_at)))
+    _qrs_shape_cuda_body = cuda.jit(device=True)(_qrs_shape_body(_median_of_cuda()))
 
     def nms(n, envelope, threshold, block, half, gate):
         i = cuda.grid(1)
@@ -342,37 +356,17 @@ def _beat_stats_one(i, signal, positions, half_qrs, before, after, step, edge, t
     best[i] = top
 
 
-def _middle_of(stats, column, first, last):
-    """Median of ``stats[j, column]`` for j in first..last (an odd count; indices clipped to the
-    array, as a clipped gather would repeat the end rows), by counting: O(count²)."""
-    count = stats.shape[0]
-    size = last - first + 1
-    half = size // 2
-    for a in range(first, last + 1):
-        value = stats[min(max(a, 0), count - 1), column]
-        below = 0
-        above = 0
-        for b in range(first, last + 1):
-            other = stats[min(max(b, 0), count - 1), column]
-            if other < value:
-                below += 1
-            elif other > value:
-                above += 1
-        if below <= half and above <= half:
-            return value
-    return stats[min(max(first + half, 0), count - 1), column]
+def _tick_measures_body(median_of):
+    """The per-tick body of the noise measures, closed over ``median_of`` (the CPU or CUDA twin of
+    :func:`_median_of`)."""
 
-
-def _tick_measures_body(middle_of):
-    """The per-tick body of the noise measures, closed over ``middle_of`` (the CPU or CUDA twin of
-    :func:`_middle_of`)."""
-
-    def tick_measures_one(k, stats, half, few, out):
+    def tick_measures_one(k, stats, means, half, few, out):
         """From the block statistics of :func:`_block_stats_one` (one block a tick), the measures
         of tick k: out[k] = (range over the ticks k-half..k+half-1, range over the ``few`` ticks
         centred on k, second-lowest mean square of the second difference over those ``few``,
         median block mean of the ``half`` ticks before k, of the ``half`` ticks from k on, rail
-        samples over the ticks k-half..k+half-1). Indices are clipped to the recording."""
+        samples over the ticks k-half..k+half-1). ``means`` is column 3 of ``stats`` as its own
+        1-D array, for the median. Indices are clipped to the recording."""
         count = stats.shape[0]
         low = stats[min(max(k - half, 0), count - 1), 1]
         high = stats[min(max(k - half, 0), count - 1), 2]
@@ -407,8 +401,8 @@ def _tick_measures_body(middle_of):
         out[k, 0] = high - low
         out[k, 1] = near_high - near_low
         out[k, 2] = second
-        out[k, 3] = middle_of(stats, 3, k - half, k - 1)
-        out[k, 4] = middle_of(stats, 3, k, k + half - 1)
+        out[k, 3] = median_of(means, k - half, k - 1)
+        out[k, 4] = median_of(means, k, k + half - 1)
         out[k, 5] = rails
 
     return tick_measures_one
@@ -416,7 +410,7 @@ def _tick_measures_body(middle_of):
 
 _block_stats_cpu_body = numba.njit(_block_stats_one, cache=True)
 _beat_stats_cpu_body = numba.njit(_beat_stats_one, cache=True)
-_tick_measures_cpu_body = numba.njit(_tick_measures_body(numba.njit(_middle_of, cache=True)), cache=True)
+_tick_measures_cpu_body = numba.njit(_tick_measures_body(_median_of_cpu), cache=True)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -434,9 +428,9 @@ def _beat_stats_cpu(n, signal, positions, half_qrs, before, after, step, edge, t
 
 
 @numba.njit(parallel=True, cache=True)
-def _tick_measures_cpu(n, stats, half, few, out):
+def _tick_measures_cpu(n, stats, means, half, few, out):
     for k in numba.prange(n):
-        _tick_measures_cpu_body(k, stats, half, few, out)
+        _tick_measures_cpu_body(k, stats, means, half, few, out)
 
 
 _block_stats_cuda_body = _beat_stats_cuda_body = _tick_measures_cuda_body = None
@@ -451,7 +445,7 @@ def _episode_cuda_kernels() -> dict:
 
     _block_stats_cuda_body = cuda.jit(device=True)(_block_stats_one)
     _beat_stats_cuda_body = cuda.jit(device=True)(_beat_stats_one)
-    _tick_measures_cuda_body = cuda.jit(device=True)(_tick_measures_body(cuda.jit(device=True)(_middle_of)))
+    _tick_measures_cuda_body = cuda.jit(device=True)(_tick_measures_body(_median_of_cuda()))
 
     def block_stats(n, signal, size, step, low_rail, high_rail, out):
         k = cuda.grid(1)
@@ -465,10 +459,10 @@ def _episode_cuda_kernels() -> dict:
             _beat_stats_cuda_body(i, signal, positions, half_qrs, before, after, step, edge, t_lo, t_hi, t_step, k,
                                   amp, hf, shift, corr, best)
 
-    def tick_measures(n, stats, half, few, out):
+    def tick_measures(n, stats, means, half, few, out):
         k = cuda.grid(1)
         if k < n:
-            _tick_measures_cuda_body(k, stats, half, few, out)
+            _tick_measures_cuda_body(k, stats, means, half, few, out)
 
     return {"block_stats": _cuda_jit_cached(block_stats), "beat_stats": _cuda_jit_cached(beat_stats),
             "tick_measures": _cuda_jit_cached(tick_measures)}

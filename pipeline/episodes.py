@@ -366,7 +366,8 @@ def noise_severity(signal, fs: float, positions=None, *, tick_s: float = 0.1, hf
     half = max(1, int(round(0.5 / tick_s)))
     few = max(3, int(round(0.5 / tick_s)) | 1)
     measures = xp.empty((count, 6), dtype=xp.float32)
-    _kernels.launch("tick_measures", count, stats, half, few, measures)
+    means = xp.ascontiguousarray(stats[:, 3])          # the kernels' one median reads a 1-D array
+    _kernels.launch("tick_measures", count, stats, means, half, few, measures)
     ranges, short_ranges = measures[:, 0], measures[:, 1]
     amplitude = _typical_amplitude(signal, positions, fs, ranges)
     severity = xp.maximum(xp.sqrt(measures[:, 2]) / (hf_ratio * amplitude), ranges / (range_ratio * amplitude))

@@ -207,8 +207,9 @@ def search_back(response, signal, positions, fs: float, cfg):
     from the beats at both ends (their T waves), skips gaps longer than ``cfg.search_back_max_s``
     (a pause or a lost lead is not a run of missed beats), suppresses within the absolute refractory
     period (``cfg.search_back_refractory_s``: the wide response of a baseline step in the gap must
-    not hide a beat beside it), and keeps only candidates as narrow as a QRS complex (at most ``cfg.search_back_width`` × the beats' median width: a P or T wave, or a
-    baseline step, is wider). Per-gap and per-candidate work, plus one threshold-and-NMS pass
+    not hide a beat beside it), and keeps only candidates as narrow as a QRS complex (at most
+    ``cfg.search_back_width`` × the beats' median width: a P or T wave, or a baseline step, is
+    wider). Per-gap and per-candidate work, plus one threshold-and-NMS pass
     that leaves every sample outside the gaps at its first comparison; nothing runs without a
     long gap."""
     xp = backend.xp_of(positions)

@@ -207,6 +207,22 @@ def test_refine_skips_a_pacing_spike(xp):
     np.testing.assert_array_equal(_host(refined), [2000])
 
 
+@pytest.mark.parametrize("first, last", [(0, 0), (3, 9), (-4, 2), (95, 103), (10, 24), (-3, -1)])
+def test_median_of_equals_a_clipped_numpy_median(first, last):
+    """The one device median of the QRS-shape and noise kernels: indices clipped to the array, as
+    a clipped gather would repeat the end values (odd counts; for even ones, one of the two middles)."""
+    from pipeline import _kernels
+
+    values = np.random.default_rng(abs(first * 31 + last)).standard_normal(100).astype(np.float32)
+    window = values[np.clip(np.arange(first, last + 1), 0, 99)]
+    got = _kernels._median_of_cpu(values, first, last)
+    if window.size % 2:
+        assert got == np.median(window)
+    else:
+        middle = np.sort(window)[window.size // 2 - 1:window.size // 2 + 1]
+        assert got in middle
+
+
 def test_qrs_shape_width_and_slope(xp):
     """Width at half height and the steepest rise of Gaussian deflections, against their formulas."""
     fs = 500.0
