@@ -140,9 +140,9 @@ def find_episodes(signal, fs: float, positions=None, *, flutter: bool = True, no
     flutter, noise : bool
         Which kinds to look for.
     window_s, hop_s : float
-        Flutter windows: length and hop. An episode runs from the first flagged window's centre
-        − (``window_s`` − ``hop_s``) / 2 to the last one's centre + as much: a window is flagged
-        when flutter fills most of it.
+        Flutter windows: length and hop. An episode runs from the centre of its first sine-like
+        window (see ``min_sine_share``) − (``window_s`` − ``hop_s``) / 2 to the last one's centre
+        + as much: a window is flagged when flutter fills most of it.
     flutter_hz : (float, float)
         Dominant frequency band of flutter windows (the 3–7 Hz of VFL with the margin of a 2-s
         window's resolution).
@@ -331,6 +331,17 @@ def _flutter_episodes(features: dict, duration: float, *, window_s, hop_s, flutt
     if first.shape[0] == 0:
         return Episodes()
     share = _run_sums(sine, first, last) / (last - first + 1)
+    # The episode runs from the run's first sine-like window to its last: at its edges a run of
+    # wide complexes (the ventricular beats that often lead into flutter) passes the first tests
+    # but not the sine test, and its beats are beats.
+    sine_first, sine_last = _runs(sine, 0)
+    if sine_first.shape[0]:
+        after = np.minimum(np.searchsorted(sine_last, first), sine_first.shape[0] - 1)
+        before = np.maximum(np.searchsorted(sine_first, last, side="right") - 1, 0)
+        inside_first = (sine_last[after] >= first) & (sine_first[after] <= last)
+        inside_last = (sine_first[before] <= last) & (sine_last[before] >= first)
+        first, last = (np.where(inside_first, np.maximum(sine_first[after], first), first),
+                       np.where(inside_last, np.minimum(sine_last[before], last), last))
     centre = features["centre_s"]
     reach = (window_s - hop_s) / 2.0
     start = np.clip(centre[first] - reach, 0.0, duration)

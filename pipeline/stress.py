@@ -7,6 +7,7 @@ this module only arranges them the way hard recordings do:
 =====================  ======================================================================
 ``pauses``             sinus rhythm with pauses of 2, 3, 4.5 s and a 6-s sinus arrest
 ``flutter``            sinus rhythm, 10 s of ventricular flutter at ~270 /min, sinus again
+``pvcs_into_flutter``  the same, six PVCs at 150 /min leading into the flutter
 ``noise_bursts``       muscle noise and motion bursts (synth's), beats inside labelled ``Q``
 ``electrode_motion``   large slow electrode-motion swings and an electrode pop (a baseline step)
 ``tall_t_slow``        45 bpm, T waves taller than the small QRS complexes (synth's stress case)
@@ -172,18 +173,25 @@ def pauses(fs: float = 360.0, seed: int = 0, *, duration_s: float = 60.0,
 
 
 def flutter(fs: float = 360.0, seed: int = 0, *, duration_s: float = 40.0, start_s: float = 12.0,
-            length_s: float = 10.0, rate_hz: float = 4.5) -> StressCase:
+            length_s: float = 10.0, rate_hz: float = 4.5, lead_in_beats: int = 0) -> StressCase:
     """Sinus rhythm, then ``length_s`` of ventricular flutter at ``rate_hz`` (~270 /min), then a
     1-s pause and sinus rhythm again. The flutter waves are broad Gaussian waves of alternating
     sign, half a cycle apart, drawn by synth's renderer: a sine-like oscillation whose amplitude
-    (about the R wave's) and rate drift a little. True episode: ``('flutter', start, end)``."""
+    (about the R wave's) and rate drift a little. ``lead_in_beats`` PVCs at 150 /min may lead
+    into the flutter (as ventricular beats often do): they are beats (``V``), outside the episode.
+    True episode: ``('flutter', start, end)``."""
     rng_times, rng_wave, rng_noise, rng_lead = _streams(seed + 2, 4)
     t = _sinus(duration_s, rng_times)
     end_s = start_s + length_s
-    t = t[(t < start_s - 0.3) | (t > end_s + 1.0)]
-    t = t[t < duration_s - 0.5]
+    run = start_s - 0.4 * np.arange(lead_in_beats, 0, -1)
+    t = t[(t < start_s - 0.3 - 0.4 * lead_in_beats - (0.3 if lead_in_beats else 0.0)) | (t > end_s + 1.0)]
+    kinds = np.concatenate([np.zeros(t.size), np.ones(run.size)]).astype(np.int8)
+    t = np.concatenate([t, run])
+    order = np.argsort(t, kind="stable")
+    t, kinds = t[order], kinds[order]
+    kinds, t = kinds[t < duration_s - 0.5], t[t < duration_s - 0.5]
     n = int(round(duration_s * fs))
-    signal, beats, r_amp = _render_beats(fs, n, t, np.zeros(t.size), seed)
+    signal, beats, r_amp = _render_beats(fs, n, t, kinds, seed)
     # half-cycles of a slowly wandering rate
     half = []
     now = start_s
@@ -198,7 +206,8 @@ def flutter(fs: float = 360.0, seed: int = 0, *, duration_s: float = 40.0, start
     width = np.full(centres.size, 0.5 / rate_hz / 2.2)
     synth._render_gaussians(signal, centres * fs, sign * amplitude, width * fs)
     signal += _background(n, fs, rng_noise)
-    return _case("flutter", fs, signal, beats, np.full(beats.size, "N"), (("flutter", start_s, end_s),), rng_lead)
+    symbols = np.where(kinds[: beats.size] == 1, "V", "N")
+    return _case("flutter", fs, signal, beats, symbols, (("flutter", start_s, end_s),), rng_lead)
 
 
 def noise_bursts(fs: float = 360.0, seed: int = 0, *, duration_s: float = 90.0,
@@ -333,6 +342,7 @@ CASES: dict = {
     "bigeminy": bigeminy,
     "ventricular_tachycardia": ventricular_tachycardia,
     "amplifier_recovery": amplifier_recovery,
+    "pvcs_into_flutter": functools.partial(flutter, lead_in_beats=6),
     "flutter_128hz": functools.partial(flutter, 128.0),
     "flutter_1khz": functools.partial(flutter, 1000.0),
     "noise_bursts_128hz": functools.partial(noise_bursts, 128.0),

@@ -17,7 +17,7 @@ from pipeline.run import heartbeats
 # Se and P+ each case must reach at 150 ms. Noise bursts: beats inside them count, and noise there
 # can pass for a beat or hide one; electrode motion: a swing as steep as a QRS complex is taken for
 # one, and a beat on a swing can be missed.
-FLOOR = {"pauses": (1.0, 1.0), "flutter": (1.0, 1.0), "flutter_128hz": (1.0, 1.0), "flutter_1khz": (1.0, 1.0),
+FLOOR = {"pauses": (1.0, 1.0), "flutter": (1.0, 1.0), "pvcs_into_flutter": (1.0, 1.0), "flutter_128hz": (1.0, 1.0), "flutter_1khz": (1.0, 1.0),
          "tall_t_slow": (1.0, 1.0), "bigeminy": (1.0, 1.0), "ventricular_tachycardia": (1.0, 1.0),
          "noise_bursts": (0.99, 0.95), "noise_bursts_128hz": (0.95, 0.9), "noise_bursts_1khz": (0.95, 0.9),
          "electrode_motion": (0.88, 0.9),

@@ -44,13 +44,23 @@ def _assert_found(case, found: Episodes, kind: str, cover: float):
 
 
 # --------------------------------------------------------------------------- stress cases
-@pytest.mark.parametrize("name", ["flutter", "flutter_128hz", "flutter_1khz"])
+@pytest.mark.parametrize("name", ["flutter", "pvcs_into_flutter", "flutter_128hz", "flutter_1khz"])
 def test_flutter_is_found(cases, name, xp):
     case = cases[name]
     found = _found(case, xp)
     _assert_found(case, found, "flutter", FLUTTER_COVER)
     assert len(found.select("flutter")) == 1
     assert len(found.select("noise")) == 0  # large fast waves pass the range test, but are flutter
+
+
+def test_ventricular_beats_leading_into_flutter_stay_outside_it(cases, xp):
+    """A run of PVCs at 150 /min before the flutter passes the spectral tests but not the sine
+    test: the episode starts at the first sine-like window, and the PVCs stay beats."""
+    case = cases["pvcs_into_flutter"]
+    found = _found(case, xp)
+    pvcs = xp.asarray(case.beats[case.symbols == "V"])
+    assert pvcs.shape[0] == 6
+    assert not backend.to_host(in_episodes(pvcs, found, case.fs, "flutter")).any(), found.to_frame()
 
 
 @pytest.mark.parametrize("name", ["noise_bursts", "noise_bursts_128hz", "noise_bursts_1khz", "electrode_motion"])

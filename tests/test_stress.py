@@ -67,6 +67,14 @@ def test_flutter_has_no_beats_inside(cases):
     assert 4.0 < peak_hz < 5.0
 
 
+def test_pvcs_lead_into_the_flutter(cases):
+    case = cases["pvcs_into_flutter"]
+    assert case.episodes == cases["flutter"].episodes and not case.inside("flutter").any()
+    pvcs = case.beats[case.symbols == "V"] / case.fs
+    np.testing.assert_allclose(np.diff(pvcs), 0.4, atol=0.01)
+    assert pvcs.size == 6 and 11.5 < pvcs[-1] < 12.0
+
+
 def test_noise_cases_label_the_beats_inside(cases):
     for name in ("noise_bursts", "electrode_motion"):
         case = cases[name]
