@@ -119,8 +119,8 @@ def _add_cluster_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, help="local: worker processes (default: one per core, at most one per "
                    "recording); local-cuda: GPUs to use (default: all visible)")
     p.add_argument("--per-gpu", type=int, help="local-cuda: worker processes sharing each GPU, so that one "
-                   "recording trains while the next loads and the last is written (default: 4, fewer where there are under 2 "
-                   "cores for each)")
+                   "recording trains while the next loads and the last is written (default: 4, 8 while a CUDA MPS daemon "
+                   "runs; fewer where there are under 2 cores for each)")
     p.add_argument("--threads", type=int, help="thread budget of each worker (PyTorch, Numba, OpenMP); default: "
                    "cores // workers on a local cluster, the workers' own settings on a remote one")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -26,12 +26,14 @@ import os
 import socket
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 CLUSTERS = ("auto", "local", "local-cuda")  # or a scheduler address such as tcp://host:8786
-# Worker processes per GPU on local-cuda: four nearly doubled a GPU's recordings a minute (more
-# under CUDA MPS; docs/user-guide.md), but no fewer than 2 cores each (their reading,
-# segmentation and writing are host work).
+# Worker processes per GPU on local-cuda: four nearly doubled a GPU's recordings a minute; under
+# CUDA MPS, whose workers' kernels run side by side, eight kept an H200 busiest (figures in
+# docs/user-guide.md). Never fewer than 2 cores each: reading, segmentation and writing are host work.
 PER_GPU = 4
+PER_GPU_MPS = 8
 CORES_PER_WORKER = 2
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS")
 
@@ -68,8 +70,8 @@ def open_cluster(cluster: str = "auto", workers: int | None = None, device: str 
         Thread budget of each worker (PyTorch, Numba, OpenMP). Default on a local cluster:
         ``cores // workers``; on a cluster given by address: the workers' own settings.
     per_gpu : int, optional
-        ``local-cuda``: worker processes on each GPU (default :data:`PER_GPU`, fewer where the
-        host has under :data:`CORES_PER_WORKER` cores for each). Ignored otherwise.
+        ``local-cuda``: worker processes on each GPU (default: :func:`default_per_gpu`). Ignored
+        otherwise.
     """
     from pipeline import backend
 
@@ -94,7 +96,7 @@ def open_cluster(cluster: str = "auto", workers: int | None = None, device: str 
         if workers is not None and workers > gpus:
             raise ValueError(f"--workers {workers} asks for more GPUs than the {gpus} visible ones")
         gpus = min(workers or gpus, max_workers or gpus)
-        per_gpu = per_gpu or max(1, min(PER_GPU, usable_cores() // (CORES_PER_WORKER * gpus)))
+        per_gpu = per_gpu or default_per_gpu(gpus)
         if max_workers:  # no idle workers: their start costs time
             per_gpu = min(per_gpu, -(-max_workers // gpus))
         n = gpus * per_gpu
@@ -112,6 +114,23 @@ def open_cluster(cluster: str = "auto", workers: int | None = None, device: str 
         yield handle
     finally:
         _close(client, owned=cluster in ("local", "local-cuda"))
+
+
+def default_per_gpu(gpus: int) -> int:
+    """Workers per GPU when ``--per-gpu`` is not given: :data:`PER_GPU_MPS` while a CUDA MPS daemon
+    runs, else :data:`PER_GPU`; fewer where the host has under :data:`CORES_PER_WORKER` cores each."""
+    wanted = PER_GPU_MPS if mps_running() else PER_GPU
+    return max(1, min(wanted, usable_cores() // (CORES_PER_WORKER * max(1, gpus))))
+
+
+def mps_running() -> bool:
+    """Whether a CUDA MPS daemon (``nvidia-cuda-mps-control -d``) runs on this machine: its
+    process names, as ``/proc`` shows them, begin ``nvidia-cuda-mps``."""
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        with contextlib.suppress(OSError):
+            if comm.read_text().startswith("nvidia-cuda-mps"):
+                return True
+    return False
 
 
 def usable_cores() -> int:

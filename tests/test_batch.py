@@ -136,6 +136,30 @@ def test_local_workers_get_the_thread_budget_and_leave_this_process_alone():
     assert dict(os.environ) == before  # Dask's pre-spawn environment did not leak into this process
 
 
+def test_workers_per_gpu_follow_cuda_mps_and_the_cores(tmp_path, monkeypatch):
+    """Eight workers a GPU while an MPS daemon runs (a real process of that name here), four
+    without, never under two cores each."""
+    from pipeline import cluster
+
+    monkeypatch.setattr(cluster, "usable_cores", lambda: 64)
+    assert not cluster.mps_running() and cluster.default_per_gpu(4) == 4
+    daemon = tmp_path / "nvidia-cuda-mps-control"
+    daemon.write_bytes(Path("/bin/sleep").read_bytes())
+    daemon.chmod(0o755)
+    process = subprocess.Popen([str(daemon), "30"])
+    try:
+        time.sleep(0.2)
+        assert cluster.mps_running()
+        assert cluster.default_per_gpu(4) == 8 and cluster.default_per_gpu(1) == 8
+        monkeypatch.setattr(cluster, "usable_cores", lambda: 16)
+        assert cluster.default_per_gpu(4) == 2 and cluster.default_per_gpu(1) == 8
+    finally:
+        process.kill()
+        process.wait()
+    monkeypatch.setattr(cluster, "usable_cores", lambda: 1)
+    assert cluster.default_per_gpu(1) == 1
+
+
 # --------------------------------------------------------------------------- a batch on a LocalCluster
 @pytest.fixture(scope="module")
 def mixed_batch(tmp_path_factory):
