@@ -19,6 +19,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
@@ -166,7 +167,6 @@ def _passes(configs: list[dict], clusters: list, paths: list[Path], args, templa
             deadline: float, later: int = 0) -> str | None:
     """``args.repeats`` rounds of one timed pass per cluster, in turns, while the budget lasts
     (``later`` layouts still to come share what is left); says so when the budget stopped them."""
-    from benchmarks.gpu_utilization import GpuUtilization
     from pipeline.batch import run_batch
     from pipeline.batch_task import Job
 
@@ -216,6 +216,44 @@ def _pass_record(result, utilization: dict[int, float]) -> dict:
             "recording_s": [round(row["wall_s"], 4) for row in rows], "stage_median_s": stages,
             "stage_s": [{"name": row["name"], **times} for row, times in zip(rows, stage_s)],
             "gpu_utilization": utilization, "workers_used": len({row["worker"] for row in rows})}
+
+
+class GpuUtilization:
+    """NVML's utilization of each GPU (the share of its sample period, 1/6 s to 1 s, in which a kernel
+    ran: never idle, not full), sampled in a thread over a ``with`` block; nothing without NVML."""
+
+    def __init__(self, interval_s: float = 0.1):
+        self.interval_s, self.samples, self._stop, self._thread = interval_s, {}, threading.Event(), None
+
+    def __enter__(self) -> "GpuUtilization":
+        with contextlib.suppress(Exception):  # no NVML (no nvidia-ml-py, no driver): nothing to sample
+            import pynvml
+
+            pynvml.nvmlInit()
+            handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+            self.samples = {i: [] for i in range(len(handles))}
+            self._thread = threading.Thread(target=self._sample, args=(pynvml, handles), daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            import pynvml
+
+            with contextlib.suppress(Exception):
+                pynvml.nvmlShutdown()
+
+    def _sample(self, pynvml, handles) -> None:
+        while not self._stop.wait(self.interval_s):
+            for i, handle in enumerate(handles):
+                with contextlib.suppress(Exception):
+                    self.samples[i].append(int(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu))
+
+    def mean(self) -> dict[int, float]:
+        """{NVML index: mean % of the time a kernel ran}."""
+        return {i: round(statistics.fmean(s), 1) for i, s in self.samples.items() if s}
 
 
 def _mps_running() -> bool:

@@ -1,20 +1,12 @@
 """The dashboard as a user feels it, against a real ``panel serve dashboard/app.py``.
 
     python -m benchmarks.interaction                      # 2M samples on the CPU, in Chromium
-    python -m benchmarks.interaction --sessions 20 --soak 200
-    python -m benchmarks.interaction --quick --out /tmp/b # tiny run (the smoke test)
+    python -m benchmarks.interaction --quick --sessions 2 --soak 20 --out /tmp/b   # the smoke test
     python -m benchmarks.interaction --device gpu --client bokeh --boards bokeh,cuxfilter --sessions 20 --soak 200
     python -m benchmarks.interaction --device gpu --scale  # 200M samples: server-side brushes only
 
-Session opens, brushes (clears, a family's row) and zoom/pan, each warmed up then repeated: in
-Chromium (input → every view repainted) or over Bokeh's protocol (``--client bokeh``: sent → last
-patch received), and server side in this process (property change → patch serialized). With
-``--sessions N``, N protocol sessions brush at once (the burst, then paced), against one session
-and the same brushes in turn, each session's count checked against its own brushes. With ``--soak
-N``, N sessions are opened, brushed and closed on a server of its own, its memory read every 10.
-``cuxfilter`` in ``--boards`` measures that board too and compares its counts with the default
-board's; ``--scale`` times server-side brushes on 200M samples. Each part is a PASS/FAIL/SKIP step
-within ``--budget-s``; ``--out/interaction-<machine>-<date>[-<label>].{json,md}`` is rewritten after each.
+What each part measures: docs/benchmarking.md. Each part is a PASS/FAIL/SKIP step within
+``--budget-s``; ``--out/interaction-<machine>-<date>[-<label>].{json,md}`` is rewritten after each.
 """
 from __future__ import annotations
 
@@ -24,7 +16,6 @@ import datetime as dt
 import importlib.util
 import json
 import math
-import re
 import shlex
 import sys
 import tempfile
@@ -34,14 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks import measure, report as results, sessions  # noqa: E402
-from benchmarks.measure import p95_ratio, summary  # noqa: E402
-from benchmarks.sessions import LINKED  # noqa: E402
-from tests.support.served import CHROMIUM, Server, chromium_version  # noqa: E402
+from benchmarks import measure, report as results, sessions
+from benchmarks.measure import p95_ratio, summary
+from benchmarks.sessions import LINKED
+from tests.support.served import CHROMIUM, ROOT, Server, chromium_version
 
 # Servers that only protocol sessions use discard closed ones within a second (Bokeh keeps them 15 s);
 # not browser pages' servers: a page's session is unused until its websocket connects, seconds later.
@@ -50,6 +37,8 @@ SHORT_LIFETIME = ["--check-unused-sessions", str(LIFETIME_MS), "--unused-session
 # Protocol sessions per load-test process: the fewer it holds, the less its own patch work delays its readings.
 SESSIONS_PER_CLIENT = 2
 QUICK = dict(samples=300_000, epochs=3, brushes=3, gestures=4, opens=2, server_n=5, load_brushes=3)
+SCALE_SAMPLES, SCALE_EPOCHS = 200_000_000, 3   # a brush's cost does not depend on how well the model is trained
+READY_TIMEOUT_S, SEED = 1800, 0
 
 
 def parse_args(argv):
@@ -57,7 +46,6 @@ def parse_args(argv):
     p.add_argument("--samples", type=int, help="synthetic recording length (default: the device's, 2M on a CPU)")
     p.add_argument("--epochs", type=int, help="VAE epochs of the run (default: the pipeline's)")
     p.add_argument("--device", default="cpu", choices=("cpu", "gpu", "auto"))
-    p.add_argument("--input", help="a recording instead of the synthetic default")
     p.add_argument("--client", choices=("browser", "bokeh"), default=None,
                    help="what drives the sessions: Chromium (default when installed) or bokeh protocol sessions")
     p.add_argument("--boards", default="bokeh", help="boards to measure: bokeh, cuxfilter (default bokeh)")
@@ -71,22 +59,13 @@ def parse_args(argv):
     p.add_argument("--load-brushes", type=int, default=10, help="brushes per session in the load test (default 10)")
     p.add_argument("--load-timeout", type=float, default=420, help="seconds each round of the load test may take")
     p.add_argument("--soak", type=int, default=0, help="soak test: sessions opened and closed (e.g. 200; default off)")
-    p.add_argument("--scale", action="store_true", help="server-side brushes on --scale-samples samples, nothing served")
-    p.add_argument("--scale-samples", type=int, default=200_000_000)
-    p.add_argument("--scale-epochs", type=int, default=3, help="VAE epochs of the scale run (a brush's cost does "
-                   "not depend on how well the model is trained)")
+    p.add_argument("--scale", action="store_true", help="server-side brushes on 200M samples, nothing served")
     p.add_argument("--budget-s", type=float, help="the whole run's seconds; steps that no longer fit are skipped")
     p.add_argument("--quick", action="store_true", help="tiny sizes (CI smoke test): " + ", ".join(
         f"{k}={v}" for k, v in QUICK.items()))
-    p.add_argument("--serve-arg", action="append", default=[], metavar="OPTION",
-                   help="an extra `panel serve` option for the main servers (repeatable)")
     p.add_argument("--label", help="appended to the results' file name (a variant kept beside the main results)")
-    p.add_argument("--merge", action="store_true",
-                   help="keep the other sections of today's results file and replace only those measured now")
     p.add_argument("--runs", default="runs", help="run cache folder (default runs; a cached run is reused)")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="folder for the JSON and Markdown")
-    p.add_argument("--ready-timeout", type=float, default=1800, help="seconds for the server's run to be ready")
-    p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     for key, value in QUICK.items() if args.quick else ():
         if getattr(args, key) in (None, p.get_default(key)):
@@ -102,8 +81,6 @@ def parse_args(argv):
                                  ("--boards", set(args.boards), {"bokeh", "cuxfilter"})):
         if given - known:
             p.error(f"{option}: unknown {', '.join(sorted(given - known))} (known: {', '.join(sorted(known))})")
-    if args.label and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", args.label):
-        p.error(f"--label must be letters, digits, '.', '_' or '-'; got {args.label!r}")
     has_browser = Path(CHROMIUM).exists() and importlib.util.find_spec("playwright") is not None
     args.client = args.client or ("browser" if has_browser else "bokeh")
     if args.client == "browser" and not has_browser:
@@ -116,7 +93,7 @@ def parse_args(argv):
 
 def app_args(args, board: str = "bokeh", epochs=None, input_path=None) -> list[str]:
     out = ["--device", args.device, "--board", board, "--out", args.runs]
-    for name, value in (("samples", args.samples), ("epochs", epochs or args.epochs), ("input", input_path or args.input)):
+    for name, value in (("samples", args.samples), ("epochs", epochs or args.epochs), ("input", input_path)):
         out += [f"--{name}", str(value)] if value else []
     return out
 
@@ -126,20 +103,17 @@ class Bench:
 
     def __init__(self, args, argv):
         self.args, self.budget, self.watch = args, measure.Budget(args.budget_s), measure.LoadWatch()
-        self.serve_args = (SHORT_LIFETIME if args.client == "bokeh" else []) + args.serve_arg
+        self.serve_args = SHORT_LIFETIME if args.client == "bokeh" else []
         self.machine = measure.describe_machine(gpu=args.device == "gpu")
         self.machine["chromium"] = chromium_version() if args.client == "browser" else None
         self.paths = results.paths(args.out, "interaction", self.machine["name"], args.label)
-        self.report = {"benchmark": "interaction", "invocations": []}
-        if args.merge and self.paths["json"].exists():
-            self.report = json.loads(self.paths["json"].read_text())
         self.now = dt.datetime.now().isoformat(timespec="seconds")
         self.command = "python -m benchmarks.interaction " + shlex.join(sys.argv[1:] if argv is None else argv)
         self.invocation = {"date": self.now, "command": self.command, "server_options": self.serve_args,
                            "problems": [], "options": {k: sorted(v) if isinstance(v, set) else v
                                                        for k, v in vars(args).items()}}
-        self.report.update(machine=self.machine, date=self.now, steps={}, failed=[])
-        self.report.setdefault("invocations", []).append(self.invocation)
+        self.report = {"benchmark": "interaction", "invocations": [self.invocation], "machine": self.machine,
+                       "date": self.now, "steps": {}, "failed": []}
         self.logs = Path(tempfile.mkdtemp(prefix="ecg-interaction-"))
 
     def step(self, name: str, path: tuple, fn, limit: float = math.inf, needs: float = 10.0):
@@ -187,18 +161,18 @@ class Bench:
         self.report["targets"] = targets(self.report)
         results.write(self.report, self.paths, results.dashboard_markdown(self.report))
 
-    def start(self, name: str, serve_args=(), board: str = "bokeh") -> Server:
+    def start(self, name: str, serve_args=(), board: str = "bokeh") -> tuple[Server, float]:
+        """A server of ``board``'s dashboard, ready; the seconds it took."""
         server = Server(app_args(self.args, board), self.logs / f"{name}.log", serve_args=serve_args)
         print(f"{name}: {' '.join(server.command)}", flush=True)
-        server.wait_ready(min(self.args.ready_timeout, self.budget.left() - 20))
-        return server
+        return server, server.wait_ready(min(READY_TIMEOUT_S, self.budget.left() - 20))
 
 
 # --------------------------------------------------------------------------- in Chromium
 async def browser_parts(args, url: str, beats, duration_s: float) -> dict:
     from playwright.async_api import async_playwright
 
-    rng, section = np.random.default_rng(args.seed), {}
+    rng, section = np.random.default_rng(SEED), {}
     async with async_playwright() as pw:
         browser = await sessions.launch(pw)
         try:
@@ -299,7 +273,7 @@ async def protocol_parts(args, url: str, board: str, beats, duration_s: float) -
     """Session opens (connect → the dashboard pulled), brushes, clears and zoom/pan over the protocol."""
     from tests.support.bokeh_session import ProtocolSession, SessionError
 
-    opens, out, in_order, failures = [], {}, [], []
+    opens, out, failures = [], {}, []
     for i in range(args.opens + 1 if "open" in args.parts else 0):     # the first one warms up
         session = ProtocolSession(url)
         try:
@@ -307,7 +281,7 @@ async def protocol_parts(args, url: str, board: str, beats, duration_s: float) -
             opens += [timing] if i else []
         finally:
             await session.close()
-    session, rng = ProtocolSession(url), np.random.default_rng(args.seed)
+    session, rng = ProtocolSession(url), np.random.default_rng(SEED)
     await session.open(120)
 
     async def timed(kind: str | None, gesture) -> None:
@@ -318,8 +292,6 @@ async def protocol_parts(args, url: str, board: str, beats, duration_s: float) -
             return
         if kind:
             out.setdefault(kind, []).append(seconds * 1e3)
-        if kind and kind.startswith("brush"):
-            in_order.append((time.perf_counter(), round(seconds * 1e3, 1)))
 
     try:
         for i in range(args.brushes if "brush" in args.parts else 0):
@@ -341,8 +313,6 @@ async def protocol_parts(args, url: str, board: str, beats, duration_s: float) -
     result["all zoom/pan"] = summary([x for k, v in out.items() if k in ("zoom in", "pan", "zoom out") for x in v])
     result["session open"] = summary([1e3 * o["total_s"] for o in opens])
     result["document"] = {"models": opens[0]["models"], "bytes": opens[0]["bytes"]} if opens else {}
-    first = in_order[0][0] if in_order else 0.0
-    result["brushes_in_order"] = [[round(t - first, 2), took] for t, took in in_order]   # when the slow ones fall
     return {**result, "errors": errors, "problems": errors}
 
 
@@ -356,7 +326,7 @@ def load_part(args, server: Server, beats) -> dict:
                                    ("concurrent", args.sessions, 2, False)):
         time.sleep(wait_s)
         print(f"load test: {n} session(s){' in turn' if in_turn else ''}, {args.load_brushes} brushes each", flush=True)
-        rounds[name] = load_protocol(args, server.url, beats, n, args.seed + seed, in_turn)
+        rounds[name] = load_protocol(args, server.url, beats, n, SEED + seed, in_turn)
     many = rounds["concurrent"]
     return {**rounds, "waited_for_discards_s": 3 * wait_s,
             "p95_ratio": p95_ratio(many["brush_ms"], rounds["single"]["brush_ms"]),
@@ -387,23 +357,7 @@ def load_protocol(args, url: str, beats, n_sessions: int, seed: int, in_turn: bo
             "failed_interactions": merged["failed"], "console_errors": merged["errors"],
             "selection_mismatches": merged["mismatches"], "independent_sessions": opened - len(merged["mismatches"]),
             "nonzero_counts": sum(1 for c in merged["counts"] if c > 0), "distinct_counts": len(set(merged["counts"])),
-            "stalls": stalls([(c, k, t0, ms) for c, k, i, t0, ms in timed if i > 0]),
             "brushes": [[c, k, i, round(t0, 4), round(ms, 1)] for c, k, i, t0, ms in timed]}
-
-
-def stalls(brushes: list, factor: float = 4.0) -> dict:
-    """Whose slow brushes (> ``factor`` × median) they were: a server pause slows other processes'
-    brushes in flight too, a client's own pause does not. ``brushes``: (client, session, start s, ms)."""
-    if not brushes:
-        return {}
-    limit = factor * float(np.median([b[3] for b in brushes]))
-    slow, others_slow, others_fast = [b for b in brushes if b[3] > limit], 0, 0
-    for client, _, t0, took in slow:
-        for c, _, u0, u in brushes:
-            if c != client and u0 < t0 + took / 1e3 and t0 < u0 + u / 1e3:     # in flight at the same time
-                others_slow, others_fast = others_slow + (u > limit), others_fast + (u <= limit)
-    return {"limit_ms": round(limit, 1), "slow": len(slow), "clients_of_slow": sorted({b[0] for b in slow}),
-            "overlapping_other_clients_slow": others_slow, "overlapping_other_clients_fast": others_fast}
 
 
 def _load_client(job) -> dict:
@@ -466,8 +420,8 @@ def soak(args, bench: Bench, beats) -> dict:
     """Up to ``--soak`` sessions opened, brushed and closed on a server of its own; its RSS every 10."""
     from tests.support.bokeh_session import ProtocolSession
 
-    server = bench.start("soak server", SHORT_LIFETIME)
-    rng, settle, failures = np.random.default_rng(args.seed + 3), 2 * LIFETIME_MS / 1000 + 1.0, []
+    server, _ = bench.start("soak server", SHORT_LIFETIME)
+    rng, settle, failures = np.random.default_rng(SEED + 3), 2 * LIFETIME_MS / 1000 + 1.0, []
     rss, started = [{"sessions": 0, "rss_bytes": server.rss_bytes()}], time.perf_counter()
 
     async def cycles() -> None:
@@ -503,49 +457,13 @@ def soak(args, bench: Bench, beats) -> dict:
 
 
 # --------------------------------------------------------------------------- boards, in process
-def compare_boards(shared, n: int = 6, seed: int = 0) -> dict:
-    """The same brushes on both boards: counts, cuxfilter's filtered frame and the default histograms agree."""
-    from dashboard.spec import VIEWS
-
-    rng, checks, problems = np.random.default_rng(seed), [], []
-    shared.extras["board"] = "cuxfilter"
-    cux = sessions.InProcessSession(shared)
-    shared.extras["board"] = "bokeh"
-    ref = sessions.InProcessSession(shared)
-    try:
-        for i in range(n):
-            view = LINKED[i % len(LINKED)]
-            cux.brush(view, sessions.brush_bounds(shared.beats, view, rng))
-            brush = dict(cux.store.brush)                       # what the cuxfilter charts selected
-            for name in LINKED:
-                ref.brush(name, [v for c in VIEWS[name].brush for v in brush.get(c, ())] or None)
-            count, filtered = ref.store.selection.count, cux.board.filtered_count()
-            for same, text in ((ref.store.brush == brush, f"default board brush {ref.store.brush} != cuxfilter's {brush}"),
-                               (cux.store.selection.count == count, f"counts {cux.store.selection.count} vs {count}"),
-                               (filtered == count, f"cuxfilter's charts show {filtered} beats, the default board {count}")):
-                problems += [] if same else [f"{view}: {text}"]
-            frame = cux.board.dashboard._query(cux.board.dashboard._generate_query_str()).to_pandas()
-            for name in (x for x in ("lengths", "scores") if x != view and len(brush) == 1):
-                chart = ref.board.charts[name]     # one brush: the other charts show exactly the filtered beats
-                edges = chart.bins.edges[0]
-                values = np.clip(frame[VIEWS[name].x].to_numpy(dtype=np.float64), edges[0], edges[-1])
-                if not np.array_equal(np.nan_to_num(chart.source.data["selected"]).astype(np.int64),
-                                      np.histogram(values, bins=edges)[0]):
-                    problems.append(f"{view} brush: the {name} bars differ from cuxfilter's beats")
-            checks.append({"brush": {c: list(b) for c, b in brush.items()}, "count": count})
-    finally:
-        cux.close()
-        ref.close()
-    return {"checks": checks, "problems": problems}
-
-
 def in_process(args, bench: Bench, input_path=None, scale: bool = False) -> None:
     """Server-side times of each board on the run the servers used (``scale``: a run of its own)."""
     state = {}
 
     def load():
         started = time.perf_counter()
-        run, state["shared"] = sessions.load_shared(app_args(args, args.boards[0], args.scale_epochs if scale else None,
+        run, state["shared"] = sessions.load_shared(app_args(args, args.boards[0], SCALE_EPOCHS if scale else None,
                                                              input_path))
         return {"beats": len(run.beats), "n_samples": run.report["input"]["n_samples"],
                 "stages_s": run.report.get("stages_s"), "load_s": round(time.perf_counter() - started, 1)}
@@ -563,15 +481,12 @@ def in_process(args, bench: Bench, input_path=None, scale: bool = False) -> None
                 cuxfilter_board.prepare(shared)
             shared.extras["board"] = board
             if scale:
-                return sessions.server_side(shared, args.server_n, 10, n_sessions=2, seed=args.seed)
+                return sessions.server_side(shared, args.server_n, 10, n_sessions=2, seed=SEED)
             return sessions.server_side(shared, args.server_n, max(args.server_n // 2, 10),
-                                        n_sessions=max(args.opens, 3), seed=args.seed)
+                                        n_sessions=max(args.opens, 3), seed=SEED)
 
         path = ("scale", "boards", board) if scale else ("server",) if board == "bokeh" else ("cuxfilter", "server")
         bench.step(f"{board}: server side, {args.server_n} per kind", path, measured, limit=240, needs=30)
-    if "cuxfilter" in args.boards and not scale:
-        bench.step("cuxfilter board shows the same counts as the default board", ("cuxfilter_equals_default",),
-                   lambda: compare_boards(shared, seed=args.seed), limit=180, needs=20)
 
 
 # --------------------------------------------------------------------------- the whole run
@@ -600,11 +515,8 @@ def served_board(args, bench: Bench, board: str):
     state, section = {}, ("run",) if board == "bokeh" else ("cuxfilter", "run")
 
     def start():
-        server = state["server"] = Server(app_args(args, board), bench.logs / f"server-{board}.log",
-                                          serve_args=bench.serve_args)
-        print(f"server: {' '.join(server.command)}", flush=True)
-        ready_s = server.wait_ready(min(args.ready_timeout, bench.budget.left() - 20))
-        log, run_path = server.log(), sessions.run_path_from_log(server.log())
+        state["server"], ready_s = bench.start(f"server-{board}", bench.serve_args, board)
+        log, run_path = state["server"].log(), sessions.run_path_from_log(state["server"].log())
         state["beats"], run = sessions.run_beats(run_path), json.loads((run_path / "report.json").read_text())
         state["duration_s"] = run["input"]["duration_s"]
         return {"path": str(run_path), "cached": "cached run" in log, "server_ready_s": round(ready_s, 2),
@@ -692,8 +604,8 @@ def main(argv: list[str] | None = None) -> dict:
         if args.scale:
             from benchmarks.recordings import recording_csv
 
-            made = bench.step(f"scale: {args.scale_samples:,}-sample recording", (), lambda: {
-                "path": recording_csv(args.scale_samples, Path(args.runs) / "inputs").path}, limit=300, needs=30)
+            made = bench.step(f"scale: {SCALE_SAMPLES:,}-sample recording", (), lambda: {
+                "path": recording_csv(SCALE_SAMPLES, Path(args.runs) / "inputs").path}, limit=300, needs=30)
             if made:
                 in_process(args, bench, input_path=made["path"], scale=True)
         else:
@@ -709,7 +621,7 @@ def main(argv: list[str] | None = None) -> dict:
                                               "end": measure.python_loop_ms()}
         bench.invocation["problems"] = list(bench.report["failed"])
         bench.save()
-    print(results.dashboard_table(bench.report))
+    print("\n".join(results.target_lines(bench.report["targets"]) + results.invocation_lines(bench.report)))
     print(f"\nwrote {bench.paths['json']} and {bench.paths['md']}")
     print("==== " + ("ALL PASS" if not bench.report["failed"] else
                      f"{len(bench.report['failed'])} FAIL: " + "; ".join(bench.report["failed"])), flush=True)

@@ -1,13 +1,6 @@
 """How every benchmark measures: device-synchronised clocks, a cell's first run and repeats, peak
-memory, summaries of repeated times, the time budget, and the machine it ran on.
-
-A cell (contender × size) runs once first (JIT compilation, FFT plans, pool growth: reported on
-its own, since a server start pays it), then repeats until ``repeats`` runs are in or the timed
-runs have spent ``budget_s``. Peak memory counts what a run allocates on top of what the process
-held: on the GPU through RMM statistics (``backend.PeakMemory``; the cuFFT plan cache is cleared
-before a first run, so plan work areas count there); on the host as the kernel's ``VmHWM``, reset
-through ``/proc/self/clear_refs`` before each run, or ``VmRSS`` sampled every 2 ms where the kernel
-refuses the reset (the JSON says which).
+memory, summaries of repeated times, the time budget, and the machine it ran on (the method:
+docs/benchmarking.md, "How benchmarks.run measures").
 """
 from __future__ import annotations
 
@@ -97,45 +90,28 @@ def _status_kib(name: str) -> int:
 
 
 class HostPeak:
-    """Peak resident memory of this process during a run, above its resident size at the start."""
+    """Peak resident memory of this process during a run, above its resident size at the start: the
+    kernel's ``VmHWM``, reset through ``/proc/self/clear_refs`` (not measured where that is refused)."""
 
     def __init__(self):
-        self.method, self._start, self._sampled, self._stop, self._thread = "none", 0, 0, None, None
+        self.method, self._start = "none", 0
         with contextlib.suppress(OSError):
-            with open("/proc/self/clear_refs", "w") as f:
-                f.write("5")
-            if _status_kib("VmHWM") > 0:
-                self.method = "VmHWM reset through /proc/self/clear_refs"
-        if self.method == "none" and os.path.exists("/proc/self/status"):
-            self.method = "VmRSS sampled every 2 ms"
+            self._reset()
+            self.method = "VmHWM reset through /proc/self/clear_refs"
+
+    @staticmethod
+    def _reset() -> None:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
 
     def start(self) -> None:
-        if self.method == "none":
-            return
-        self._start = self._sampled = _status_kib("VmRSS")
-        if self.method.startswith("VmHWM"):
-            with open("/proc/self/clear_refs", "w") as f:
-                f.write("5")
-            return
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-
-    def _sample(self) -> None:
-        while not self._stop.wait(0.002):
-            self._sampled = max(self._sampled, _status_kib("VmRSS"))
+        if self.method != "none":
+            self._start = _status_kib("VmRSS")
+            self._reset()
 
     def stop(self) -> int | None:
         """Bytes above the start's resident size at the peak (None when not measurable here)."""
-        if self.method == "none":
-            return None
-        if self.method.startswith("VmHWM"):
-            peak = _status_kib("VmHWM")
-        else:
-            self._stop.set()
-            self._thread.join()
-            peak = max(self._sampled, _status_kib("VmRSS"))
-        return max(peak - self._start, 0) * 1024
+        return None if self.method == "none" else max(_status_kib("VmHWM") - self._start, 0) * 1024
 
 
 # --------------------------------------------------------------------------- one cell
@@ -164,7 +140,8 @@ class Measurement:
 
 def measure(prepared: Prepared, device: str, *, repeats: int, budget_s: float, host_peak: HostPeak,
             gpu_memory: bool) -> Measurement:
-    """The first run, then timed repeats (see the module docstring)."""
+    """The first run (JIT compilation, FFT plans, pool growth: reported apart), then timed repeats
+    until ``repeats`` are in or they have spent ``budget_s``."""
 
     def once():
         with backend.PeakMemory("gpu" if gpu_memory else "cpu") as gpu_peak:

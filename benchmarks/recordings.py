@@ -23,8 +23,6 @@ CHUNK = 20_000_000   # synthesise at most this many samples at once; tile beyond
 
 @dataclass(frozen=True)
 class Recording:
-    """A recording CSV on disk: ``samples`` values at ``fs``; ``method`` says how it was made."""
-
     path: Path
     samples: int
     fs: float
@@ -36,10 +34,6 @@ class Recording:
 def recording_csv(samples: int, data_dir: Path, *, seed: int = 0, chunk: int = CHUNK) -> Recording:
     """The CSV of ``samples`` samples (seeded), made on first use and reused; its name carries a hash
     of the synthesiser's code, so a changed generator never reuses stale files."""
-    if samples < 1:
-        raise ValueError(f"samples must be a positive number of samples; got {samples}")
-    if chunk < 1:
-        raise ValueError(f"chunk must be a positive number of samples; got {chunk}")
     path = csv_path(samples, data_dir, seed=seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     method = "synthesised" if samples <= chunk else f"tiled from the {size_label(chunk)} recording"

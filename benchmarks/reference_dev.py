@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from datetime import date
 from pathlib import Path
 
@@ -217,17 +217,8 @@ def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", default=".scratch/ds1-runs", help="folder of the product's DS1 runs")
     p.add_argument("--out", default="benchmarks/results", help="folder for reference-dev-<date>.json/.md")
-    p.add_argument("--variant", action="append", default=[], metavar="FIELD=VALUE[,FIELD=VALUE]",
-                   help="also evaluate a ReferenceConfig with these fields changed (repeatable), e.g. "
-                        "weight_population=0.25 or core_fraction=1 (the template from all beats)")
     p.add_argument("--write-reference", help="train on all DS1 records and write the reference here (.npz + .json)")
-    p.add_argument("--speed", action="store_true", help="only time the shipped reference's scoring (CPU, and GPU "
-                   "where CuPy finds one) on synthetic beats; needs no runs")
     args = p.parse_args(argv)
-    if args.speed:
-        speed = scoring_speed(reference.load_reference())
-        print(json.dumps(speed, indent=1))
-        return speed
     runs = ds1_runs(Path(args.runs))
     cfg = reference.ReferenceConfig()
     result = {"date": date.today().isoformat(), "config": asdict(cfg),
@@ -243,13 +234,6 @@ def main(argv: list[str] | None = None) -> dict:
     scored, refs = loro_scores(runs, cfg)
     result["scores"]["calibrated"] = figures({r: s.score for r, s in scored.items()}, runs, THRESHOLDS)
     result["majority"] = {"calibrated": majority_stress(runs, refs)}
-    for text in args.variant:
-        fields = dict(item.split("=", 1) for item in text.split(","))
-        changed = replace(cfg, **{name: type(getattr(cfg, name))(float(value)) for name, value in fields.items()})
-        print(f"LORO, {text}", flush=True)
-        variant, refs = loro_scores(runs, changed)
-        result["scores"][f"calibrated, {text}"] = figures({r: s.score for r, s in variant.items()}, runs, THRESHOLDS)
-        result["majority"][f"calibrated, {text}"] = majority_stress(runs, refs)
     full = reference.fit_reference([reference.reference_beats(run, None, cfg) for run in runs.values()], cfg)
     result["speed"] = scoring_speed(full)
     if args.write_reference:

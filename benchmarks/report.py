@@ -2,8 +2,6 @@
 the number formats and target verdicts they share, and the two long layouts: the pipeline
 benchmark's (``benchmarks.run``: stage tables, ratios, log-log slopes, targets, a PNG plot) and the
 dashboard benchmark's (``benchmarks.interaction``).
-
-``python -m benchmarks.report RESULT.json`` renders a pipeline result's Markdown and plot again.
 """
 from __future__ import annotations
 
@@ -417,48 +415,9 @@ def dashboard_markdown(report: dict) -> str:
         lines += _protocol_lines("cuxfilter board over Bokeh's protocol", other["protocol"], cores)
     if other.get("server"):
         lines += _server_lines("cuxfilter board, server side (in process)", other["server"], cores)
-    if report.get("cuxfilter_equals_default"):
-        lines += [f"cuxfilter board against the default board: {len(report['cuxfilter_equals_default']['checks'])} "
-                  "brushes, the same counts and bars.", ""]
     scale = report.get("scale")
     if scale:
         lines += [f"## {scale['beats']:,} beats ({scale['n_samples']:,} samples): server-side brushes", "",
                   *table(["board", "n", "median", "p95", "max"], [_row(board, b["kinds"]["all brushes"])
                                                                    for board, b in scale.get("boards", {}).items()])]
     return "\n".join(lines)
-
-
-def dashboard_table(report: dict) -> str:
-    """A compact terminal table: one line per interaction kind, then the targets."""
-    rows = [("kind", "n", "median", "p95", "max")]
-    browser, board = report.get("browser", {}), report.get("cuxfilter", {})
-    for label, s in browser.get("session open", {}).get("milestones_ms", {}).items():
-        if label in ("first paint", "every view populated, painted"):
-            rows.append((f"open → {label}", *_row("", s)[1:]))
-    sections = [("browser", browser.get("brushes", {})), ("browser", browser.get("zoom", {})),
-                ("protocol", report.get("protocol", {})), ("server", (report.get("server") or {}).get("kinds", {})),
-                ("cuxfilter protocol", board.get("protocol", {})),
-                ("cuxfilter server", (board.get("server") or {}).get("kinds", {}))]
-    sections += [(f"scale {name}", b["kinds"]) for name, b in (report.get("scale") or {}).get("boards", {}).items()]
-    for prefix, kinds in sections:
-        rows += [(f"{prefix} {label}", *_row("", s)[1:]) for label, s in kinds.items()
-                 if isinstance(s, dict) and "median" in s]
-    load = report.get("load")
-    for r, how in ((load["single"], ""), (load.get("in_turn"), " in turn"), (load["concurrent"], "")) if load else ():
-        if r:
-            rows.append((f"load {r['sessions']} session(s){how} brush", *_row("", r["brush_ms"])[1:]))
-    width = max(len(str(r[0])) for r in rows) + 2
-    out = [f"{r[0]:<{width}}{r[1]:>5}{r[2]:>10}{r[3]:>10}{r[4]:>10}" for r in rows] + [""]
-    out += [f"{row['status']:<16} {row['target']}: {_value(row, 'measured')}" for row in report.get("targets", [])]
-    return "\n".join(out + invocation_lines(report)[-1:])
-
-
-if __name__ == "__main__":
-    import sys
-
-    if len(sys.argv) < 2:
-        raise SystemExit("usage: python -m benchmarks.report RESULT.json [...]")
-    for name in sys.argv[1:]:
-        full = json.loads(Path(name).read_text())
-        Path(name).with_suffix(".md").write_text(pipeline_markdown(full) + "\n")
-        plot(full, Path(name).with_suffix(".png"))

@@ -4,12 +4,8 @@
     python -m benchmarks.run --sizes 1M,5M --repeats 5 --contenders segmentation,load/cudf
     python -m benchmarks.run --quick --out /tmp/b  # tiny sizes, one repeat (the test)
 
-Each size's seeded recording is written once (:mod:`benchmarks.recordings`) and every contender
-(:mod:`benchmarks.contenders`) runs on it in this one process, so that ratios come from the same
-run; the JSON, Markdown and plot in ``--out`` are rewritten after each size. Time is bounded three
-ways, all recorded: ``--cell-budget-s`` stops a cell's repeats, ``--cap-s`` skips a host-side
-contender whose run is predicted (linearly from the previous size) to take longer, and
-``--budget-s`` drops host-side contenders first, then sizes, when a size is predicted to pass it.
+How it measures (one process, first run apart, budgets): docs/benchmarking.md. The JSON, Markdown
+and plot in ``--out`` are rewritten after each size.
 """
 from __future__ import annotations
 
@@ -35,36 +31,26 @@ QUICK_SIZES = [50_000, 100_000]
 BUDGET_S = {"cpu": 1080.0, "gpu": 480.0}   # 18 min on a CPU machine; 8 min in a 10-min GPU command
 CAP_S = {"cpu": 60.0, "gpu": 10.0}         # longest predicted run of a host-side contender
 CELL_BUDGET_S = {"cpu": 60.0, "gpu": 20.0}  # timed repeats of one contender at one size
-__all__ = ["main", "parse_size"]            # parse_size: benchmarks.archive reads sizes with it
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", type=lambda t: [parse_size(x) for x in t.split(",") if x.strip()],
-                   help="comma-separated sample counts, e.g. 1M,5M,20M (default: 1M,5M,20M on a CPU; "
-                   "1M,5M,20M,50M,100M,200M on a GPU)")
+                   help="sample counts, e.g. 1M,5M,20M (default: up to 20M on a CPU, 200M on a GPU)")
     p.add_argument("--repeats", type=int, default=5, help="timed runs per cell after the first run (default 5)")
-    p.add_argument("--contenders", help="comma-separated ids, stages or globs: load/cudf, segmentation, '*/cpu' "
-                   "(default: all this machine can run)")
+    p.add_argument("--contenders", help="ids, stages or globs: load/cudf, segmentation, '*/cpu' (default: all "
+                   "this machine can run)")
     p.add_argument("--out", type=Path, default=RESULTS, help=f"folder for the results (default {RESULTS})")
     p.add_argument("--quick", action="store_true", help="tiny sizes (50k, 100k), 1 repeat, 1 epoch: a smoke test")
-    p.add_argument("--device", choices=("auto", "gpu", "cpu"), default="auto",
-                   help="auto: use the GPU when there is one; cpu: CPU contenders only")
-    p.add_argument("--budget-s", type=float, help="whole-run time budget in seconds (default 1080 on a CPU, "
-                   "480 on a GPU)")
-    p.add_argument("--cap-s", type=float, help="skip a host-side contender where one run is predicted to take "
-                   "longer than this (default 60 on a CPU; 10 on a GPU, leaving the budget to the GPU sizes)")
-    p.add_argument("--cell-budget-s", type=float, help="stop a cell's repeats once they would pass this many "
-                   "seconds (default 60 on a CPU; 20 on a GPU)")
+    p.add_argument("--device", choices=("auto", "gpu", "cpu"), default="auto")
+    p.add_argument("--budget-s", type=float, help="whole-run budget (default 1080 s on a CPU, 480 s on a GPU)")
+    p.add_argument("--cap-s", type=float, help="longest predicted run of a host-side contender (default 60 s on a "
+                   "CPU, 10 s on a GPU)")
+    p.add_argument("--cell-budget-s", type=float, help="a cell's timed runs (default 60 s on a CPU, 20 s on a GPU)")
     p.add_argument("--epochs", type=int, default=3, help="VAE epochs, for vae/* and end-to-end/* (default 3)")
-    p.add_argument("--cpu-vae-beats", type=int, default=8192, help="beats the CPU VAE trains on and scores "
-                   "at most (default 8192)")
+    p.add_argument("--cpu-vae-beats", type=int, default=8192, help="the CPU VAE's beats at most (default 8192)")
     p.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "ecg-benchmarks",
                    help="where the recordings are written once and reused (default: $TMPDIR/ecg-benchmarks)")
-    p.add_argument("--chunk", type=parse_size, default=CHUNK, help="synthesise at most this many samples at "
-                   "once; larger recordings tile it (default 20M)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic recordings (default 0)")
     return p
 
 
@@ -136,7 +122,7 @@ class _Benchmark:
                             f"{needed:.0f} s; host-side ones are dropped first); from {size_label(n)} on, no size "
                             "was run")
             return False
-        recording = recording_csv(n, args.data_dir, seed=args.seed, chunk=args.chunk)
+        recording = recording_csv(n, args.data_dir)
         self.recordings.append({"samples": n, "path": str(recording.path), "nbytes": recording.nbytes,
                                 "method": recording.method, "seconds": round(recording.seconds, 3)})
         self.log(f"{size_label(n)} samples: {recording.method}, {recording.nbytes / 1e6:,.0f} MB")
@@ -192,7 +178,7 @@ class _Benchmark:
         a = self.args
         options = {"sizes": a.sizes, "repeats": a.repeats, "contenders": [c.id for c in self.chosen],
                    "device": self.device, "budget_s": a.budget_s, "cap_s": a.cap_s, "cell_budget_s": a.cell_budget_s,
-                   "epochs": a.epochs, "cpu_vae_beats": a.cpu_vae_beats, "chunk": a.chunk, "seed": a.seed,
+                   "epochs": a.epochs, "cpu_vae_beats": a.cpu_vae_beats, "chunk": CHUNK, "seed": 0,
                    "quick": a.quick, "data_dir": str(a.data_dir), "host_memory_method": self.host_peak.method}
         slope_rows = report.slopes(self.results)
         full = {"schema": 1, "machine_name": self.name, "date": self.date,
@@ -266,9 +252,9 @@ def _drop_for_budget(chosen, plan: dict, remaining_s: float) -> set[str] | None:
 
 def _predict_recording(n: int, args) -> float:
     """Seconds to make the recording: ~0.5 s per million samples synthesised, tiling ~25 times faster."""
-    if csv_path(n, args.data_dir, seed=args.seed).exists():
+    if csv_path(n, args.data_dir).exists():
         return 0.0
-    return n * (0.5e-6 if n <= args.chunk else 0.02e-6)
+    return n * (0.5e-6 if n <= CHUNK else 0.02e-6)
 
 
 def _record(c, n, order, *, status, reason="", measurement=None, recording=None, prepared=None, wall_s=None) -> dict:

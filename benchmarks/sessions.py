@@ -1,10 +1,8 @@
 """The session harness of the dashboard benchmarks: one session driven three ways, and the gestures
-they make. :class:`BrowserPage` is a page in headless Chromium with real mouse gestures, timed in
-the page's clock from the input event to the paint of its result (``interaction_probe.js`` records
-inputs, selection versions and pictures of the recording, and their paints). :func:`protocol_brush`
-and :func:`protocol_zoom` drive a ``tests.support.bokeh_session.ProtocolSession`` (Bokeh's protocol,
-no browser) to the last patch of the answer. :class:`InProcessSession` is a session's dashboard in
-this process, timed from the property change a browser would send to the PATCH-DOC serialized.
+they make: :class:`BrowserPage` (headless Chromium, real mouse gestures, timed in the page's clock
+by ``interaction_probe.js`` from the input event to the paint of its result), :func:`protocol_brush`
+and :func:`protocol_zoom` (Bokeh's protocol, to the last patch of the answer), and
+:class:`InProcessSession` (this process, from the property change to the PATCH-DOC serialized).
 """
 from __future__ import annotations
 
@@ -429,15 +427,10 @@ class BrowserPage:
         except Exception as err:   # noqa: BLE001
             raise GestureError(f"{kind}: the recording did not show [{window[0]:.3f}, {window[1]:.3f}] "
                                f"within {timeout_s:.0f} s") from err
-        landing, pictures, updates = await self.page.evaluate(f"""([t0, t1, lo, hi, tol]) => {{
-            const landing = window.__ecgProbe.landings.find(l => l.at >= t0 && ({match})(l, lo, hi, tol));
-            return [landing, window.__ecgProbe.landings.filter(l => l.at >= t1).length,
-                    window.__ecgProbe.versions.filter(v => v.at >= t0 && v.at <= landing.at).length];
-        }}""", [since_ms, end_ms, window[0], window[1], tol])
-        return Gesture(kind, max(landing["painted"] - end_ms, 0.0),
-                       {"picture": landing["kind"], "span_s": window[1] - window[0],
-                        "pictures_after_gesture": pictures, "arrived_ms": landing["at"] - end_ms,
-                        "beat_view_updates_meanwhile": updates})
+        landing = await self.page.evaluate(f"""([t0, lo, hi, tol]) => window.__ecgProbe.landings.find(
+                l => l.at >= t0 && ({match})(l, lo, hi, tol))""", [since_ms, window[0], window[1], tol])
+        return Gesture(kind, max(landing["painted"] - end_ms, 0.0), {"picture": landing["kind"],
+                                                                     "span_s": window[1] - window[0]})
 
 
 # --------------------------------------------------------------------------- in this process
@@ -488,10 +481,8 @@ class InProcessSession:
             self.body, self.views = layout(self.store, self.board)
             self.root = self.body.get_root(self.doc)
             self.doc.add_root(self.root)
-        built = time.perf_counter()
         self.models, self.doc_bytes = len(self.doc.models), len(serialize_json(self.doc.to_json()))
-        self.build_s, self.serialize_doc_s = built - started, time.perf_counter() - built
-        self.open_s = self.build_s + self.serialize_doc_s    # the page built and the document a browser pulls
+        self.open_s = time.perf_counter() - started    # the page built and the document a browser pulls
         state._loaded[self.doc] = True          # what the browser's 'document_ready' does
         self.events: list = []
         self.doc.on_change(self.events.append)
@@ -588,12 +579,8 @@ def server_side(shared, n_brushes: int, n_zooms: int, n_sessions: int = 5, seed:
     kinds = {kind: summary(v) for kind, v in ms.items()}
     kinds["all brushes"] = summary([x for k, v in ms.items() if k.startswith("brush") for x in v])
     details = {kind: {"events_median": float(np.median([t.events for t in timed])),
-                      "patch_bytes_median": float(np.median([t.nbytes for t in timed])),
-                      "update_ms_median": 1000 * float(np.median([t.update_s for t in timed])),
-                      "serialize_ms_median": 1000 * float(np.median([t.serialize_s for t in timed]))}
+                      "patch_bytes_median": float(np.median([t.nbytes for t in timed]))}
                for kind, timed in samples.items()}
     details["session open"] = {"models": opens[0].models if opens else 0,
-                               "document_bytes": opens[0].doc_bytes if opens else 0,
-                               "build_ms_median": 1000 * float(np.median([s.build_s for s in opens])),
-                               "serialize_ms_median": 1000 * float(np.median([s.serialize_doc_s for s in opens]))}
+                               "document_bytes": opens[0].doc_bytes if opens else 0}
     return {"board": session.board.name, "kinds": kinds, "details": details}

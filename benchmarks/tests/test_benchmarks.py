@@ -77,7 +77,7 @@ def test_gpu_targets_of_the_pipeline_benchmark():
 @pytest.mark.parametrize("text, samples", [("50k", 50_000), ("1M", 1_000_000), ("2.5M", 2_500_000),
                                            ("200_000_000", 200_000_000)])
 def test_sizes_read_with_suffixes(text, samples):
-    assert run.parse_size(text) == samples
+    assert recordings.parse_size(text) == samples
 
 
 def test_bad_size_is_refused_with_the_value():
@@ -205,7 +205,6 @@ def _dashboard_report() -> dict:
                      "failures": [], "settle_s": 2.0, "server_options": ["--unused-session-lifetime", "500"],
                      "growth_after_first_10": -0.004},
             "cuxfilter": {"protocol": proto, "server": {"board": "cuxfilter", "kinds": kinds, "details": details}},
-            "cuxfilter_equals_default": {"checks": [{"brush": {}, "count": 5}]},
             "scale": {"beats": 935_369, "n_samples": 200_000_000, "boards": {"bokeh": {"kinds": kinds}}}}
 
 
@@ -224,16 +223,6 @@ def test_gpu_targets_and_report_of_every_section():
     for heading in ("## Over Bokeh's protocol", "## Server side (bokeh board", "## Load test: 20 sessions",
                     "## Soak test", "## cuxfilter board over", "## 935,369 beats"):
         assert heading in text, heading
-    assert "scale bokeh all brushes" in report.dashboard_table(data)
-
-
-def test_stalls_name_the_client_processes_of_slow_brushes():
-    from benchmarks import interaction
-
-    brushes = [(0, 0, 0.0, 10.0), (1, 1, 0.0, 11.0), (0, 0, 1.0, 12.0), (1, 1, 2.0, 200.0), (0, 0, 2.05, 9.0)]
-    out = interaction.stalls(brushes)
-    assert out["slow"] == 1 and out["clients_of_slow"] == [1]
-    assert out["overlapping_other_clients_fast"] == 1 and out["overlapping_other_clients_slow"] == 0
 
 
 # --------------------------------------------------------------------------- the load test's client
