@@ -1,0 +1,83 @@
+"""The segmentation chain, once: Ricker response → heartbeats (fiducials, flutter and noise
+episodes, pauses) → beat lengths → fixed-length rows and each beat's quality. The run
+(:mod:`pipeline.run`) times each part as a stage; the warm-up (:mod:`pipeline.warmup`) runs the
+same chain untimed. The steps' modules (Numba kernels) are imported where used, so that a cached
+start imports none of them.
+
+See Also
+--------
+pipeline.load.load_ecg : the previous step.
+pipeline.train.fit_vae : the next step.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from pipeline import backend
+from pipeline.config import SignalConfig
+
+
+@dataclass
+class Segmented:
+    """One recording's beats, found and embedded: the segmentation stages' output, on the
+    signal's device."""
+
+    positions: Any      # the beats' fiducials (samples)
+    episodes: Any       # episodes.Episodes: flutter and noise stretches
+    pauses: Any         # (n, 2): the (start, end) fiducials of each RR interval of cfg.pause_s or more
+    histogram: tuple    # the beat lengths' (counts, edges in s)
+    beats: Any          # embed.Beats: the rows, each beat's fiducial and length, the rows' scale
+    quality: Any        # each beat's quality (low: noise or artefact)
+    width: int          # a row's samples
+    pre: int            # the fiducial's column in a row
+
+
+def _untimed(stage: str, host: bool = False):
+    return contextlib.nullcontext()
+
+
+def segment(signal, fs: float, cfg: SignalConfig, stages: Callable = _untimed) -> Segmented:
+    """The segmentation chain: Ricker response → heartbeats (fiducials, episodes, pauses) → beat
+    lengths → fixed-length rows and each beat's quality. The run times each part as a stage
+    (``stages``); the warm-up runs the same chain untimed."""
+    from pipeline import embed, peaks, wavelet
+
+    with stages("wavelet"):
+        response = wavelet.ricker_response(signal, fs, cfg.ricker_width_s)
+    with stages("peaks"):
+        positions, found, pauses = heartbeats(response, signal, fs, cfg)
+    del response
+    with stages("lengths"):
+        histogram = peaks.length_histogram(peaks.beat_lengths(positions), fs)
+    with stages("embed"):
+        width = cfg.window(fs)
+        beats = embed.embed_beats(signal, positions, fs, width=width, pre_fiducial=cfg.pre_fiducial)
+        beat_quality = quality_of_beats(signal, positions, found, fs)
+    return Segmented(positions, found, pauses, histogram, beats, beat_quality, width,
+                     int(round(cfg.pre_fiducial * width)))
+
+
+def heartbeats(response, signal, fs: float, cfg: SignalConfig):
+    """The heartbeats of ``signal`` from its Ricker ``response``: (fiducials, episodes, pauses).
+    Flutter waves are no heartbeats, so the fiducials inside flutter episodes are taken out; beats
+    in noise are kept (their quality says so): a real beat hidden because noise surrounds it would
+    be a missed beat. Pauses are the intervals of at least ``cfg.pause_s`` between the beats kept."""
+    from pipeline import episodes, peaks, rhythm
+
+    positions = peaks.find_beats(response, signal, fs, cfg)
+    found = episodes.find_episodes(signal, fs, positions)
+    positions = positions[~episodes.in_episodes(positions, found, fs, "flutter")]
+    return positions, found, rhythm.pauses(positions, fs, cfg.pause_s)
+
+
+def quality_of_beats(signal, positions, found, fs: float):
+    """Each beat's quality (:func:`pipeline.quality.beat_quality`), below the low-quality line for
+    every beat inside a noise episode, whatever its own measures say."""
+    from pipeline import episodes, quality
+
+    beat_quality = quality.beat_quality(signal, positions, fs)
+    in_noise = episodes.in_episodes(positions, found, fs, "noise")
+    beat_quality[in_noise] = backend.xp_of(beat_quality).minimum(beat_quality[in_noise], quality.LOW_QUALITY / 2)
+    return beat_quality
