@@ -18,7 +18,7 @@ import sys
 import pytest
 
 import test_browser
-from tests.support.served import ROOT, Server
+from tests.support.served import ROOT, checked_page, serving
 from test_browser import UPDATE_S, Page, browser, server  # noqa: F401  (the module's Chromium and tiny-run server)
 
 pytestmark = pytest.mark.browser
@@ -48,8 +48,7 @@ def _button(page: Page, name: str):
 
 
 def test_a_clinician_reads_the_dashboard_without_a_guide(server, browser, screen):  # noqa: F811
-    page = Page(browser, server.url)
-    try:
+    with checked_page(Page(browser, server.url)) as page:
         page.wait_dashboard()
         assert page.page.evaluate("() => window.scrollY") == 0
 
@@ -107,9 +106,6 @@ def test_a_clinician_reads_the_dashboard_without_a_guide(server, browser, screen
             page.page.evaluate("() => window.scrollTo(0, 0)")
             page.page.wait_for_timeout(2500)
             page.page.screenshot(path=str(SCREENSHOTS / "dashboard.png"), full_page=True)   # 1600 wide, all of it
-        assert not page.errors, "\n".join(page.errors)
-    finally:
-        page.close()
 
 
 @pytest.fixture(scope="module")
@@ -126,17 +122,12 @@ def archive_server(tmp_path_factory):
                            "--epochs", "2", "--workers", "1", "--quiet"], capture_output=True, text=True, timeout=600,
                           cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
-    srv = Server(["--device", "cpu", "--archive", str(out)], tmp / "server.log")
-    try:
-        srv.wait_http(120)
+    with serving(["--device", "cpu", "--archive", str(out)], tmp / "server.log") as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def test_the_archive_names_its_points_and_sums_itself_up(archive_server, browser, screen):  # noqa: F811
-    page = Page(browser, archive_server.url)
-    try:
+    with checked_page(Page(browser, archive_server.url)) as page:
         rows = page.page.locator(".ecg-view-archive .slick-row")
         rows.first.wait_for(timeout=UPDATE_S * 1000)
         names = sorted(r.split("\n")[0] for r in rows.all_inner_texts())
@@ -167,6 +158,3 @@ def test_the_archive_names_its_points_and_sums_itself_up(archive_server, browser
         page.wait_until(lambda: page.page.get_by_text("Open: ectopic.csv").count() > 0,
                         "the sidebar to sum up the open recording")
         assert page.page.locator(".ecg-recording-name").first.inner_text() == "ectopic.csv"
-        assert not page.errors, "\n".join(page.errors)
-    finally:
-        page.close()

@@ -73,6 +73,16 @@ def _load_or_refuse(path: Path, **kwargs):
     return recording
 
 
+def _fuzz_file(suffix: str, content, max_examples: int):
+    """A fuzz test: every example of the strategy ``content``, written as a ``suffix`` file, loads or is
+    refused as :func:`_load_or_refuse` allows."""
+    @_fuzz(max_examples)
+    @given(content=content)
+    def test(folder, content):
+        _load_or_refuse(_write(folder, suffix, content))
+    return test
+
+
 # --------------------------------------------------------------------------- mutations
 def _flip(base: bytes, flips) -> bytes:
     data = bytearray(base)
@@ -133,37 +143,24 @@ def edited_csv(draw):
     return "\n".join(lines).encode()
 
 
-@_fuzz(300)
-@given(content=st.binary(max_size=4096))
-def test_csv_any_bytes(folder, content):
-    _load_or_refuse(_write(folder, ".csv", content))
+test_csv_any_bytes = _fuzz_file(".csv", st.binary(max_size=4096), 300)
 
 
-@_fuzz(300)
-@given(content=st.sampled_from(CSV_KINDS).flatmap(lambda kind: mutations(CSV_BASES[kind], 64)))
-def test_csv_mutated(folder, content):
-    _load_or_refuse(_write(folder, ".csv", content))
+test_csv_mutated = _fuzz_file(
+    ".csv", st.sampled_from(CSV_KINDS).flatmap(lambda kind: mutations(CSV_BASES[kind], 64)), 300)
 
 
-@_fuzz(200)
-@given(content=edited_csv())
-def test_csv_odd_lines(folder, content):
-    _load_or_refuse(_write(folder, ".csv", content))
+test_csv_odd_lines = _fuzz_file(".csv", edited_csv(), 200)
 
 
 GZ_BASE = gzip.compress(CSV_BASES["header"], mtime=0)
 
 
-@_fuzz(250)
-@given(content=st.one_of(mutations(GZ_BASE, 32), st.binary(max_size=512).map(lambda b: b"\x1f\x8b\x08\x00" + b)))
-def test_gzip_mutated(folder, content):
-    _load_or_refuse(_write(folder, ".csv.gz", content))
+test_gzip_mutated = _fuzz_file(
+    ".csv.gz", st.one_of(mutations(GZ_BASE, 32), st.binary(max_size=512).map(lambda b: b"\x1f\x8b\x08\x00" + b)), 250)
 
 
-@_fuzz(100)
-@given(content=edited_csv().map(lambda text: gzip.compress(text, mtime=0)))
-def test_gzip_odd_lines(folder, content):
-    _load_or_refuse(_write(folder, ".csv.gz", content))
+test_gzip_odd_lines = _fuzz_file(".csv.gz", edited_csv().map(lambda text: gzip.compress(text, mtime=0)), 100)
 
 
 # --------------------------------------------------------------------------- WFDB
@@ -247,17 +244,12 @@ def npy_with_odd_header(draw):
     return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode() + payload
 
 
-@_fuzz(200)
-@given(content=st.one_of(st.sampled_from(range(len(NPY_BASES))).flatmap(lambda i: mutations(NPY_BASES[i], 128)),
-                         st.binary(max_size=1024).map(lambda b: b"\x93NUMPY" + b)))
-def test_npy_mutated(folder, content):
-    _load_or_refuse(_write(folder, ".npy", content))
+test_npy_mutated = _fuzz_file(
+    ".npy", st.one_of(st.sampled_from(range(len(NPY_BASES))).flatmap(lambda i: mutations(NPY_BASES[i], 128)),
+                      st.binary(max_size=1024).map(lambda b: b"\x93NUMPY" + b)), 200)
 
 
-@_fuzz(150)
-@given(content=npy_with_odd_header())
-def test_npy_odd_headers(folder, content):
-    _load_or_refuse(_write(folder, ".npy", content))
+test_npy_odd_headers = _fuzz_file(".npy", npy_with_odd_header(), 150)
 
 
 # --------------------------------------------------------------------------- Parquet
@@ -276,17 +268,14 @@ def _parquet_bytes(compression: str) -> bytes:
 PARQUET_BASES = [_parquet_bytes("none"), _parquet_bytes("snappy")]
 
 
-@_fuzz(250)
-@given(content=st.one_of(
+test_parquet_mutated = _fuzz_file(".parquet", st.one_of(
     st.sampled_from(range(len(PARQUET_BASES))).flatmap(lambda i: mutations(PARQUET_BASES[i], 64)),
     # the footer (schema, row groups) sits at the end: damage it there too
     st.sampled_from(range(len(PARQUET_BASES))).flatmap(
         lambda i: st.lists(st.tuples(st.integers(len(PARQUET_BASES[i]) - 400, len(PARQUET_BASES[i]) - 9),
                                      st.integers(1, 255)), min_size=1, max_size=4)
         .map(lambda flips, i=i: _flip(PARQUET_BASES[i], flips))),
-    st.binary(max_size=512).map(lambda b: b"PAR1" + b + b"PAR1")))
-def test_parquet_mutated(folder, content):
-    _load_or_refuse(_write(folder, ".parquet", content))
+    st.binary(max_size=512).map(lambda b: b"PAR1" + b + b"PAR1")), 250)
 
 
 @_fuzz(80)

@@ -14,7 +14,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from tests.support.served import Server
+from tests.support.served import checked_page, serving
 from test_browser import UPDATE_S, Page, browser  # noqa: F401  (browser: the module's Chromium fixture)
 from test_security_server import HOSTILE, HOSTILE_NAME, hostile_archive
 
@@ -54,17 +54,12 @@ def labelled_server(small_csv, tmp_path_factory):
     args = ["--input", str(small_csv), "--epochs", "3", "--device", "cpu", "--out", str(tmp / "runs")]
     run = run_pipeline(settings_from(args, {}).request)
     ReviewLabels.for_run(run).set(run.beats["fiducial"].to_numpy(), HOSTILE)
-    srv = Server(args, tmp / "server.log")
-    try:
-        srv.wait_http(120)
+    with serving(args, tmp / "server.log") as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def test_a_stored_label_that_is_markup_shows_as_text_and_runs_nothing(labelled_server, browser):  # noqa: F811
-    page = Page(browser, labelled_server.url)
-    try:
+    with checked_page(Page(browser, labelled_server.url)) as page:
         dialogs = watch_dialogs(page)
         page.wait_dashboard()
         rows = page.rows()
@@ -85,9 +80,6 @@ def test_a_stored_label_that_is_markup_shows_as_text_and_runs_nothing(labelled_s
             page.page.wait_for_timeout(1000)
         assert_nothing_ran(page, dialogs)
         assert page.page.get_by_text(typed, exact=True).count() > 0, "the typed label should show as typed"
-        assert not page.errors, "\n".join(page.errors)
-    finally:
-        page.close()
 
 
 # --------------------------------------------------------------------------- a file name, a link
@@ -95,17 +87,12 @@ def test_a_stored_label_that_is_markup_shows_as_text_and_runs_nothing(labelled_s
 def archive_server(tmp_path_factory):
     """A server of an archive of one recording named ``HOSTILE_NAME``."""
     tmp = tmp_path_factory.mktemp("archive")
-    srv = Server(["--device", "cpu", "--archive", str(hostile_archive(tmp))], tmp / "server.log")
-    try:
-        srv.wait_http(120)
+    with serving(["--device", "cpu", "--archive", str(hostile_archive(tmp))], tmp / "server.log") as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def test_a_recording_named_with_markup_shows_as_text_and_runs_nothing(archive_server, browser):  # noqa: F811
-    page = Page(browser, archive_server.url)
-    try:
+    with checked_page(Page(browser, archive_server.url)) as page:
         dialogs = watch_dialogs(page)
         rows = page.page.locator(".ecg-view-archive .slick-row")
         rows.first.wait_for(timeout=UPDATE_S * 1000)
@@ -131,14 +118,10 @@ def test_a_recording_named_with_markup_shows_as_text_and_runs_nothing(archive_se
         assert_nothing_ran(page, dialogs)
         page.wait_until(lambda: page.page.get_by_text(f"input {HOSTILE_NAME}").count() > 0,
                         "the sidebar to name the recording as it is named")
-        assert not page.errors, "\n".join(page.errors)
-    finally:
-        page.close()
 
 
 def test_a_link_naming_another_script_host_loads_nothing_from_it(archive_server, browser):  # noqa: F811
-    page = Page(browser, archive_server.url)
-    try:
+    with checked_page(Page(browser, archive_server.url)) as page:
         requested: list[str] = []
         page.page.on("request", lambda request: requested.append(request.url))
         page.page.goto(f"{archive_server.url}?bokeh-absolute-url=http://{FOREIGN}/evil")
@@ -147,6 +130,3 @@ def test_a_link_naming_another_script_host_loads_nothing_from_it(archive_server,
         assert [u for u in urls if urlparse(u).netloc == FOREIGN] == [], "the page names the foreign host"
         page.page.locator(".ecg-view-archive .slick-row").first.wait_for(timeout=UPDATE_S * 1000)   # it works
         assert [u for u in requested if urlparse(u).netloc == FOREIGN] == [], "the page asked the foreign host"
-        assert not page.errors, "\n".join(page.errors)
-    finally:
-        page.close()

@@ -147,6 +147,28 @@ class Server:
         self._log.close()
 
 
+@contextlib.contextmanager
+def serving(app_args: list[str], log_path: Path, timeout: float = 120.0):
+    """A :class:`Server` of ``app_args`` that answers HTTP, stopped on leaving (a fixture's body)."""
+    server = Server(app_args, log_path)
+    try:
+        server.wait_http(timeout)
+        yield server
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def checked_page(page):
+    """A browser test's ``page`` for the test's body: closed after it, and the test fails where the page
+    logged a console or page error (``page.errors``)."""
+    try:
+        yield page
+        assert not page.errors, "\n".join(page.errors)
+    finally:
+        page.close()
+
+
 def process_rss_bytes(pid: int) -> int:
     """Resident memory (VmRSS) of a process, in bytes."""
     with open(f"/proc/{pid}/status") as f:
