@@ -205,13 +205,12 @@ def search_back(response, signal, positions, fs: float, cfg):
     noise, a flat line or the slow recovery itself never reach it and a beat ten times smaller
     than its neighbours still does. The search keeps ``max(cfg.second_look_gap_s, RR / 2)`` away
     from the beats at both ends (their T waves), skips gaps longer than ``cfg.search_back_max_s``
-    (a pause or a lost lead is not a run of missed beats), suppresses within the absolute refractory
-    period (``cfg.search_back_refractory_s``: the wide response of a baseline step in the gap must
-    not hide a beat beside it), and keeps only candidates as narrow as a QRS complex (at most
-    ``cfg.search_back_width`` × the beats' median width: a P or T wave, or a baseline step, is
-    wider). Per-gap and per-candidate work, plus one threshold-and-NMS pass
-    that leaves every sample outside the gaps at its first comparison; nothing runs without a
-    long gap."""
+    (a pause or a lost lead is not a run of missed beats), suppresses within the absolute
+    refractory period (``cfg.search_back_refractory_s``, in 50-ms blocks: the wide response of a
+    baseline step in the gap must not hide a beat beside it), and keeps only candidates as narrow
+    as a QRS complex (at most ``cfg.search_back_width`` × the beats' median width: a P or T wave,
+    or a baseline step, is wider). Only the long gaps' samples are read (one gather), then
+    per-gap and per-candidate work; nothing runs without a long gap."""
     xp = backend.xp_of(positions)
     if positions.shape[0] < 3:
         return positions
@@ -221,33 +220,58 @@ def search_back(response, signal, positions, fs: float, cfg):
     long = xp.flatnonzero((rr > cfg.search_back_rr * local) & (rr <= cfg.search_back_max_s * fs))
     if long.shape[0] == 0:                       # host sync: one number
         return positions
-    env = envelope(response)
-    block = max(1, int(round(0.05 * fs)))
-    n = env.shape[0]
-    count = -(-n // block)
-    padded = xp.zeros(count * block, dtype=env.dtype)
-    padded[:n] = env
-    maxima = padded.reshape(count, block).max(axis=1)
+    block = max(1, int(round(0.05 * fs)))           # about a QRS complex: its maxima sample the noise
     margin = xp.maximum(cfg.second_look_gap_s * fs, 0.5 * local[long])
     first = xp.ceil((positions[long] + margin) / block).astype(xp.int64)        # whole blocks inside
-    stop = xp.floor((positions[long + 1] - margin) / block).astype(xp.int64)
+    stop = xp.minimum(xp.floor((positions[long + 1] - margin) / block).astype(xp.int64),
+                      response.shape[0] // block)
     room = stop > first
     first, stop = first[room], stop[room]
-    span = int(math.ceil(cfg.search_back_max_s * fs / block))
-    blocks = first[:, None] + xp.arange(span)[None, :]
-    inside = blocks < stop[:, None]
-    values = xp.where(inside, maxima[xp.clip(blocks, 0, count - 1)], xp.nan)
-    level = cfg.search_back_level * xp.nanmedian(values, axis=1)
-    thresholds = xp.full(count, xp.inf, dtype=env.dtype)                        # no search outside the gaps
-    thresholds[blocks[inside]] = xp.broadcast_to(level[:, None], blocks.shape)[inside].astype(env.dtype)
-    extra = xp.flatnonzero(nms_gate(env, thresholds, block, max(1, int(round(cfg.search_back_refractory_s * fs)))))
+    if first.shape[0] == 0:
+        return positions
+    reach = max(1, int(round(cfg.search_back_refractory_s * fs / block)))
+    # Gaps of like length together (lengths up to a power of two), so that the rectangles of
+    # blocks read hold at most twice the gaps' samples: a few groups, not a loop over gaps.
+    group = xp.ceil(xp.log2((stop - first + 2 * reach).astype(xp.float64))).astype(xp.int64)
+    extra = []
+    for size in range(int(group.min()), int(group.max()) + 1):                  # host syncs: two numbers
+        rows = xp.flatnonzero(group == size)
+        if rows.shape[0]:
+            extra.append(_gap_peaks(response, first[rows], stop[rows], block, reach, 2 ** size, cfg.search_back_level))
+    extra = xp.concatenate(extra)
     if extra.shape[0] == 0:
         return positions
-    extra = refine_to_extremum(signal, extra.astype(xp.int64), fs, search_s=cfg.refine_s, despike_s=cfg.despike_s)
-    _, width, _ = qrs_shape(signal, positions, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
+    extra = refine_to_extremum(signal, xp.sort(extra).astype(xp.int64), fs, search_s=cfg.refine_s,
+                               despike_s=cfg.despike_s)
+    typical = positions[::max(1, positions.shape[0] // 1000)]      # the median width of up to ~1000 beats
+    _, width, _ = qrs_shape(signal, typical, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
     _, extra_width, _ = qrs_shape(signal, extra, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
     narrow = extra_width <= cfg.search_back_width * xp.median(width)
     return xp.unique(xp.concatenate([positions, extra[narrow]]))
+
+
+def _gap_peaks(response, first, stop, block: int, reach: int, span: int, level: float):
+    """Sample indices of the candidates inside gaps of blocks ``first[g]`` to ``stop[g] - 1``
+    (each at most ``span - 2 reach`` blocks): the envelope's maximum of each block that exceeds
+    ``level`` × the median block maximum of its gap and every block within ``reach`` before it
+    (inside the gap or not), and is not exceeded by one within ``reach`` after it. Only these
+    blocks' samples are read, as (gaps, blocks, samples)."""
+    xp = backend.xp_of(first)
+    n = response.shape[0]
+    blocks = (first - reach)[:, None] + xp.arange(span)[None, :]
+    inside = (blocks >= first[:, None]) & (blocks < stop[:, None])
+    near = (blocks >= 0) & (blocks < stop[:, None] + reach)
+    samples = xp.clip(blocks[:, :, None] * block + xp.arange(block)[None, None, :], 0, n - 1)
+    env = envelope(response[samples])
+    maxima = xp.where(near, env.max(axis=2), -xp.inf)
+    floor = xp.nanmedian(xp.where(inside, maxima, xp.nan), axis=1)
+    edge = xp.full((maxima.shape[0], reach), -xp.inf, dtype=maxima.dtype)
+    padded = xp.concatenate([edge, maxima, edge], axis=1)
+    peak = inside & (maxima > level * floor[:, None])
+    for k in range(1, reach + 1):                   # a few shifts, each over the gaps' blocks
+        peak &= (maxima > padded[:, reach - k:reach - k + span]) & (maxima >= padded[:, reach + k:reach + k + span])
+    gap, at = xp.nonzero(peak)
+    return samples[gap, at, env[gap, at].argmax(axis=1)]
 
 
 def _steps_baseline(signal, positions, fs: float, before_s=(-0.3, -0.2), after_s=(0.4, 0.5), reach_s: float = 0.1):
