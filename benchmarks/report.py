@@ -367,10 +367,6 @@ def dashboard_markdown(report: dict) -> str:
         lines += ["## In Chromium, one session", "", "Each time runs in the page's own clock (`performance.now()`), "
                   "from the input event's timestamp to two animation frames after the result arrived. "
                   + _measured(browser, cores), "", *table(["interaction", "n", "median", "p95", "max"], rows)]
-        selected = browser.get("brush_selected_beats")
-        if selected and selected["n"]:
-            lines += [f"Beats selected after a timed brush: median {selected['median']:,.0f} of {selected['of']:,}; "
-                      f"{selected['empty']} of {selected['n']} brushes left none.", ""]
         failures = browser.get("brush_failures", []) + browser.get("zoom_failures", [])
         errors = browser.get("console_errors", []) + browser.get("session open", {}).get("console_errors", [])
         lines += [f"Failed gestures: {len(failures)}" + (f" ({'; '.join(failures[:5])})" if failures else "")

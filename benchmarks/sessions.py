@@ -11,7 +11,7 @@ import json
 import random
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -208,7 +208,6 @@ class Gesture:
 
     kind: str
     latency_ms: float
-    detail: dict = field(default_factory=dict)
 
 
 async def launch(playwright):
@@ -262,18 +261,6 @@ class BrowserPage:
         return tuple(await self.page.evaluate(
             "() => { const r = Bokeh.documents[0].get_model_by_name('ecg-signal').x_range; return [r.start, r.end]; }"))
 
-    async def count(self, timeout_s: float = 10.0) -> int:
-        """The selected-beat count the page shows ("N of T beats selected")."""
-        deadline = time.perf_counter() + timeout_s
-        while True:
-            text = await self.page.locator(".ecg-count").first.inner_text()
-            found = re.search(r"([\d,]+) of", text)
-            if found:
-                return int(found.group(1).replace(",", ""))
-            if time.perf_counter() > deadline:
-                raise GestureError(f"no selection count on the page (it shows {text!r})")
-            await asyncio.sleep(0.1)
-
     async def brush_bounds(self) -> dict:
         """Each linked chart's brush as the page holds it: ``{view: bounds or None}``."""
         return await self.page.evaluate(_BRUSH_BOUNDS_JS, list(LINKED))
@@ -312,7 +299,7 @@ class BrowserPage:
         record, inputs = await self.page.evaluate(
             "(n) => [window.__ecgProbe.versions[n], window.__ecgProbe.input]", before)
         start = max(inputs.get(t) or 0 for t in input_types)
-        return Gesture(kind, record["painted"] - start, {"version": record["version"], "arrived_ms": record["at"] - start})
+        return Gesture(kind, record["painted"] - start)
 
     async def _drag(self, points: list[tuple[float, float]], pause_s: float = 0.016) -> None:
         """Press at the first point, move through the others (one move a frame, as a hand does), release."""
@@ -345,9 +332,7 @@ class BrowserPage:
                 continue
         else:
             raise GestureError(f"brush {view}: {len(shifts)} drags left the chart's brush at {brushed}")
-        gesture = await self._painted(before, ("mouseup", "pointerup"), f"brush {view}", timeout_s)
-        gesture.detail["drags"] = drags
-        return gesture
+        return await self._painted(before, ("mouseup", "pointerup"), f"brush {view}", timeout_s)
 
     async def brush_values(self, view: str, x: tuple[float, float], y: tuple[float, float] | None = None,
                            timeout_s: float = 120.0) -> Gesture:
@@ -429,8 +414,7 @@ class BrowserPage:
                                f"within {timeout_s:.0f} s") from err
         landing = await self.page.evaluate(f"""([t0, lo, hi, tol]) => window.__ecgProbe.landings.find(
                 l => l.at >= t0 && ({match})(l, lo, hi, tol))""", [since_ms, window[0], window[1], tol])
-        return Gesture(kind, max(landing["painted"] - end_ms, 0.0), {"picture": landing["kind"],
-                                                                     "span_s": window[1] - window[0]})
+        return Gesture(kind, max(landing["painted"] - end_ms, 0.0))
 
 
 # --------------------------------------------------------------------------- in this process
