@@ -153,18 +153,97 @@ def drop_non_qrs(signal, positions, fs: float, *, window_s: float = 0.38, width_
 
 def find_beats(response, signal, fs: float, cfg):
     """The fiducials of the heartbeats in ``signal`` from its Ricker ``response``: the adaptive
-    threshold with non-maximum suppression, each point moved to the QRS extremum, T waves and
-    baseline steps removed, then a second look for small beats (:func:`second_look`) and a search
-    inside long RR gaps (:func:`search_back`). ``cfg`` is a :class:`pipeline.config.SignalConfig`."""
-    positions = fiducials(response, fs, refractory_s=cfg.refractory_s, threshold=cfg.threshold,
-                          level_block_s=cfg.level_block_s, level_blocks=cfg.level_blocks)
-    positions = refine_to_extremum(signal, positions, fs, search_s=cfg.refine_s, despike_s=cfg.despike_s)
+    threshold with non-maximum suppression (:func:`fiducials`), each point moved to the QRS
+    extremum, T waves and baseline steps removed, a rival deflection preferred where it keeps the
+    rhythm (:func:`keep_the_rhythm`), then a second look for small beats (:func:`second_look`) and
+    a search inside long RR gaps (:func:`search_back`). ``cfg`` is a
+    :class:`pipeline.config.SignalConfig`."""
+    xp = backend.xp_of(response)
+    env = envelope(response)
+    thresholds, block = adaptive_threshold(env, fs, cfg.threshold, cfg.level_block_s, cfg.level_blocks)
+    positions = xp.flatnonzero(nms_gate(env, thresholds, block, max(1, int(round(cfg.refractory_s * fs)))))
+    positions = refine_to_extremum(signal, positions.astype(xp.int64), fs, search_s=cfg.refine_s,
+                                   despike_s=cfg.despike_s)
     positions = drop_non_qrs(signal, positions, fs, window_s=cfg.twave_window_s, width_ratio=cfg.twave_width_ratio,
                              slope_ratio=cfg.twave_slope_ratio, window_rr_fraction=cfg.twave_rr_fraction,
                              max_width_s=cfg.max_qrs_width_s, despike_s=cfg.despike_s,
                              flat_slope_ratio=cfg.twave_flat_slope_ratio, step_slope_ratio=cfg.step_slope_ratio)
+    positions = keep_the_rhythm(env, thresholds, block, signal, positions, fs, cfg)
     positions = second_look(response, signal, positions, fs, cfg)
     return search_back(response, signal, positions, fs, cfg)
+
+
+def keep_the_rhythm(env, thresholds, block: int, signal, positions, fs: float, cfg):
+    """Move a beat to the largest other deflection within its refractory period when that one
+    keeps the rhythm and looks as much like a QRS complex.
+
+    The non-maximum suppression keeps the largest response within ±``cfg.refractory_s``; a tall,
+    sharp P wave (or the wide wave of a ventricular beat after its sharp onset) can outgrow the
+    QRS complex beside it, and the beat is then marked on the wrong wave: 0.2 s early, an RR
+    interval short and the next one long. The rival is the largest response between
+    ``cfg.rival_min_s`` and ``cfg.refractory_s`` on either side that passes the threshold; it
+    takes the beat's place when it brings the RR intervals before and after closer to the local
+    rhythm (the median of the nine RR intervals around) by ``cfg.rival_gain`` × that RR, its
+    deflection is at least ``cfg.rival_slope`` × as steep as the beat's, and it is as narrow as a
+    QRS complex (at most ``cfg.search_back_width`` × the beats' median width). One gather of the
+    envelope around every beat; shapes are measured only for the few beats that qualify.
+    Returns the positions, sorted.
+    """
+    xp = backend.xp_of(positions)
+    count = positions.shape[0]
+    if count < 3:
+        return positions
+    near, far = max(1, int(round(cfg.rival_min_s * fs))), max(1, int(round(cfg.refractory_s * fs)))
+    offsets = xp.concatenate([xp.arange(-far, -near + 1), xp.arange(near, far + 1)])
+    around = xp.clip(positions[:, None] + offsets[None, :], 0, env.shape[0] - 1)
+    best = env[around].argmax(axis=1)
+    rival = around[xp.arange(count), best]
+    local = _local_rr(positions)
+    before = xp.concatenate([local[:1], local])     # the typical RR ending at each beat
+    after = xp.concatenate([local, local[-1:]])     # and starting at it
+    previous = xp.concatenate([positions[:1] - before[:1], positions[:-1]])
+    following = xp.concatenate([positions[1:], positions[-1:] + after[-1:]])
+
+    def off_rhythm(at):
+        return xp.abs(at - previous - before) + xp.abs(following - at - after)
+
+    passes = env[rival] > thresholds[rival // block]
+    better = passes & (off_rhythm(rival) < off_rhythm(positions) - cfg.rival_gain * after)
+    # Two beats in a row on the wrong wave keep each other's error (the RR between them looks
+    # right): judged together, over the three RR intervals around them.
+    as_found = (xp.abs(positions[:-1] - previous[:-1] - before[:-1])
+                + xp.abs(positions[1:] - positions[:-1] - after[:-1]) + xp.abs(following[1:] - positions[1:] - after[1:]))
+    as_rivals = (xp.abs(rival[:-1] - previous[:-1] - before[:-1])
+                 + xp.abs(rival[1:] - rival[:-1] - after[:-1]) + xp.abs(following[1:] - rival[1:] - after[1:]))
+    pair = (passes[:-1] & passes[1:] & ~better[:-1] & ~better[1:]
+            & (as_rivals < as_found - cfg.rival_gain * after[:-1]))
+    better[:-1] |= pair
+    better[1:] |= pair
+    better[0] = better[-1] = False                  # one neighbour only: no rhythm to keep
+    which = xp.flatnonzero(better)
+    if which.shape[0] == 0:                         # host sync: one number
+        return positions
+    moved = refine_to_extremum(signal, rival[which], fs, search_s=cfg.refine_s, despike_s=cfg.despike_s)
+    _, width, slope = qrs_shape(signal, positions[which], fs, despike_s=cfg.despike_s,
+                                width_cap_s=cfg.max_qrs_width_s)
+    _, moved_width, moved_slope = qrs_shape(signal, moved, fs, despike_s=cfg.despike_s,
+                                            width_cap_s=cfg.max_qrs_width_s)
+    typical = positions[::max(1, count // 1000)]    # the median width of up to ~1000 beats
+    _, typical_width, _ = qrs_shape(signal, typical, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
+    swap = ((xp.abs(moved - positions[which]) >= near)      # still another deflection, not the beat's own
+            & (moved_slope >= cfg.rival_slope * slope)
+            & (moved_width <= cfg.search_back_width * xp.median(typical_width)))
+    positions = positions.copy()
+    positions[which[swap]] = moved[swap]
+    return xp.unique(positions)
+
+
+def _local_rr(positions):
+    """The local rhythm: for each RR interval of ``positions``, the median of the nine around it."""
+    xp = backend.xp_of(positions)
+    rr = xp.diff(positions)
+    around = xp.clip(xp.arange(rr.shape[0])[:, None] + xp.arange(-4, 5)[None, :], 0, rr.shape[0] - 1)
+    return xp.median(rr[around].astype(xp.float64), axis=1)
 
 
 def second_look(response, signal, positions, fs: float, cfg):
@@ -215,8 +294,7 @@ def search_back(response, signal, positions, fs: float, cfg):
     if positions.shape[0] < 3:
         return positions
     rr = xp.diff(positions)
-    around = xp.clip(xp.arange(rr.shape[0])[:, None] + xp.arange(-4, 5)[None, :], 0, rr.shape[0] - 1)
-    local = xp.median(rr[around].astype(xp.float64), axis=1)
+    local = _local_rr(positions)
     long = xp.flatnonzero((rr > cfg.search_back_rr * local) & (rr <= cfg.search_back_max_s * fs))
     if long.shape[0] == 0:                       # host sync: one number
         return positions
