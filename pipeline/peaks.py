@@ -229,7 +229,8 @@ def keep_the_rhythm(env, thresholds, block: int, signal, positions, fs: float, c
     _, moved_width, moved_slope = qrs_shape(signal, moved, fs, despike_s=cfg.despike_s,
                                             width_cap_s=cfg.max_qrs_width_s)
     typical = positions[::max(1, count // 1000)]    # the median width of up to ~1000 beats
-    _, typical_width, _ = qrs_shape(signal, typical, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
+    _, typical_width, _ = qrs_shape(signal, typical, fs, despike_s=cfg.despike_s,
+                                    width_cap_s=cfg.max_qrs_width_s)
     swap = ((xp.abs(moved - positions[which]) >= near)      # still another deflection, not the beat's own
             & (moved_slope >= cfg.rival_slope * slope)
             & (moved_width <= cfg.search_back_width * xp.median(typical_width)))

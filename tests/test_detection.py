@@ -56,10 +56,11 @@ def test_a_channel_named_ecg2_is_not_read_as_lead_ii(tmp_path):
 
 @pytest.mark.skipif(not DS1.exists(), reason=f"MIT-BIH DS1 records not found in {DS1} (set ECG_MITDB_DS1)")
 def test_ds1_records_hold_their_floor():
-    """Development data (the product is judged elsewhere): every DS1 record at >= 99 % Se and P+,
-    203 at 98 % Se. The goal is 99.5 % on each; 108 (P+ 99.4: noise), 116 (Se 99.1: its MLII
-    lead goes flat for seconds, beats seen only on V1), 207 and 208 (Se 99.4: wide ventricular
-    beats) and 203 still miss it, and this floor keeps them from sliding further."""
+    """Development data (the product is judged elsewhere): every DS1 record at >= 99.5 % Se and
+    P+, the goal, but two: 116 (Se 99.3: its MLII lead sits on the amplifier's rail or on the
+    slow recovery from it for seconds, where some beats are seen only on V1) at >= 99 %, and 203
+    (atrial flutter/fibrillation with multiform ventricular beats in noise) at 98.5 % Se. The
+    floor keeps every record from sliding back."""
     from pipeline.load import load_ecg
 
     for header in sorted(DS1.glob("*.hea")):
@@ -68,7 +69,5 @@ def test_ds1_records_hold_their_floor():
                              flutter_episodes(header), (0.15,))
         se = counts["tp_150"] / (counts["tp_150"] + counts["fn_150"])
         ppv = counts["tp_150"] / (counts["tp_150"] + counts["fp_150"])
-        if header.stem in ("203",):     # atrial flutter/fibrillation with multiform ventricular beats in noise
-            assert se >= 0.98 and ppv >= 0.995, (header.stem, counts)
-        else:
-            assert se >= 0.99 and ppv >= 0.99, (header.stem, counts)
+        floor = {"116": (0.99, 0.995), "203": (0.985, 0.995)}.get(header.stem, (0.995, 0.995))
+        assert se >= floor[0] and ppv >= floor[1], (header.stem, counts)
