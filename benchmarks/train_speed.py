@@ -6,9 +6,8 @@ The beats are the seeded synthetic recording's, cut by the pipeline's segmentati
 abnormal beats (V, A, Q) give the outlier AUROC. Per batch size and kind of step (``plain``;
 ``captured``, GPU only): the median and p95 of single steps (CUDA events on the GPU, wall clock on
 the CPU), ``fit_vae``'s wall time (median of ``--repeats`` after a warm-up fit), epochs, final loss
-and AUROC. Exit status 1 on an error, a capture that falls back to plain steps, captured training
-that disagrees with plain, or a missed target (captured ≤ 1 s, AUROC ≥ 0.99 at 20M); the last line
-is JSON.
+and AUROC. Exit status 1 on an error, a capture that falls back to plain steps, or a missed target
+(captured ≤ 1 s, AUROC ≥ 0.99 at 20M); the last line is JSON.
 """
 from __future__ import annotations
 
@@ -117,7 +116,7 @@ def measure_kind(rows, is_train, cfg, capture: bool, repeats: int, steps: int, a
         times.append(time.perf_counter() - started)
     scores = score_beats(model, rows)[0].cpu().numpy()
     return {**out, "train_s_median": statistics.median(times), "train_s_all": times, "epochs": len(history),
-            "final_loss": history[-1], "auroc": auroc(scores[labelled], abnormal[labelled]), "scores": scores}
+            "final_loss": history[-1], "auroc": auroc(scores[labelled], abnormal[labelled])}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,17 +165,11 @@ def main(argv: list[str] | None = None) -> int:
         results.append({**r, "kind": kind, "batch_asked": batch})
         print(f"{r['batch']:>6} {kind:<9} {r['step_ms_median']:>8.3f} {r['step_ms_p95']:>7.3f} {r['train_s_median']:>8.3f} "
               f"{r['epochs']:>6} {r['final_loss']:>8.4f} {r['auroc']:>6.4f}", flush=True)
-    for batch in batches:
+    for batch in batches:   # that captured steps train as plain ones do: tests/test_gpu.py
         pair = {r["kind"]: r for r in results if r["batch_asked"] == batch}
         if len(pair) == 2:
-            from scipy.stats import spearmanr
-
-            rho = float(spearmanr(pair["plain"]["scores"], pair["captured"]["scores"]).statistic)
-            gap = abs(pair["plain"]["auroc"] - pair["captured"]["auroc"])
             print(f"batch {batch}: captured {pair['plain']['train_s_median'] / pair['captured']['train_s_median']:.1f}× "
-                  f"faster than plain; score Spearman {rho:.4f}, AUROC difference {gap:.4f}")
-            failures += [] if rho > 0.98 and gap <= 0.01 else [f"batch {batch}: captured training disagrees with "
-                                                               f"plain (Spearman {rho:.4f}, AUROC difference {gap:.4f})"]
+                  f"faster than plain")
     headline = next((r for r in results if r["batch_asked"] == default.batch_size and r["kind"] == kinds[-1]), None)
     if headline is not None and device == "cuda" and args.samples == 20_000_000:
         for name, key, limit, higher in TARGETS:
@@ -184,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"target: {name}: {headline[key]:.4f} -> {'met' if met else 'MISSED'}")
             failures += [] if met else [f"target missed: {name}: {headline[key]:.4f}"]
     print(json.dumps({"device": machine, "beats": len(tensor), "failures": failures,
-                      "results": [{k: v for k, v in r.items() if k != "scores"} for r in results]}, default=float))
+                      "results": results}, default=float))
     if failures:
         print("FAILED: " + "; ".join(failures), file=sys.stderr)
     return 1 if failures else 0
