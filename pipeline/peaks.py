@@ -201,8 +201,8 @@ def keep_the_rhythm(env, thresholds, block: int, signal, positions, fs: float, c
     local = _local_rr(positions)
     before = xp.concatenate([local[:1], local])     # the typical RR ending at each beat
     after = xp.concatenate([local, local[-1:]])     # and starting at it
-    previous = xp.concatenate([positions[:1] - before[:1], positions[:-1]])
-    following = xp.concatenate([positions[1:], positions[-1:] + after[-1:]])
+    previous = xp.concatenate([positions[:1] - before[:1], positions[:-1].astype(xp.float64)])
+    following = xp.concatenate([positions[1:].astype(xp.float64), positions[-1:] + after[-1:]])
 
     def off_rhythm(at):
         return xp.abs(at - previous - before) + xp.abs(following - at - after)
