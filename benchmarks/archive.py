@@ -316,7 +316,8 @@ def _targets(o: dict, rows: list[dict], most: dict, speedup: float | None) -> li
                    "–" if speedup is None else f"{speedup:.2f}×", None if speedup is None else speedup >= want)]
     if o["device"] != "gpu" or o["samples"] < TARGETS["samples"]:
         return targets
-    best, busy, thousand_s = max(rows, key=lambda r: r["per_unit_minute"]), most["gpu_utilization"], most["thousand_min"] * 60
+    best, busy = max(rows, key=lambda r: r["per_unit_minute"]), most["gpu_utilization"]
+    thousand_s = most["thousand_min"] * 60
     return targets + [
         row(f"recordings per minute per GPU ≥ {TARGETS['per_gpu_minute']:.0f}",
             f"{best['per_unit_minute']:.1f} ({best['gpus']} GPU × {best['per_gpu']})",
@@ -346,8 +347,8 @@ def markdown(report_: dict) -> str:
              *report.table(["GPUs", "workers (per GPU)", "threads each", "recordings", "pass time (median / p95)",
                             "recordings per minute (per GPU or worker)", "GPU busy", "per recording (median / p95)",
                             "1,000 recordings", "cluster start", "warm-up"], [
-                 [r["gpus"] or "–", f"{r['workers']} ({r['per_gpu'] if r['gpus'] else '–'})", r["threads"] or "cluster",
-                  r["recordings"], f"{r['pass_median_s']:.1f} / {r['pass_p95_s']:.1f} s",
+                 [r["gpus"] or "–", f"{r['workers']} ({r['per_gpu'] if r['gpus'] else '–'})",
+                  r["threads"] or "cluster", r["recordings"], f"{r['pass_median_s']:.1f} / {r['pass_p95_s']:.1f} s",
                   f"{r['per_minute']:.1f} ({r['per_unit_minute']:.1f})",
                   "–" if r["gpu_utilization"] is None else f"{r['gpu_utilization']:.0f} %",
                   f"{r['recording_median_s']:.2f} / {r['recording_p95_s']:.2f} s", f"{r['thousand_min']:.1f} min",

@@ -49,8 +49,6 @@ def parse_args(argv):
     p.add_argument("--client", choices=("browser", "bokeh"), default=None,
                    help="what drives the sessions: Chromium (default when installed) or bokeh protocol sessions")
     p.add_argument("--boards", default="bokeh", help="boards to measure: bokeh, cuxfilter (default bokeh)")
-    p.add_argument("--parts", default="open,brush,zoom,server",
-                   help="single-session parts (comma-separated of open, brush, zoom, server; 'none' for none)")
     p.add_argument("--brushes", type=int, default=50, help="timed brushes on each linked chart (default 50)")
     p.add_argument("--gestures", type=int, default=24, help="timed zoom/pan gestures on the recording (default 24)")
     p.add_argument("--opens", type=int, default=5, help="timed session opens, each a fresh session (default 5)")
@@ -72,12 +70,9 @@ def parse_args(argv):
     for name in ("brushes", "gestures", "opens", "server_n", "load_brushes", "sessions", "soak"):
         if getattr(args, name) < (0 if name in ("sessions", "soak") else 1):
             p.error(f"--{name.replace('_', '-')} is too small: {getattr(args, name)}")
-    args.parts = set() if args.parts == "none" else {x.strip() for x in args.parts.split(",") if x.strip()}
     args.boards = [b.strip() for b in args.boards.split(",") if b.strip()]
-    for option, given, known in (("--parts", args.parts, {"open", "brush", "zoom", "server"}),
-                                 ("--boards", set(args.boards), {"bokeh", "cuxfilter"})):
-        if given - known:
-            p.error(f"{option}: unknown {', '.join(sorted(given - known))} (known: {', '.join(sorted(known))})")
+    if set(args.boards) - {"bokeh", "cuxfilter"}:
+        p.error(f"--boards: bokeh, cuxfilter or both; got {args.boards}")
     has_browser = Path(CHROMIUM).exists() and importlib.util.find_spec("playwright") is not None
     args.client = args.client or ("browser" if has_browser else "bokeh")
     if args.client == "browser" and not has_browser:
@@ -169,41 +164,35 @@ class Bench:
 async def browser_parts(args, url: str, beats, duration_s: float) -> dict:
     from playwright.async_api import async_playwright
 
-    rng, section = np.random.default_rng(SEED), {}
+    rng, section, timings, errors = np.random.default_rng(SEED), {}, [], []
     async with async_playwright() as pw:
         browser = await sessions.launch(pw)
         try:
-            if "open" in args.parts:
-                timings, errors = [], []
-                for i in range(args.opens + 1):                 # the first one warms the paths up
-                    page = await sessions.BrowserPage.new(browser)
-                    try:
-                        timing = await page.open(url, 120)
-                        timings += [timing] if i else []
-                        errors += page.errors
-                    finally:
-                        await page.close()
-                labels = {"first_paint": "first paint", "first_contentful_paint": "first contentful paint",
-                          "response_end": "page loaded (HTTP)", "marker": "version marker", "idle": "document idle",
-                          "charts": "charts drawn", "table": "table rows", "populated": "every view populated",
-                          "populated_painted": "every view populated, painted"}
-                section["session open"] = {"milestones_ms": {label: summary([t[k] for t in timings if t.get(k) is not None])
-                                                             for k, label in labels.items()},
-                                           "per_open": timings, "console_errors": errors}
-            if {"brush", "zoom"} & args.parts:
+            for i in range(args.opens + 1):                 # the first one warms the paths up
                 page = await sessions.BrowserPage.new(browser)
                 try:
-                    await page.open(url, 120)
-                    if "brush" in args.parts:
-                        await browser_brushes(page, beats, args.brushes, rng, section)
-                    if "zoom" in args.parts:
-                        await browser_gestures(page, args.gestures, duration_s, rng, section)
-                    section["console_errors"] = page.errors
+                    timings += [await page.open(url, 120)] if i else []
+                    errors += page.errors
                 finally:
                     await page.close()
+            labels = {"first_paint": "first paint", "first_contentful_paint": "first contentful paint",
+                      "response_end": "page loaded (HTTP)", "marker": "version marker", "idle": "document idle",
+                      "charts": "charts drawn", "table": "table rows", "populated": "every view populated",
+                      "populated_painted": "every view populated, painted"}
+            section["session open"] = {"milestones_ms": {label: summary([t[k] for t in timings if t.get(k) is not None])
+                                                         for k, label in labels.items()},
+                                       "per_open": timings, "console_errors": errors}
+            page = await sessions.BrowserPage.new(browser)
+            try:
+                await page.open(url, 120)
+                await browser_brushes(page, beats, args.brushes, rng, section)
+                await browser_gestures(page, args.gestures, duration_s, rng, section)
+                section["console_errors"] = page.errors
+            finally:
+                await page.close()
         finally:
             await browser.close()
-    section["problems"] = section.get("brush_failures", []) + section.get("zoom_failures", [])
+    section["problems"] = section["brush_failures"] + section["zoom_failures"]
     return section
 
 
@@ -265,7 +254,7 @@ async def protocol_parts(args, url: str, board: str, beats, duration_s: float) -
     from tests.support.bokeh_session import ProtocolSession, SessionError
 
     opens, out, failures = [], {}, []
-    for i in range(args.opens + 1 if "open" in args.parts else 0):     # the first one warms up
+    for i in range(args.opens + 1):     # the first one warms up
         session = ProtocolSession(url)
         try:
             timing = await session.open(120)
@@ -285,7 +274,7 @@ async def protocol_parts(args, url: str, board: str, beats, duration_s: float) -
             out.setdefault(kind, []).append(seconds * 1e3)
 
     try:
-        for i in range(args.brushes if "brush" in args.parts else 0):
+        for i in range(args.brushes):
             for view in LINKED if i == 0 else ():              # untimed warm-up
                 await timed(None, sessions.protocol_brush(session, view, sessions.brush_bounds(beats, view, rng), board))
                 await timed(None, sessions.protocol_brush(session, view, None, board))
@@ -294,7 +283,7 @@ async def protocol_parts(args, url: str, board: str, beats, duration_s: float) -
                 await timed(f"brush {view}", sessions.protocol_brush(session, view, bounds, board))
             for view in LINKED if i % 10 == 9 or i == args.brushes - 1 else ():
                 await timed("clear", sessions.protocol_brush(session, view, None, board))
-        for kind, lo, hi in sessions.zoom_plan(duration_s, args.gestures, rng) if "zoom" in args.parts else ():
+        for kind, lo, hi in sessions.zoom_plan(duration_s, args.gestures, rng):
             await timed(kind, sessions.protocol_zoom(session, lo, hi))
         errors = list(session.errors) + failures
     finally:
@@ -344,7 +333,8 @@ def load_protocol(args, url: str, beats, n_sessions: int, seed: int, in_turn: bo
     opened = sum(p["opened"] for p in parts)
     return {"client": "bokeh protocol", "sessions": n_sessions, "opened": opened, "clients": len(groups),
             "seconds": round(time.perf_counter() - started, 2),
-            "brush_ms": summary([ms for i, ms in timed if i > 0]), "burst_ms": summary([ms for i, ms in timed if i == 0]),
+            "brush_ms": summary([ms for i, ms in timed if i > 0]),
+            "burst_ms": summary([ms for i, ms in timed if i == 0]),
             "failed_interactions": merged["failed"], "console_errors": merged["errors"],
             "selection_mismatches": merged["mismatches"], "independent_sessions": opened - len(merged["mismatches"])}
 
@@ -513,10 +503,10 @@ def served_board(args, bench: Bench, board: str):
         if not bench.step(f"{board}: server start → ready", section, start, needs=60):
             return None
         server, beats, duration_s = state["server"], state["beats"], state["duration_s"]
-        if args.parts & {"open", "brush", "zoom"} and args.client == "browser":
+        if args.client == "browser":
             bench.step(f"{board}: Chromium: {args.opens} opens, {args.brushes} brushes per chart, {args.gestures} "
                        "zoom/pan", ("browser",), lambda: asyncio.run(browser_parts(args, server.url, beats, duration_s)))
-        elif args.parts & {"open", "brush", "zoom"}:
+        else:
             bench.step(f"{board}: protocol: {args.opens} opens, {args.brushes} brushes per chart, {args.gestures} "
                        "zoom/pan", ("protocol",) if board == "bokeh" else ("cuxfilter", "protocol"),
                        lambda: asyncio.run(protocol_parts(args, server.url, board, beats, duration_s)), needs=40)
@@ -596,8 +586,7 @@ def main(argv: list[str] | None = None) -> dict:
                 in_process(args, bench, input_path=made["path"], scale=True)
         else:
             beats = [served_board(args, bench, board) for board in args.boards][0]
-            if "server" in args.parts:
-                in_process(args, bench)
+            in_process(args, bench)
             if args.soak and beats is not None:
                 bench.step(f"soak: up to {args.soak} sessions opened, brushed and closed", ("soak",),
                            lambda: soak(args, bench, beats), needs=60)

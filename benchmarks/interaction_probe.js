@@ -15,6 +15,7 @@
   const probe = (window.__ecgProbe = { input: {}, versions: [], landings: [], milestones: {}, attached: false });
   const now = () => performance.now();
   const afterPaint = (record, key) => requestAnimationFrame(() => requestAnimationFrame(() => { record[key] = now(); }));
+  const land = (record) => { probe.landings.push(record); afterPaint(record, "painted"); };
 
   for (const type of ["mouseup", "pointerup", "wheel", "dblclick"]) {
     window.addEventListener(type, (e) => { probe.input[type] = e.timeStamp; }, { capture: true, passive: true });
@@ -50,10 +51,7 @@
       const d = raster.data;
       const image = d.image[0];
       const pixels = image && image.shape ? image.shape[0] * image.shape[1] : (image ? image.length : 0);
-      const record = { kind: pixels > 1 ? "raster" : "cleared", at: now(), painted: null,
-                       x0: d.x[0], x1: d.x[0] + d.dw[0] };
-      probe.landings.push(record);
-      afterPaint(record, "painted");
+      land({ kind: pixels > 1 ? "raster" : "cleared", at: now(), painted: null, x0: d.x[0], x1: d.x[0] + d.dw[0] });
     });
     // the raw samples: one line per lead, on the same times
     const line = figure.renderers.find((r) => r.glyph && r.glyph.type === "MultiLine");
@@ -62,9 +60,7 @@
     samples.properties.data.change.connect(() => {
       const t = samples.data.t.length ? samples.data.t[0] : [];
       if (!t || t.length === 0) return;
-      const record = { kind: "samples", at: now(), painted: null, x0: t[0], x1: t[t.length - 1] };
-      probe.landings.push(record);
-      afterPaint(record, "painted");
+      land({ kind: "samples", at: now(), painted: null, x0: t[0], x1: t[t.length - 1] });
     });
   }
 
@@ -74,7 +70,6 @@
     const marker = doc.get_model_by_name("ecg-version");
     if (!marker) return false;
     probe.milestones.marker = now();
-    probe.initial_version = marker.text;
     marker.properties.text.change.connect(() => {
       const record = { version: marker.text, at: now(), painted: null };
       probe.versions.push(record);

@@ -31,9 +31,7 @@ def write(result: dict, where: dict, markdown: str | None = None) -> None:
 
 
 def _plain(value):
-    if isinstance(value, (np.integer, np.floating)):
-        return value.item()
-    return str(value)
+    return value.item() if isinstance(value, (np.integer, np.floating)) else str(value)
 
 
 def seconds(s) -> str:
@@ -86,7 +84,8 @@ def load_line(m: dict) -> str:
 
 def machine_line(m: dict) -> str:
     memory = f", {m['memory_bytes'] / 2**30:.0f} GiB RAM" if m.get("memory_bytes") else ""
-    gpu = f"; GPU {m['gpu']}" + (f" × {m['gpu_count']}" if m.get("gpu_count", 1) > 1 else "") if m.get("gpu") else "; no GPU"
+    gpu = f"; GPU {m['gpu']}" if m.get("gpu") else "; no GPU"
+    gpu += f" × {m['gpu_count']}" if m.get("gpu_count", 1) > 1 else ""
     v = m.get("versions", {})
     libs = ", ".join(f"{k} {v[k]}" for k in ("panel", "bokeh", "datashader", "playwright") if k in v)
     browser = f"; {m['chromium']}" if m.get("chromium") else ""

@@ -145,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     is_train, default = split_train(len(tensor), 0.75, 0), VAEConfig()
     batches = [int(b) for b in args.batches.split(",") if b.strip()] or [default.batch_size]
     kinds = ["plain", "captured"] if device == "cuda" else ["plain"]
-    machine = {k: v for k, v in describe_machine(device == "cuda").items() if k != "versions"} | {"torch": torch.__version__}
+    machine = {k: v for k, v in describe_machine(device == "cuda").items() if k != "versions"}
+    machine["torch"] = torch.__version__
     print(f"machine    {json.dumps(machine)}")
     print(f"beats      {len(tensor):,} ({int(is_train.sum()):,} train), width {tensor.shape[1]}, "
           f"{int(abnormal[labelled].sum()):,} injected abnormal of {int(labelled.sum()):,} labelled")
@@ -168,8 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     for batch in batches:   # that captured steps train as plain ones do: tests/test_gpu.py
         pair = {r["kind"]: r for r in results if r["batch_asked"] == batch}
         if len(pair) == 2:
-            print(f"batch {batch}: captured {pair['plain']['train_s_median'] / pair['captured']['train_s_median']:.1f}× "
-                  f"faster than plain")
+            speedup = pair["plain"]["train_s_median"] / pair["captured"]["train_s_median"]
+            print(f"batch {batch}: captured {speedup:.1f}× faster than plain")
     headline = next((r for r in results if r["batch_asked"] == default.batch_size and r["kind"] == kinds[-1]), None)
     if headline is not None and device == "cuda" and args.samples == 20_000_000:
         for name, key, limit, higher in TARGETS:

@@ -166,7 +166,7 @@ def test_interaction_benchmark_refuses_bad_options():
     with pytest.raises(SystemExit):
         interaction.main(["--brushes", "0"])
     with pytest.raises(SystemExit):
-        interaction.main(["--parts", "open,teleport"])
+        interaction.main(["--boards", "bokeh,teleport"])
     with pytest.raises(SystemExit):
         interaction.main(["--client", "browser", "--boards", "bokeh,cuxfilter"])
 
@@ -177,7 +177,7 @@ def test_gpu_run_options_parse():
 
     args = interaction.parse_args(["--device", "gpu", "--client", "bokeh", "--boards", "bokeh,cuxfilter",
                                    "--sessions", "20", "--soak", "200", "--budget-s", "540"])
-    assert args.boards == ["bokeh", "cuxfilter"] and args.parts == {"open", "brush", "zoom", "server"}
+    assert args.boards == ["bokeh", "cuxfilter"] and args.sessions == 20 and args.soak == 200
     assert interaction.app_args(args, "cuxfilter")[:4] == ["--device", "gpu", "--board", "cuxfilter"]
     assert interaction.parse_args(["--scale", "--boards", "bokeh,cuxfilter"]).scale
 
