@@ -3,7 +3,7 @@ that does the untimed set-up for one size and returns a :class:`~benchmarks.meas
 ``run()`` is the timed work; GPU libraries are imported inside the GPU contenders only.
 
 load/cudf|pyarrow|pandas   the CSV parsed to a float32 array (cuDF → CuPy without a copy)
-segmentation/gpu|cpu       Ricker response, fiducials, beat lengths, embedding, as ``run._compute`` chains them
+segmentation/gpu|cpu       ``pipeline.segmentation.segment``, the run's chain: beats, episodes, rows, quality
 segmentation/neurokit2     ``nk.ecg_peaks`` on the raw signal: R-peak detection only
 vae/gpu|cpu                ``train.fit_vae`` for fixed epochs + ``score.score_beats`` (CPU capped in beats)
 end-to-end/gpu|cpu         ``run_pipeline`` from the CSV to a written run directory, ``use_cache=False``
@@ -24,6 +24,7 @@ from benchmarks.measure import Prepared, synchronize
 from benchmarks.recordings import Recording, size_label
 from pipeline import backend
 from pipeline.config import SignalConfig, VAEConfig
+from pipeline.segmentation import segment
 
 STAGES = ("load", "segmentation", "vae", "end-to-end")
 
@@ -74,24 +75,12 @@ class SizeContext:
         """The recording's embedded beats (on the GPU when one is in use)."""
         if self._beats is None:
             device = "gpu" if self.settings.gpu else "cpu"
-            _, self._beats = segment(self.signal(device), self.recording.fs, self.settings.signal)
+            self._beats = segment(self.signal(device), self.recording.fs, self.settings.signal).beats
         return self._beats
 
     def release(self) -> None:
         self._signals.clear()
         self._beats = None
-
-
-def segment(signal, fs: float, cfg: SignalConfig):
-    """The project's segmentation, chained as in ``pipeline.run._compute``: (fiducials, Beats)."""
-    from pipeline import embed, peaks, wavelet
-
-    response = wavelet.ricker_response(signal, fs, cfg.ricker_width_s)
-    positions = peaks.find_beats(response, signal, fs, cfg)
-    del response
-    peaks.length_histogram(peaks.beat_lengths(positions), fs)
-    beats = embed.embed_beats(signal, positions, fs, width=cfg.window(fs), pre_fiducial=cfg.pre_fiducial)
-    return positions, beats
 
 
 def _clear_fft_plans(device: str) -> None:
@@ -145,8 +134,8 @@ def _segmentation(device: str):
         _clear_fft_plans(device)
 
         def run():
-            positions, beats = segment(signal, fs, settings.signal)
-            return {"fiducials": int(positions.shape[0]), "beats": int(beats.rows.shape[0])}
+            found = segment(signal, fs, settings.signal)
+            return {"fiducials": int(found.positions.shape[0]), "beats": int(found.beats.rows.shape[0])}
 
         return Prepared(run)
 

@@ -21,7 +21,7 @@ from pipeline import load, stress, wavelet
 from pipeline.config import SignalConfig
 from pipeline.evaluate import PROTOCOL, neurokit_peaks
 from pipeline.metrics import ec57_counts, flutter_episodes, sensitivity_ppv
-from pipeline.run import heartbeats
+from pipeline.segmentation import heartbeats
 
 
 def detect(signal, fs: float, cfg: SignalConfig = SignalConfig()) -> np.ndarray:

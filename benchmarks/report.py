@@ -99,8 +99,8 @@ TARGETS = {"speedup": 100.0, "speedup_samples": 20_000_000, "parse_mb_per_s": 20
            "gpu_bytes_per_sample": 40.0}
 STAGE_TITLES = {
     "load": ("Load (CSV parse)", "Load: CSV parse, one value per line"),
-    "segmentation": ("Segmentation (NeuroKit2: detection only)", "Segmentation: Ricker response + NMS + refinement "
-                     "+ lengths + pruning/embedding (NeuroKit2: R-peak detection only)"),
+    "segmentation": ("Segmentation (NeuroKit2: detection only)", "Segmentation: the run's chain, Ricker response → "
+                     "beats, episodes → lengths → rows, quality (NeuroKit2: R-peak detection only)"),
     "vae": ("VAE (train + score)", "VAE: train for a fixed number of epochs + score every beat"),
     "end-to-end": ("End to end (run_pipeline)", "End to end: run_pipeline, CSV to written results, use_cache=False"),
 }

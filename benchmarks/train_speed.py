@@ -32,12 +32,12 @@ ABNORMAL = ("V", "A", "Q")
 
 def synthetic_beats(samples: int, seed: int = 0):
     """Rows (n, width) float32 and each beat's symbol ('' when no injected beat is within 150 ms)."""
-    from benchmarks.contenders import segment
     from pipeline import synth
     from pipeline.config import SignalConfig
+    from pipeline.segmentation import segment
 
     ecg = synth.synthesize(synth.SynthConfig(n_samples=samples, seed=seed))
-    _, beats = segment(ecg.signal, ecg.fs, SignalConfig())
+    beats = segment(ecg.signal, ecg.fs, SignalConfig()).beats
     right = np.clip(np.searchsorted(ecg.r_peaks, beats.fiducial), 1, len(ecg.r_peaks) - 1)
     nearest = np.where(np.abs(ecg.r_peaks[right - 1] - beats.fiducial) <= np.abs(ecg.r_peaks[right] - beats.fiducial),
                        right - 1, right)
