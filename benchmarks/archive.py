@@ -60,15 +60,14 @@ def _write_recording(spec: tuple[Path, int, int]) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pipeline.sidecar import annotations_path
+    from pipeline.sidecar import annotation_bytes, annotations_path
     from pipeline.synth import SynthConfig, synthesize
 
     path, seed, samples = spec
     ecg = synthesize(SynthConfig(n_samples=samples, fs=FS, seed=seed))
     side = annotations_path(path)
     tmp_side, tmp = side.with_name(f".{side.name}.tmp-{os.getpid()}"), path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp_side.write_text("sample,symbol\n" + "".join(f"{s},{c}\n" for s, c in zip(ecg.r_peaks.tolist(),
-                                                                                   ecg.symbols.tolist())))
+    tmp_side.write_bytes(annotation_bytes(ecg.r_peaks, ecg.symbols))
     pq.write_table(pa.table({"ecg": ecg.signal.astype(np.float32)}), tmp, compression="none")
     os.replace(tmp_side, side)
     os.replace(tmp, path)

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline import synth
+from pipeline.sidecar import annotation_bytes
 
 FS = 250.0
 CHUNK = 20_000_000   # synthesise at most this many samples at once; tile beyond
@@ -62,15 +63,10 @@ def _write_tiled(base: Path, base_samples: int, samples: int, path: Path) -> Non
     head = data[: int(ends[rest - 1]) + 1] if rest else b""
 
     ref_samples, ref_symbols = synth.read_annotations(base)
-    lines = []
-    for k in range(repeats + 1):
-        keep = slice(None) if k < repeats else ref_samples < rest
-        shifted = ref_samples[keep] + k * base_samples
-        lines.append("".join(f"{s},{c}\n" for s, c in zip(shifted.tolist(), ref_symbols[keep].tolist())))
-
-    side = synth.annotations_path(path)
-    for target, chunks in ((side, [b"sample,symbol\n", "".join(lines).encode()]),
-                           (path, [data] * repeats + [head])):
+    keep = [slice(None) if k < repeats else ref_samples < rest for k in range(repeats + 1)]
+    side = annotation_bytes(np.concatenate([ref_samples[m] + k * base_samples for k, m in enumerate(keep)]),
+                            np.concatenate([ref_symbols[m] for m in keep]))
+    for target, chunks in ((synth.annotations_path(path), [side]), (path, [data] * repeats + [head])):
         tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
         try:
             with open(tmp, "wb") as f:
