@@ -36,6 +36,9 @@
     return null;
   }
 
+  // A chart's plot view, for the gestures of the harness (benchmarks/sessions.py).
+  probe.plotView = (name) => firstPlotView(cardView(Bokeh.documents[0].views_manager, name));
+
   function tableRows(views) {
     const table = views.query_one((v) => v.model.type === "DataTable");
     if (!table || !table.has_finished()) return false;

@@ -24,29 +24,18 @@ PROBE = Path(__file__).resolve().parent / "interaction_probe.js"
 CHARTS = [name for name, view in VIEWS.items() if view.kind in RENDERED_BY_BOARD]  # drawn before "populated"
 VIEWPORT = {"width": 1600, "height": 1250}
 
-_PLOT_VIEW_JS = """(name) => {
-    const views = Bokeh.documents[0].views_manager;
-    const isPlot = (m) => m.x_range !== undefined && Array.isArray(m.renderers);
-    const card = views.query_one(v => (v.model.css_classes || []).includes('ecg-view-' + name));
-    let plot = null;
-    const descend = (v) => { if (plot) return; if (isPlot(v.model)) { plot = v; return; }
-                             for (const c of v.children()) descend(c); };
-    descend(card);
-    return plot;
-}"""
-
 # Each linked chart's brush bounds in the page: its ``Brush``, an argument of its selection callback.
-_BRUSH_BOUNDS_JS = f"""(linked) => {{
-    const out = {{}};
-    for (const name of linked) {{
-        const plot = ({_PLOT_VIEW_JS})(name).model;
+_BRUSH_BOUNDS_JS = """(linked) => {
+    const out = {};
+    for (const name of linked) {
+        const plot = window.__ecgProbe.plotView(name).model;
         const callback = plot.js_event_callbacks['selectiongeometry'][0];
         const args = callback.args;
         const brush = args instanceof Map ? args.get('brush') : args.brush;
         out[name] = brush.bounds == null ? null : Array.from(brush.bounds);
-    }}
+    }
     return out;
-}}"""
+}"""
 
 
 # --------------------------------------------------------------------------- the run and the plans
@@ -275,12 +264,12 @@ class BrowserPage:
 
     async def frame_geometry(self, view: str, xs=(), ys=()) -> dict:
         """Where values fall on a chart's canvas (CSS px) and its frame: ``{"sx", "sy", "frame"}``."""
-        return await self.page.evaluate(f"""([name, xs, ys]) => {{
-            const frame = ({_PLOT_VIEW_JS})(name).frame;
+        return await self.page.evaluate("""([name, xs, ys]) => {
+            const frame = window.__ecgProbe.plotView(name).frame;
             const box = frame.bbox;
-            return {{sx: xs.map(x => frame.x_scale.compute(x)), sy: ys.map(y => frame.y_scale.compute(y)),
-                    frame: {{x: box.x, y: box.y, width: box.width, height: box.height}}}};
-        }}""", [view, list(xs), list(ys)])
+            return {sx: xs.map(x => frame.x_scale.compute(x)), sy: ys.map(y => frame.y_scale.compute(y)),
+                    frame: {x: box.x, y: box.y, width: box.width, height: box.height}};
+        }""", [view, list(xs), list(ys)])
 
     async def _at(self, view: str, *fractions: tuple[float, float]) -> list[tuple[float, float]]:
         """The page coordinates of fractions (fx, fy) of a chart's plot frame."""
