@@ -46,13 +46,15 @@ def warm_up(device: str, request: RunRequest, input_path: Path) -> None:
 def _stress_signal(xp, fs: float):
     """2.3 h of pulses (~10,000 beats) with what takes the segmentation's every path, so that none
     compiles its kernels inside the run: small pulses between the large ones (the second look),
-    10 s of a 4.5 Hz sine (flutter) and 2 s of noise."""
+    10 s of a 4.5 Hz sine (flutter), 2 s of noise and 3 s of pulses at a tenth of their size (the
+    search inside a long RR gap)."""
     t = xp.arange(1 << 21, dtype=xp.float64) / fs
     signal = xp.exp(-((t % 0.8) - 0.4) ** 2 / 2e-4) + 0.2 * xp.exp(-((t % 0.8) - 0.8) ** 2 / 2e-4)
     flutter = (t > 600) & (t < 610)
     signal[flutter] = xp.sin(2 * xp.pi * 4.5 * t[flutter])
     noisy = (t > 1200) & (t < 1202)
     signal[noisy] += xp.random.RandomState(0).standard_normal(int(noisy.sum()))
+    signal[(t > 1800) & (t < 1803)] *= 0.1
     return signal.astype(xp.float32)
 
 

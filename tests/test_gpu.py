@@ -395,9 +395,8 @@ def test_rmm_is_the_allocator(library):
     source = cupy.zeros(n, dtype=cupy.float32) if library == "cudf" else None
     before = _total_bytes()
     if library == "cupy":
-        from rmm.allocators.cupy import rmm_cupy_allocator
-
-        assert cupy.cuda.get_allocator() is rmm_cupy_allocator
+        backend.free_cached_blocks()  # CuPy's pool over RMM may hold a freed block of this size
+        before = _total_bytes()
         buffer = cupy.empty(n, dtype=cupy.float32)
     elif library == "numba":
         import numba.cuda
