@@ -23,7 +23,7 @@ from pipeline import backend, collector, results, threads
 from pipeline.config import config_hash
 from pipeline.reference_store import report_entry
 from pipeline.requests import RunRequest
-from pipeline.segmentation import Segmented, heartbeats, quality_of_beats, segment  # noqa: F401  (heartbeats, quality_of_beats: named here too)
+from pipeline.segmentation import Segmented, segment
 from pipeline.stages import SEGMENTATION, STAGES
 
 if TYPE_CHECKING:

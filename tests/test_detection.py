@@ -1,4 +1,4 @@
-"""Beat detection as the beats table shows it (``run.heartbeats``: fiducials with flutter taken
+"""Beat detection as the beats table shows it (``segmentation.heartbeats``: fiducials with flutter taken
 out) on the synthetic stress cases of :mod:`pipeline.stress` and on the DS1 records of MIT-BIH,
 matched as AAMI EC57 does (150 ms, flutter left out). The GPU twin finds the same beats."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from pipeline import backend, stress, wavelet
 from pipeline.config import SignalConfig
 from pipeline.metrics import ec57_counts, flutter_episodes
-from pipeline.run import heartbeats
+from pipeline.segmentation import heartbeats
 
 # Se and P+ each case must reach at 150 ms. Noise bursts: beats inside them count, and noise there
 # can pass for a beat or hide one; electrode motion: a swing as steep as a QRS complex is taken for
