@@ -77,7 +77,7 @@ def _write_recording(spec: tuple[Path, int, int]) -> None:
 def main(argv: list[str] | None = None) -> dict:
     args = _parser().parse_args(argv)
     from benchmarks.measure import describe_machine, load_average
-    from pipeline import backend
+    from pipeline import backend, cluster
 
     device = backend.resolve_device(args.device)
     for name, value in DEFAULTS[device].items():
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> dict:
                            "per_gpu": per_gpu, "threads": args.threads, "repeats": args.repeats, "epochs": args.epochs,
                            "device": device, "budget_s": args.budget_s, "tag": args.tag},
                "archive": {"bytes": sum(p.stat().st_size for p in paths), "made_s": round(synth_s, 3)},
-               "mps": device == "gpu" and _mps_running(), "configs": []}
+               "mps": device == "gpu" and cluster.mps_running(), "configs": []}
     where = report.paths(args.out, "archive", machine["name"], args.tag, day=report_["date"])
     out_root = Path(tempfile.mkdtemp(prefix="archive-runs-", dir=args.data_dir))
 
@@ -253,15 +253,6 @@ class GpuUtilization:
     def mean(self) -> dict[int, float]:
         """{NVML index: mean % of the time a kernel ran}."""
         return {i: round(statistics.fmean(s), 1) for i, s in self.samples.items() if s}
-
-
-def _mps_running() -> bool:
-    """Whether a CUDA MPS control daemon runs here (a GPU's workers' kernels then run side by side)."""
-    for comm in Path("/proc").glob("[0-9]*/comm"):
-        with contextlib.suppress(OSError):
-            if comm.read_text().strip() == "nvidia-cuda-mps":
-                return True
-    return False
 
 
 # --------------------------------------------------------------------------- summary and report
