@@ -439,7 +439,7 @@ def asked_reference() -> str:
 
 
 def speedups_script() -> str:
-    """``assets/bokeh_speedups.js`` (what it removes and why: its header) as a ``data:`` URL: Panel
+    """``dashboard/assets/bokeh_speedups.js`` (what it removes and why: its header) as a ``data:`` URL: Panel
     puts ``js_files`` right after BokehJS's scripts, and a served app has no static folder of its own."""
     code = (ASSETS / "bokeh_speedups.js").read_bytes()
     return "data:text/javascript;base64," + base64.b64encode(code).decode()

@@ -23,7 +23,7 @@ LOG_FLOOR = 0.5             # where bars of a log-count histogram start
 # one for the overlay level and one for everything else (background, grid, axes, the other
 # glyphs), and repaints only the canvas whose renderers changed: a brush then leaves the axes and
 # the layers behind untouched, which is most of a brush's painting on a slow machine. Overlay
-# glyphs are clipped to the frame like the others (assets/bokeh_speedups.js).
+# glyphs are clipped to the frame like the others (dashboard/assets/bokeh_speedups.js).
 CHANGES_WITH_BRUSH = "overlay"
 
 

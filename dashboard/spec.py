@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
+ASSETS = Path(__file__).resolve().parent / "assets"  # package data: a wheel installs it with the code
 STYLESHEET = (ASSETS / "components.css").read_text()
 
 # --------------------------------------------------------------------------- colours

@@ -23,7 +23,7 @@ def test_documents_are_not_validated_once_skipped():
 
 
 def test_the_bokeh_shims_were_written_for_the_installed_bokeh():
-    """assets/bokeh_speedups.js patches BokehJS 3.6's internals (it switches itself off, with a
+    """dashboard/assets/bokeh_speedups.js patches BokehJS 3.6's internals (it switches itself off, with a
     console error, on any other BokehJS) and this module switches off Bokeh 3.6's validation. A
     Bokeh upgrade must fail here first: re-measure each shim with the interaction benchmark
     (with and without it, interleaved) and rewrite or remove it before changing this version."""
@@ -32,6 +32,6 @@ def test_the_bokeh_shims_were_written_for_the_installed_bokeh():
     from dashboard.spec import ASSETS
 
     assert bokeh.__version__.startswith("3.6."), (
-        f"Bokeh {bokeh.__version__}: the dashboard's Bokeh shims (assets/bokeh_speedups.js, "
+        f"Bokeh {bokeh.__version__}: the dashboard's Bokeh shims (dashboard/assets/bokeh_speedups.js, "
         "dashboard/bokeh_checks.py) were written for Bokeh 3.6")
     assert 'startsWith("3.6.")' in (ASSETS / "bokeh_speedups.js").read_text()

@@ -342,7 +342,7 @@ CSS_VARIABLES_JS = """() => {
 
 
 def test_the_bokeh_speedups_keep_the_page_as_bokeh_would_draw_it(server, browser):
-    """assets/bokeh_speedups.js skips BokehJS's walk of every model after a patch that brings no
+    """dashboard/assets/bokeh_speedups.js skips BokehJS's walk of every model after a patch that brings no
     new model, and its lookup of CSS variables for every visual property. Both must be exact: after
     brushes (data-only patches) and a tab opened (a patch of new models), BokehJS's own walk finds
     the same models as the page's index; and the page defines no ``--bk-*`` variable that the
@@ -417,7 +417,7 @@ def test_a_brush_repaints_only_the_overlays_of_the_charts_that_follow_it(server,
     """What a brush changes is drawn on each plot's overlay canvas (dashboard/charts.py), so the
     charts that follow a brush repaint that canvas and not their axes, grid and the layers behind.
     Its glyphs stay clipped to the frame: a plane's picture moved partly left of the frame is drawn
-    inside the axes only (BokehJS leaves the overlay level unclipped; assets/bokeh_speedups.js)."""
+    inside the axes only (BokehJS leaves the overlay level unclipped; dashboard/assets/bokeh_speedups.js)."""
     page = Page(browser, server.url)
     try:
         page.wait_dashboard()

@@ -129,6 +129,31 @@ def test_serve_answers_from_another_folder(tmp_path):
     assert f"http://127.0.0.1:{port}/app" in (tmp_path / "server.log").read_text()   # loopback by default
 
 
+@pytest.mark.slow   # builds the wheel
+def test_the_wheel_holds_what_the_server_reads_and_no_benchmarks(tmp_path):
+    """A non-editable install has only the wheel: the page's assets and the shipped reference must
+    be in it (the server reads them at import), the benchmarks and tests must not."""
+    import shutil
+    import zipfile
+
+    source = tmp_path / "source"   # a copy, so that the build leaves nothing in the checkout
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".git", ".venv", "*.egg-info", "build", "runs",
+                                                                "test-artifacts", ".scratch", ".gpu*", "__pycache__"))
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                            "-w", str(tmp_path / "dist"), str(source)], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    (wheel,) = (tmp_path / "dist").glob("*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    from dashboard.spec import ASSETS
+
+    assert ASSETS.parent == app_path().parent   # read from the package, not from beside it
+    for asset in sorted(ASSETS.iterdir()):
+        assert f"dashboard/assets/{asset.name}" in names
+    assert {"dashboard/app.py", "pipeline/reference_data/reference-v1.npz",
+            "pipeline/reference_data/reference-v1.json"} <= names
+    assert not [name for name in names if name.startswith(("benchmarks/", "tests/"))]
+
+
 @pytest.mark.parametrize("path", sorted((REPO / "pipeline").rglob("*.py")), ids=lambda p: p.name)
 def test_pipeline_never_imports_the_dashboard(path):
     """Layering: the dashboard (and its command) import the pipeline, never the reverse."""
