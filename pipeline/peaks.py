@@ -228,15 +228,20 @@ def keep_the_rhythm(env, thresholds, block: int, signal, positions, fs: float, c
                                 width_cap_s=cfg.max_qrs_width_s)
     _, moved_width, moved_slope = qrs_shape(signal, moved, fs, despike_s=cfg.despike_s,
                                             width_cap_s=cfg.max_qrs_width_s)
-    typical = positions[::max(1, count // 1000)]    # the median width of up to ~1000 beats
-    _, typical_width, _ = qrs_shape(signal, typical, fs, despike_s=cfg.despike_s,
-                                    width_cap_s=cfg.max_qrs_width_s)
     swap = ((xp.abs(moved - positions[which]) >= near)      # still another deflection, not the beat's own
             & (moved_slope >= cfg.rival_slope * slope)
-            & (moved_width <= cfg.search_back_width * xp.median(typical_width)))
+            & (moved_width <= cfg.search_back_width * _typical_width(signal, positions, fs, cfg)))
     positions = positions.copy()
     positions[which[swap]] = moved[swap]
     return xp.unique(positions)
+
+
+def _typical_width(signal, positions, fs: float, cfg):
+    """The beats' median QRS width at half height (samples), from up to ~1000 of them evenly spread."""
+    xp = backend.xp_of(positions)
+    typical = positions[::max(1, positions.shape[0] // 1000)]
+    _, width, _ = qrs_shape(signal, typical, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
+    return xp.median(width)
 
 
 def _local_rr(positions):
@@ -322,10 +327,8 @@ def search_back(response, signal, positions, fs: float, cfg):
         return positions
     extra = refine_to_extremum(signal, xp.sort(extra).astype(xp.int64), fs, search_s=cfg.refine_s,
                                despike_s=cfg.despike_s)
-    typical = positions[::max(1, positions.shape[0] // 1000)]      # the median width of up to ~1000 beats
-    _, width, _ = qrs_shape(signal, typical, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
     _, extra_width, _ = qrs_shape(signal, extra, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
-    narrow = extra_width <= cfg.search_back_width * xp.median(width)
+    narrow = extra_width <= cfg.search_back_width * _typical_width(signal, positions, fs, cfg)
     return xp.unique(xp.concatenate([positions, extra[narrow]]))
 
 
