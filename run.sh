@@ -3,7 +3,7 @@
 #   serve     (default) the dashboard on http://127.0.0.1:$PORT (5006); ARGS go to the app. ADDRESS=0.0.0.0
 #             serves other machines too, with a warning (the dashboard has no authentication of its own);
 #             ORIGIN=HOST:PORT then names the server as their browsers do
-#   pipeline  python -m pipeline ARGS (default: run on the synthetic recording)
+#   pipeline  python -m pipeline ARGS (default: run on the synthetic recording; options alone are run's)
 #   ecg       the installed command: ecg ARGS (run, serve, batch, evaluate, synth, reference)
 #   test      the fast layer of the test suite: every test not marked browser or slow (pytest ARGS; a
 #             -m of your own replaces that selection)
@@ -56,7 +56,10 @@ case "$cmd" in
     # the pipeline starts now, not at the first visit.
     exec "$PY" -m dashboard.serve dashboard/app.py --address "$address" --port "$port" \
       ${ORIGIN:+--allow-websocket-origin "$ORIGIN"} --num-procs 1 --warm --args "$@" ;;
-  pipeline) exec "$PY" -m pipeline "${@:-run}" ;;
+  pipeline)
+    # Options alone (`./run.sh pipeline --no-cache`) are the synthetic run's; a word is a command.
+    case "${1:--}" in -h|--help) ;; -*) set -- run "$@" ;; esac
+    exec "$PY" -m pipeline "$@" ;;
   ecg) exec "$VENV/bin/ecg" "$@" ;;
   # The fast layer: what a change needs before it is committed. A -m in ARGS comes later and wins.
   # Its ten slowest tests are listed at the end: candidates for the slow marker when it grows.

@@ -278,3 +278,17 @@ def test_a_missing_input_is_one_line_even_with_progress_bars(tmp_path):
     result = _cli("run", tmp_path / "missing.csv", "--device", "cpu", "--out", tmp_path / "runs")
     assert result.returncode == 2
     assert result.stderr.splitlines() == [f"error: no such file: {tmp_path / 'missing.csv'}"]
+
+
+@pytest.mark.slow   # a pipeline run through run.sh
+def test_run_sh_pipeline_with_options_alone_runs_the_synthetic_recording(tmp_path):
+    """``./run.sh pipeline --no-cache`` (as the README's tables write it) is the synthetic run with
+    that option; a command word still goes to ``python -m pipeline`` as it is."""
+    ran = subprocess.run([str(REPO / "run.sh"), "pipeline", "--no-cache", "--samples", "30000", "--epochs", "1",
+                          "--device", "cpu", "--out", str(tmp_path / "runs"), "--quiet"],
+                         cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.startswith(f"run        {tmp_path / 'runs'}")
+    helped = subprocess.run([str(REPO / "run.sh"), "pipeline", "--help"], cwd=REPO, capture_output=True, text=True,
+                            timeout=120)
+    assert helped.returncode == 0 and helped.stdout.startswith("usage: python -m pipeline [-h] COMMAND")
