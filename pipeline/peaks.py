@@ -86,6 +86,9 @@ def qrs_shape(signal, positions, fs: float, *, search_s: float = 0.0, baseline_s
         The largest rise over 2 × ``slope_step_s`` within ±``slope_reach_s`` (signal units).
     """
     xp = backend.xp_of(signal)
+    # Contiguous, as the kernel was compiled (and warmed up) for: a strided view such as every
+    # n-th beat would compile it again for that layout, seconds inside the run.
+    positions = xp.ascontiguousarray(positions)
     count = int(positions.shape[0])
     refined = xp.empty(count, dtype=xp.int64)
     width = xp.empty(count, dtype=xp.int32)

@@ -605,3 +605,27 @@ def test_a_rescored_run_that_cannot_be_written_is_kept_in_memory_and_said_so(cpu
                                          int(round(0.25 * run.embeddings.shape[1])), reference.load_reference(mine))
     np.testing.assert_array_equal(rescored.beats["score"].to_numpy(), expected.score)
     assert _entries(out) == [source.name] and results.run_problem(source) is None
+
+
+def test_the_segmentation_compiles_no_cpu_kernel_the_warm_up_did_not(tmp_path):
+    """After the warm-up, segmenting a recording of thousands of beats (where the typical QRS width
+    is measured on every n-th beat, a strided view) needs no new Numba signature: a new one is a
+    compilation of seconds inside the run's first process."""
+    import numba
+
+    from pipeline import _kernels, segmentation, warmup
+    from pipeline.synth import SynthConfig, synthesize, write_csv
+
+    def signatures() -> dict:
+        return {name: set(map(str, kernel.signatures)) for name, kernel in vars(_kernels).items()
+                if isinstance(kernel, numba.core.registry.CPUDispatcher)}
+
+    path = tmp_path / "long.csv"
+    ecg = synthesize(SynthConfig(n_samples=600_000, seed=2))      # 40 min, ~2,800 beats
+    write_csv(ecg, path)
+    warmup.warm_up("cpu", RunRequest(device="cpu", out=str(tmp_path / "runs")), path)
+    before = signatures()
+    segmentation.segment(ecg.signal.astype(np.float32), ecg.fs, SignalConfig())
+    after = signatures()
+    new = {name: after[name] - before.get(name, set()) for name in after if after[name] - before.get(name, set())}
+    assert not new, new
