@@ -6,8 +6,9 @@ start imports none of them.
 
 See Also
 --------
-pipeline.load.load_ecg : the previous step.
-pipeline.train.fit_vae : the next step.
+pipeline.wavelet, pipeline.peaks, pipeline.episodes, pipeline.rhythm, pipeline.quality, pipeline.embed :
+    the steps it chains, from the signal :func:`pipeline.load.load_ecg` reads to the rows
+    :func:`pipeline.train.fit_vae` learns from.
 """
 from __future__ import annotations
 
