@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import multiprocessing
 import os
-import shlex
 import shutil
 import statistics
 import sys
@@ -27,8 +25,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from benchmarks import report
+from benchmarks.measure import describe_machine, load_average
+from benchmarks.recordings import parse_size
+from pipeline import backend
+from pipeline.batch import Job, open_cluster, run_batch
+from pipeline.cluster import mps_running
+from pipeline.config import VAEConfig
+from pipeline.run import RunRequest
+from pipeline.sidecar import annotation_bytes, annotations_path
+from pipeline.synth import SynthConfig, synthesize
 
 FS = 250.0
 DEFAULTS = {"cpu": dict(recordings=8, samples=30_000, repeats=3, budget_s=1200.0),
@@ -41,8 +50,6 @@ TARGETS = {"per_gpu_minute": 60.0, "utilization": 80.0, "scaling": 0.9, "thousan
 def make_archive(n: int, samples: int, folder: Path) -> tuple[list[Path], float]:
     """``n`` synthetic recordings (seeds 1000, 1001, …) as Parquet + sidecar, made in parallel where
     missing; their paths and the seconds spent making them."""
-    from pipeline.sidecar import annotations_path
-
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / f"rec-{i:03d}-{samples}-seed{1000 + i}.parquet" for i in range(n)]
     missing = [(p, 1000 + i, samples) for i, p in enumerate(paths) if not (p.exists() and annotations_path(p).exists())]
@@ -57,12 +64,6 @@ def make_archive(n: int, samples: int, folder: Path) -> tuple[list[Path], float]
 def _write_recording(spec: tuple[Path, int, int]) -> None:
     """One recording: float32 column ``ecg`` (uncompressed Parquet: cuDF reads it straight onto the
     GPU) and its annotation sidecar, each written beside its name, then renamed."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from pipeline.sidecar import annotation_bytes, annotations_path
-    from pipeline.synth import SynthConfig, synthesize
-
     path, seed, samples = spec
     ecg = synthesize(SynthConfig(n_samples=samples, fs=FS, seed=seed))
     side = annotations_path(path)
@@ -76,9 +77,6 @@ def _write_recording(spec: tuple[Path, int, int]) -> None:
 # --------------------------------------------------------------------------- the passes
 def main(argv: list[str] | None = None) -> dict:
     args = _parser().parse_args(argv)
-    from benchmarks.measure import describe_machine, load_average
-    from pipeline import backend, cluster
-
     device = backend.resolve_device(args.device)
     for name, value in DEFAULTS[device].items():
         if getattr(args, name) is None:
@@ -93,12 +91,12 @@ def main(argv: list[str] | None = None) -> dict:
     machine = describe_machine(device == "gpu")
     report_ = {"machine": machine, "machine_name": machine["name"],
                "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
-               "command": "python -m benchmarks.archive " + shlex.join(sys.argv[1:] if argv is None else argv),
+               "command": report.command("archive", argv),
                "options": {"recordings": args.recordings, "samples": args.samples, "fs": FS, "workers": workers,
                            "per_gpu": per_gpu, "threads": args.threads, "repeats": args.repeats, "epochs": args.epochs,
                            "device": device, "budget_s": args.budget_s, "tag": args.tag},
                "archive": {"bytes": sum(p.stat().st_size for p in paths), "made_s": round(synth_s, 3)},
-               "mps": device == "gpu" and cluster.mps_running(), "configs": []}
+               "mps": device == "gpu" and mps_running(), "configs": []}
     where = report.paths(args.out, "archive", machine["name"], args.tag, day=report_["date"])
     out_root = Path(tempfile.mkdtemp(prefix="archive-runs-", dir=args.data_dir))
 
@@ -124,9 +122,6 @@ def _measure(report_: dict, paths: list[Path], args, device: str, layouts: list[
     take turns pass by pass, so that load from other processes falls on every layout alike; on GPUs
     each layout's workers hold device memory (an RMM pool and a CUDA context each), so one layout
     runs at a time and its cluster closes before the next starts."""
-    from pipeline.config import VAEConfig
-    from pipeline.run import RunRequest
-
     template = RunRequest(device=device, out=str(out_root / "warmup"), use_cache=False,
                           vae=VAEConfig() if args.epochs is None else VAEConfig(epochs=args.epochs))
     if device == "gpu":
@@ -146,10 +141,6 @@ def _start(stack, report_: dict, paths: list[Path], args, device: str, layout: t
            out_root: Path):
     """Open a layout's cluster and warm it up with one untimed run per worker (imports, CUDA
     context, JIT, first training); its record goes into ``report_["configs"]``."""
-    from pipeline.batch import run_batch
-    from pipeline.batch_task import Job
-    from pipeline.cluster import open_cluster
-
     w, k = layout
     print(f"{w} {'GPU' if device == 'gpu' else 'worker'}(s) × {k}: starting the cluster", file=sys.stderr)
     cluster = stack.enter_context(open_cluster("auto", w, device=device, threads=args.threads, per_gpu=k))
@@ -166,9 +157,6 @@ def _passes(configs: list[dict], clusters: list, paths: list[Path], args, templa
             deadline: float, later: int = 0) -> str | None:
     """``args.repeats`` rounds of one timed pass per cluster, in turns, while the budget lasts
     (``later`` layouts still to come share what is left); says so when the budget stopped them."""
-    from pipeline.batch import run_batch
-    from pipeline.batch_task import Job
-
     counts = _recordings_that_fit(configs, len(paths), args.repeats, deadline, later)
     for repeat in range(args.repeats):
         if repeat and time.perf_counter() > deadline:
@@ -272,10 +260,10 @@ def summarise(report_: dict) -> dict:
                 for p in passes if any(int(i) < gpus for i in p["gpu_utilization"])]
         rows.append({"workers": config["workers"], "gpus": gpus, "per_gpu": config.get("per_gpu", 1),
                      "threads": config["threads"], "recordings": passes[0]["recordings"], "passes": len(passes),
-                     "pass_median_s": statistics.median(seconds), "pass_p95_s": _p95(seconds),
+                     "pass_median_s": statistics.median(seconds), "pass_p95_s": float(np.percentile(seconds, 95)),
                      "per_minute": per_minute, "per_unit_minute": per_minute / _units(config),
                      "gpu_utilization": statistics.median(busy) if busy else None, "thousand_min": 1000 / per_minute,
-                     "recording_median_s": statistics.median(per_recording), "recording_p95_s": _p95(per_recording),
+                     "recording_median_s": statistics.median(per_recording), "recording_p95_s": float(np.percentile(per_recording, 95)),
                      "startup_s": config["startup_s"], "warmup_s": config["warmup_s"],
                      "stage_median_s": passes[0]["stage_median_s"]})
     if not rows:
@@ -290,10 +278,6 @@ def summarise(report_: dict) -> dict:
 def _units(layout: dict) -> int:
     """What a layout's throughput is shared by and scaled over: its GPUs, or else its workers."""
     return layout.get("gpus") or layout["workers"]
-
-
-def _p95(values: list[float]) -> float:
-    return float(np.percentile(values, 95)) if values else math.nan
 
 
 def _targets(o: dict, rows: list[dict], most: dict, speedup: float | None) -> list[dict]:
@@ -358,9 +342,7 @@ def markdown(report_: dict) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from benchmarks.recordings import parse_size
-
-    p = argparse.ArgumentParser(prog="python -m benchmarks.archive", description=__doc__.splitlines()[0])
+    p = report.parser("archive", __doc__)
     p.add_argument("--recordings", type=int, help="recordings in the archive (default: 8 on a CPU, 40 on a GPU)")
     p.add_argument("--samples", type=parse_size, help="samples per recording (default: 30k on a CPU, 20M on a GPU)")
     p.add_argument("--workers", default="1,2", help="worker counts to compare; on GPUs, GPU counts (default: 1,2)")
@@ -372,7 +354,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--budget-s", type=float, help="time for everything (default: 1200 s on a CPU, 420 s on a GPU)")
     p.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "ecg-archive",
                    help="where the archive is written once and reused (default: $TMPDIR/ecg-archive)")
-    p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results", help="result folder")
     p.add_argument("--tag", help="appended to the result files' names")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p

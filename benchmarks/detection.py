@@ -9,7 +9,6 @@ out as the reference's are). Detection only: no VAE is trained, so a folder take
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -76,7 +75,7 @@ def gross(rows: list[dict], name: str) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = report.parser("detection", __doc__, out=False)
     parser.add_argument("folders", nargs="*", type=Path)
     parser.add_argument("--stress", action="store_true", help="add the synthetic stress cases")
     parser.add_argument("--out", type=Path, help="also write the tables as Markdown here")

@@ -10,13 +10,13 @@ What each part measures: docs/benchmarking.md. Each part is a PASS/FAIL/SKIP ste
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
+import concurrent.futures
 import datetime as dt
 import importlib.util
 import json
 import math
-import shlex
+import multiprocessing
 import sys
 import tempfile
 import time
@@ -27,8 +27,10 @@ import numpy as np
 
 from benchmarks import measure, report as results, sessions
 from benchmarks.measure import p95_ratio, summary
+from benchmarks.recordings import recording_csv
 from benchmarks.sessions import LINKED
-from tests.support.served import CHROMIUM, ROOT, Server, chromium_version
+from tests.support.bokeh_session import ProtocolSession, SessionError
+from tests.support.served import CHROMIUM, Server, chromium_version
 
 # Servers that only protocol sessions use discard closed ones within a second (Bokeh keeps them 15 s);
 # not browser pages' servers: a page's session is unused until its websocket connects, seconds later.
@@ -42,7 +44,7 @@ READY_TIMEOUT_S, SEED = 1800, 0
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m benchmarks.interaction", description=__doc__.splitlines()[0])
+    p = results.parser("interaction", __doc__)
     p.add_argument("--samples", type=int, help="synthetic recording length (default: the pipeline's, 2M on a CPU)")
     p.add_argument("--epochs", type=int, help="VAE epochs of the run (default: the pipeline's)")
     p.add_argument("--device", default="cpu", choices=("cpu", "gpu", "auto"))
@@ -62,7 +64,6 @@ def parse_args(argv):
     p.add_argument("--quick", action="store_true", help=f"tiny sizes (the smoke test): {QUICK}")
     p.add_argument("--label", help="appended to the results' file name (a variant kept beside the main results)")
     p.add_argument("--runs", default="runs", help="run cache folder (default runs; a cached run is reused)")
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="folder for the JSON and Markdown")
     args = p.parse_args(argv)
     for key, value in QUICK.items() if args.quick else ():
         if getattr(args, key) in (None, p.get_default(key)):
@@ -100,7 +101,7 @@ class Bench:
         self.machine["chromium"] = chromium_version() if args.client == "browser" else None
         self.paths = results.paths(args.out, "interaction", self.machine["name"], args.label)
         self.now = dt.datetime.now().isoformat(timespec="seconds")
-        self.command = "python -m benchmarks.interaction " + shlex.join(sys.argv[1:] if argv is None else argv)
+        self.command = results.command("interaction", argv)
         self.invocation = {"date": self.now, "command": self.command, "server_options": self.serve_args,
                            "problems": [], "options": {k: sorted(v) if isinstance(v, set) else v
                                                        for k, v in vars(args).items()}}
@@ -251,8 +252,6 @@ async def browser_gestures(page, n: int, duration_s: float, rng, section: dict) 
 # --------------------------------------------------------------------------- over the protocol
 async def protocol_parts(args, url: str, board: str, beats, duration_s: float) -> dict:
     """Session opens (connect → the dashboard pulled), brushes, clears and zoom/pan over the protocol."""
-    from tests.support.bokeh_session import ProtocolSession, SessionError
-
     opens, out, failures = [], {}, []
     for i in range(args.opens + 1):     # the first one warms up
         session = ProtocolSession(url)
@@ -317,9 +316,6 @@ def load_part(args, server: Server, beats) -> dict:
 def load_protocol(args, url: str, beats, n_sessions: int, seed: int, in_turn: bool = False) -> dict:
     """``n_sessions`` protocol sessions brushing at once from processes of ``SESSIONS_PER_CLIENT``
     (``in_turn``: one session's brushes after another's, the reference without the load)."""
-    import concurrent.futures
-    import multiprocessing
-
     groups = [list(g) for g in np.array_split(np.arange(n_sessions), -(-n_sessions // SESSIONS_PER_CLIENT))]
     context, started = multiprocessing.get_context("spawn"), time.perf_counter()
     with context.Manager() as manager, \
@@ -343,7 +339,6 @@ def _load_client(job) -> dict:
     """One process of :func:`load_protocol`, sessions ``ks``; their patches are applied only at the end
     (applying one costs this process milliseconds that a user's own browser would spend)."""
     url, beats, ks, brushes, seed, timeout_s, opened_all, turn = job
-    from tests.support.bokeh_session import ProtocolSession, SessionError
 
     async def run() -> dict:
         clients = {int(k): ProtocolSession(url) for k in ks}
@@ -394,8 +389,6 @@ def _load_client(job) -> dict:
 # --------------------------------------------------------------------------- soak test
 def soak(args, bench: Bench, beats) -> dict:
     """Up to ``--soak`` sessions opened, brushed and closed on a server of its own; its RSS every 10."""
-    from tests.support.bokeh_session import ProtocolSession
-
     server, _ = bench.start("soak server", SHORT_LIFETIME)
     rng, settle, failures = np.random.default_rng(SEED + 3), 2 * LIFETIME_MS / 1000 + 1.0, []
     rss, started = [{"sessions": 0, "rss_bytes": server.rss_bytes()}], time.perf_counter()
@@ -466,26 +459,6 @@ def in_process(args, bench: Bench, input_path=None, scale: bool = False) -> None
 
 
 # --------------------------------------------------------------------------- the whole run
-def environment(args) -> dict:
-    """A GPU the pipeline sees, and Node.js ≥ 18 for cuxfilter's Bokeh model."""
-    import cudf
-    import cupy
-
-    from pipeline.backend import has_gpu
-
-    info, problems = {"cudf": cudf.__version__, "cupy": cupy.__version__, "has_gpu": has_gpu()}, []
-    problems += [] if info["has_gpu"] else ["pipeline.backend.has_gpu() is False"]
-    if "cuxfilter" in args.boards:
-        import cuxfilter
-
-        from dashboard.cuxfilter_board import _node_major, use_node
-
-        node = use_node()
-        info.update(cuxfilter=cuxfilter.__version__, node=node, node_major=_node_major(node) if node else 0)
-        problems += [] if info["node_major"] >= 18 else [f"Node.js >= 18 needed for cuxfilter; got {node!r}"]
-    return {**info, "problems": problems}
-
-
 def served_board(args, bench: Bench, board: str):
     """A server for ``board``: the single-session parts and (default board) the load test; the run's beats."""
     state, section = {}, ("run",) if board == "bokeh" else ("cuxfilter", "run")
@@ -575,11 +548,7 @@ def main(argv: list[str] | None = None) -> dict:
     Path(args.runs).mkdir(parents=True, exist_ok=True)
     bench = Bench(args, argv)
     try:
-        if args.device == "gpu":
-            bench.step("environment", ("environment",), lambda: environment(args), limit=120)
         if args.scale:
-            from benchmarks.recordings import recording_csv
-
             made = bench.step(f"scale: {SCALE_SAMPLES:,}-sample recording", (), lambda: {
                 "path": recording_csv(SCALE_SAMPLES, Path(args.runs) / "inputs").path}, limit=300, needs=30)
             if made:

@@ -31,6 +31,19 @@ def synchronize(device: str) -> None:
         cupy.cuda.runtime.deviceSynchronize()
 
 
+def clocked(fn: Callable[[], object], device: str, repeats: int) -> tuple[list[float], object]:
+    """Seconds of each of ``repeats`` calls of ``fn``, the device synchronised before and after each; the last
+    call's result."""
+    times, result = [], None
+    for _ in range(repeats):
+        synchronize(device)
+        started = time.perf_counter()
+        result = fn()
+        synchronize(device)
+        times.append(time.perf_counter() - started)
+    return times, result
+
+
 # --------------------------------------------------------------------------- summaries
 def summary(values, digits: int = 1) -> dict:
     """``{n, median, p95, max, min, values}`` of ``values`` (any unit; NaN where there are none)."""
@@ -183,7 +196,8 @@ def describe_machine(gpu: bool) -> dict:
     names = ["numpy", "scipy", "pandas", "pyarrow", "numba", "torch", "neurokit2", "matplotlib", "panel", "bokeh",
              "holoviews", "datashader", "playwright", "tornado"]
     if gpu:
-        names += ["cupy-cuda13x", "cupy-cuda12x", "cudf-cu13", "cudf-cu12", "rmm-cu13", "rmm-cu12", "numba-cuda"]
+        names += ["cupy-cuda13x", "cupy-cuda12x", "cudf-cu13", "cudf-cu12", "rmm-cu13", "rmm-cu12", "numba-cuda",
+                  "cuxfilter"]
     versions = {}
     for name in names:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):

@@ -14,7 +14,6 @@ PATH`` also trains on all 22 records and writes the reference (the shipped ``ref
 """
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from dataclasses import asdict
@@ -24,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import report
+from benchmarks.measure import clocked
 from benchmarks.report import table
 from pipeline import calibrate, reference
 from pipeline.metrics import aami_class, auroc
@@ -150,9 +150,8 @@ def scoring_speed(ref: reference.Reference, n: int = 100_000, fs: float = 360.0)
     rows[::50] = np.roll(rows[::50], 20, axis=1) * 1.5     # 2 % of the beats another shape
     positions = np.cumsum(rng.integers(250, 330, n)).astype(np.int64)
     reference.score_reference(rows[:2000], positions[:2000], fs, 92, ref)  # first-call costs
-    started = time.perf_counter()
-    expected = reference.score_reference(rows, positions, fs, 92, ref).score
-    out = {"beats": n, "cpu_s": time.perf_counter() - started}
+    (cpu_s,), expected = clocked(lambda: reference.score_reference(rows, positions, fs, 92, ref).score, "cpu", 1)
+    out = {"beats": n, "cpu_s": cpu_s}
     try:
         import cupy
         cupy.cuda.runtime.getDeviceCount()
@@ -160,13 +159,7 @@ def scoring_speed(ref: reference.Reference, n: int = 100_000, fs: float = 360.0)
         return out
     device_rows, device_positions = cupy.asarray(rows), cupy.asarray(positions)
     reference.score_reference(device_rows[:2000], device_positions[:2000], fs, 92, ref)
-    times = []
-    for _ in range(5):
-        cupy.cuda.Device().synchronize()
-        started = time.perf_counter()
-        got = reference.score_reference(device_rows, device_positions, fs, 92, ref).score
-        cupy.cuda.Device().synchronize()
-        times.append(time.perf_counter() - started)
+    times, got = clocked(lambda: reference.score_reference(device_rows, device_positions, fs, 92, ref).score, "gpu", 5)
     out.update(gpu=cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(), gpu_s=float(np.median(times)),
                max_abs_difference=float(np.abs(cupy.asnumpy(got) - expected).max()))
     return out
@@ -214,9 +207,8 @@ def markdown(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = report.parser("reference_dev", __doc__)
     p.add_argument("--runs", default=".scratch/ds1-runs", help="folder of the product's DS1 runs")
-    p.add_argument("--out", default="benchmarks/results", help="folder for reference-dev-<date>.json/.md")
     p.add_argument("--write-reference", help="train on all DS1 records and write the reference here (.npz + .json)")
     args = p.parse_args(argv)
     runs = ds1_runs(Path(args.runs))

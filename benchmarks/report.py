@@ -5,8 +5,11 @@ dashboard benchmark's (``benchmarks.interaction``).
 """
 from __future__ import annotations
 
+import argparse
 import json
 import math
+import shlex
+import sys
 from datetime import date
 from pathlib import Path
 
@@ -14,8 +17,23 @@ import numpy as np
 
 from benchmarks.recordings import size_label
 
+RESULTS = Path(__file__).resolve().parent / "results"
+
 
 # --------------------------------------------------------------------------- files and formats
+def parser(name: str, doc: str, out: bool = True) -> argparse.ArgumentParser:
+    """``python -m benchmarks.<name>``'s parser: its docstring's first paragraph and (``out``) ``--out``."""
+    p = argparse.ArgumentParser(prog=f"python -m benchmarks.{name}", description=doc.split("\n\n")[0])
+    if out:
+        p.add_argument("--out", type=Path, default=RESULTS, help=f"folder for the results (default {RESULTS})")
+    return p
+
+
+def command(name: str, argv: list[str] | None) -> str:
+    """The command line that ran benchmark ``name`` (``argv``: what its ``main`` was given, or ``sys.argv``)."""
+    return f"python -m benchmarks.{name} " + shlex.join(sys.argv[1:] if argv is None else argv)
+
+
 def paths(out, kind: str, machine: str, label: str | None = None, exts=("json", "md"), day: str | None = None) -> dict:
     """``{ext: out/<kind>-<machine>-<date>[-<label>].<ext>}``."""
     stem = "-".join(x for x in (kind, machine, day or date.today().isoformat(), label) if x)

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import argparse
 import gc
-import shlex
 import statistics
-import sys
 import tempfile
 import traceback
 from datetime import datetime, timezone
@@ -24,7 +22,6 @@ from benchmarks import measure, report
 from benchmarks.recordings import CHUNK, csv_path, parse_size, recording_csv, size_label
 from pipeline import backend
 
-RESULTS = Path(__file__).resolve().parent / "results"
 SIZES = {"cpu": [1_000_000, 5_000_000, 20_000_000],
          "gpu": [1_000_000, 5_000_000, 20_000_000, 50_000_000, 100_000_000, 200_000_000]}
 QUICK_SIZES = [50_000, 100_000]
@@ -34,13 +31,12 @@ CELL_BUDGET_S = {"cpu": 60.0, "gpu": 20.0}  # timed repeats of one contender at 
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0])
+    p = report.parser("run", __doc__)
     p.add_argument("--sizes", type=lambda t: [parse_size(x) for x in t.split(",") if x.strip()],
                    help="sample counts, e.g. 1M,5M,20M (default: up to 20M on a CPU, 200M on a GPU)")
     p.add_argument("--repeats", type=int, default=5, help="timed runs per cell after the first run (default 5)")
     p.add_argument("--contenders", help="ids, stages or globs: load/cudf, segmentation, '*/cpu' (default: all "
                    "this machine can run)")
-    p.add_argument("--out", type=Path, default=RESULTS, help=f"folder for the results (default {RESULTS})")
     p.add_argument("--quick", action="store_true", help="tiny sizes (50k, 100k), 1 repeat, 1 epoch: a smoke test")
     p.add_argument("--device", choices=("auto", "gpu", "cpu"), default="auto")
     p.add_argument("--budget-s", type=float, help="whole-run budget (default 1080 s on a CPU, 480 s on a GPU)")
@@ -70,8 +66,7 @@ def main(argv: list[str] | None = None) -> dict:
             setattr(args, name, defaults[device])
     chosen = contenders_module.select([p.strip() for p in args.contenders.split(",")] if args.contenders else None,
                                       device == "gpu")
-    command = "python -m benchmarks.run " + shlex.join(sys.argv[1:] if argv is None else argv)
-    return _Benchmark(args, device, chosen, command).run()
+    return _Benchmark(args, device, chosen, report.command("run", argv)).run()
 
 
 class _Benchmark:

@@ -121,13 +121,12 @@ def pipeline_start(app_args: list[str], log: Path, browser, timeout: float) -> d
 
 
 def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = report.parser("serve_start", __doc__)
     p.add_argument("--runs", type=int, default=3, help="fresh processes to time (median of them)")
     p.add_argument("--cold", action="store_true", help="recompute the run each time (--no-cache)")
     p.add_argument("--no-browser", action="store_true", help="usable = a bokeh.client session holds the dashboard")
     p.add_argument("--pipeline", action="store_true", help="time `python -m pipeline run APP ARGS` instead")
     p.add_argument("--timeout", type=float, default=600.0)
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="folder of the JSON and Markdown")
     p.add_argument("app_args", nargs=argparse.REMAINDER, help="arguments for the app, after --")
     args = p.parse_args(argv)
     app_args = [a for a in args.app_args if a != "--"] + (["--no-cache"] if args.cold else [])

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import report
 from benchmarks.measure import describe_machine, load_average
 
 
@@ -84,7 +85,7 @@ def run_child(policy: str, beats: Path, steps: int, busy: bool) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.threads", description=__doc__.splitlines()[0])
+    parser = report.parser("threads", __doc__, out=False)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--samples", type=int, default=2_000_000)

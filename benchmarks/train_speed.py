@@ -11,7 +11,6 @@ and AUROC. Exit status 1 on an error, a capture that falls back to plain steps, 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -22,7 +21,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from benchmarks.measure import describe_machine
+from benchmarks import report
+from benchmarks.measure import clocked, describe_machine, synchronize
 from benchmarks.recordings import parse_size
 
 TARGETS = (("training (captured, 20M default) <= 1 s", "train_s_median", 1.0, False),
@@ -43,13 +43,6 @@ def synthetic_beats(samples: int, seed: int = 0):
                        right - 1, right)
     close = np.abs(ecg.r_peaks[nearest] - beats.fiducial) <= 0.15 * ecg.fs
     return beats.rows, np.where(close, ecg.symbols[nearest], "")
-
-
-def sync(device: str) -> None:
-    import torch
-
-    if device == "cuda":
-        torch.cuda.synchronize()
 
 
 def make_step(rows, is_train, cfg, capture: bool = False, seed: int = 1):
@@ -81,7 +74,7 @@ def step_times(rows, is_train, cfg, capture: bool, steps: int) -> dict:
     step, batches, plan = make_step(rows, is_train, cfg, capture)
     for batch in batches[:10] + batches[-1:]:  # warm: first calls of each graph / shape
         step(batch)
-    sync(rows.device.type)
+    synchronize(_device(rows))
     order = [batches[k % len(batches)] for k in range(steps)]
     if rows.device.type == "cuda":
         marks = [torch.cuda.Event(enable_timing=True) for _ in range(steps + 1)]
@@ -107,20 +100,20 @@ def measure_kind(rows, is_train, cfg, capture: bool, repeats: int, steps: int, a
     from pipeline.score import score_beats
     from pipeline.train import fit_vae
 
-    out, times = step_times(rows, is_train, cfg, capture, steps), []
-    for _ in range(repeats):
-        sync(rows.device.type)
-        started = time.perf_counter()
-        model, history = fit_vae(rows, is_train, cfg)
-        sync(rows.device.type)
-        times.append(time.perf_counter() - started)
+    out = step_times(rows, is_train, cfg, capture, steps)
+    times, (model, history) = clocked(lambda: fit_vae(rows, is_train, cfg), _device(rows), repeats)
     scores = score_beats(model, rows)[0].cpu().numpy()
     return {**out, "train_s_median": statistics.median(times), "train_s_all": times, "epochs": len(history),
             "final_loss": history[-1], "auroc": auroc(scores[labelled], abnormal[labelled])}
 
 
+def _device(rows) -> str:
+    """The benchmarks' name of the device a tensor is on."""
+    return "gpu" if rows.is_cuda else "cpu"
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.train_speed", description=__doc__.splitlines()[0])
+    parser = report.parser("train_speed", __doc__, out=False)
     parser.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when available")
     parser.add_argument("--samples", type=parse_size, default=20_000_000, help="synthetic recording length (20M)")
     parser.add_argument("--batches", default="", help="batch sizes to compare, e.g. 2048,4096 (default: VAEConfig's)")
@@ -151,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"beats      {len(tensor):,} ({int(is_train.sum()):,} train), width {tensor.shape[1]}, "
           f"{int(abnormal[labelled].sum()):,} injected abnormal of {int(labelled.sum()):,} labelled")
     fit_vae(tensor, is_train, replace(default, epochs=1))  # untimed: library set-up (cuDNN, cuBLAS) for all kinds
-    sync(device)
+    synchronize(_device(tensor))
 
     results, failures = [], []
     print(f"{'batch':>6} {'kind':<9} {'step ms':>8} {'p95 ms':>7} {'train s':>8} {'epochs':>6} {'loss':>8} {'AUROC':>6}")
