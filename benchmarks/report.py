@@ -230,9 +230,6 @@ def pipeline_markdown(report: dict) -> str:
              f"{o['cpu_vae_beats']} beats", ""]
     if report.get("stopped"):
         lines += [f"**Stopped early:** {report['stopped']}", ""]
-    if report.get("startup"):
-        lines += ["## Start-up (paid once per process, e.g. by a server start)", "",
-                  *table(["what", "time"], [[k, seconds(v)] for k, v in report["startup"].items()])]
     lines += ["## Recordings", "", *table(["samples", "CSV", "made", "seconds"], [
         [size_label(r["samples"]), f"{r['nbytes'] / 1e6:,.{0 if r['nbytes'] >= 1e7 else 2}f} MB", r["method"],
          f"{r['seconds']:.1f}"] for r in report["recordings"]])]

@@ -76,7 +76,7 @@ class _Benchmark:
         self.args, self.device, self.chosen, self.command = args, device, chosen, command
         self.gpu = device == "gpu"
         self.budget = measure.Budget(args.budget_s)
-        self.startup = _start_up(chosen, self.gpu)  # RMM pool first: PyTorch cannot change its allocator later
+        _start_up(chosen, self.gpu)  # RMM pool first: PyTorch cannot change its allocator later
         self.machine = measure.describe_machine(self.gpu)
         self.name = self.machine["name"]
         self.date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
@@ -179,7 +179,7 @@ class _Benchmark:
         full = {"schema": 1, "machine_name": self.name, "date": self.date,
                 "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": self.command,
                 "elapsed_s": round(self.budget.elapsed(), 1), "stopped": self.stopped, "machine": self.machine,
-                "options": options, "startup": self.startup, "recordings": self.recordings, "results": self.results,
+                "options": options, "recordings": self.recordings, "results": self.results,
                 "ratios": report.ratios(self.results), "slopes": slope_rows,
                 "targets": report.targets(self.results, slope_rows, self.gpu), "notes": _notes(options, self.gpu)}
         report.write(full, self.paths, report.pipeline_markdown(full))
@@ -188,26 +188,17 @@ class _Benchmark:
         return full
 
 
-def _start_up(chosen, gpu: bool) -> dict:
-    """Import the libraries and (GPU) make the RMM pool, timing each: a server start pays these."""
-    out, clock = {}, measure.Budget(None)
+def _start_up(chosen, gpu: bool) -> None:
+    """Make the RMM pool (GPU) and import the libraries once, so that no cell's first run or peak memory
+    holds them."""
     if gpu:
         backend.use_rmm_pool()
-        measure.synchronize("gpu")
-        out["RMM pool + CUDA context (+ imports of CuPy, Numba CUDA, RMM, PyTorch)"] = clock.elapsed()
         import cudf  # noqa: F401
-
-        out["import cudf"] = clock.elapsed() - sum(out.values())
     import torch  # noqa: F401
 
     from pipeline import embed, load, peaks, score, train, wavelet  # noqa: F401
-
-    out["import torch + pipeline steps"] = clock.elapsed() - sum(out.values())
     if any("neurokit2" in c.id for c in chosen):
         import neurokit2  # noqa: F401
-
-        out["import neurokit2"] = clock.elapsed() - sum(out.values())
-    return {k: round(v, 4) for k, v in out.items()}
 
 
 def _predict(c, n: int, prev: dict | None, args) -> dict:
