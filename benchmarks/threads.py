@@ -28,6 +28,8 @@ import numpy as np
 
 from benchmarks import report
 from benchmarks.measure import describe_machine, load_average
+from benchmarks.train_speed import make_step, synthetic_beats
+from pipeline.config import VAEConfig
 
 
 def child(policy: str, beats: Path, steps: int) -> dict:
@@ -38,8 +40,6 @@ def child(policy: str, beats: Path, steps: int) -> dict:
         threads.limit_threads(None if policy == "policy" else int(policy))
     import torch
 
-    from benchmarks.train_speed import make_step
-    from pipeline.config import VAEConfig
     from pipeline.train import split_train
 
     rows, cfg = torch.from_numpy(np.load(beats)), VAEConfig()
@@ -96,8 +96,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(child(args.child, args.beats, args.steps)))
         return 0
-
-    from benchmarks.train_speed import synthetic_beats
 
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     beats = Path(tempfile.mkdtemp(prefix="threads-")) / "beats.npy"

@@ -24,6 +24,10 @@ import numpy as np
 from benchmarks import report
 from benchmarks.measure import clocked, describe_machine, synchronize
 from benchmarks.recordings import parse_size
+from pipeline import PipelineWarning, synth, threads
+from pipeline.config import SignalConfig, VAEConfig
+from pipeline.metrics import auroc
+from pipeline.segmentation import segment
 
 TARGETS = (("training (captured, 20M default) <= 1 s", "train_s_median", 1.0, False),
            ("outlier AUROC (synthetic 20M) >= 0.99", "auroc", 0.99, True))
@@ -32,10 +36,6 @@ ABNORMAL = ("V", "A", "Q")
 
 def synthetic_beats(samples: int, seed: int = 0):
     """Rows (n, width) float32 and each beat's symbol ('' when no injected beat is within 150 ms)."""
-    from pipeline import synth
-    from pipeline.config import SignalConfig
-    from pipeline.segmentation import segment
-
     ecg = synth.synthesize(synth.SynthConfig(n_samples=samples, seed=seed))
     beats = segment(ecg.signal, ecg.fs, SignalConfig()).beats
     right = np.clip(np.searchsorted(ecg.r_peaks, beats.fiducial), 1, len(ecg.r_peaks) - 1)
@@ -96,7 +96,6 @@ def step_times(rows, is_train, cfg, capture: bool, steps: int) -> dict:
 
 def measure_kind(rows, is_train, cfg, capture: bool, repeats: int, steps: int, abnormal, labelled) -> dict:
     """Step times, then ``repeats`` timed ``fit_vae`` runs: their times, the last one's epochs, loss, AUROC."""
-    from pipeline.metrics import auroc
     from pipeline.score import score_beats
     from pipeline.train import fit_vae
 
@@ -120,14 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="timed fit_vae runs per setting")
     parser.add_argument("--steps", type=int, default=200, help="steps timed one by one per setting")
     args = parser.parse_args(argv)
-
-    from pipeline import threads
-
-    threads.limit_threads(None)
+    threads.limit_threads(None)   # before PyTorch is imported: OpenMP reads the settings when it loads
     import torch
 
-    from pipeline import PipelineWarning
-    from pipeline.config import VAEConfig
     from pipeline.train import fit_vae, split_train
 
     warnings.simplefilter("error", PipelineWarning)  # a capture that falls back to plain steps is a failure

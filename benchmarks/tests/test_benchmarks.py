@@ -234,8 +234,6 @@ def test_deferred_patches_still_give_the_version_and_are_applied_later(tmp_path)
     """The load test's sessions keep the server's patches unapplied while they brush: the version
     they wait for still follows the answer, the document stays as it was, and once the patches are
     applied it shows the count that the session's brush selects in the run's own table."""
-    import numpy as np
-
     from benchmarks import sessions
 
     server = Server([*APP_ARGS, "--out", str(tmp_path / "runs")], tmp_path / "server.log")
