@@ -7,6 +7,7 @@ and :func:`protocol_zoom` (Bokeh's protocol, to the last patch of the answer), a
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import random
 import re
@@ -16,10 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.measure import summary
 from dashboard.spec import LINKED, RENDERED_BY_BOARD, VIEWS
 from tests.support.bokeh_session import SessionError
+from tests.support.served import CHROMIUM, CHROMIUM_ARGS, ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 PROBE = Path(__file__).resolve().parent / "interaction_probe.js"
 CHARTS = [name for name, view in VIEWS.items() if view.kind in RENDERED_BY_BOARD]  # drawn before "populated"
 VIEWPORT = {"width": 1600, "height": 1250}
@@ -175,8 +177,6 @@ async def protocol_zoom(session, lo: float, hi: float) -> float:
 
 def shown_count(session) -> int:
     """The selected-beat count in a protocol session's summary ("<b>N</b> of T beats selected")."""
-    import html
-
     for model in session.doc.models:
         text = getattr(model, "text", None)
         if isinstance(text, str) and "ecg-count" in text:
@@ -200,8 +200,6 @@ class Gesture:
 
 
 async def launch(playwright):
-    from tests.support.served import CHROMIUM, CHROMIUM_ARGS
-
     return await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
 
 
@@ -521,8 +519,6 @@ class InProcessSession:
 def server_side(shared, n_brushes: int, n_zooms: int, n_sessions: int = 5, seed: int = 0) -> dict:
     """Server-side ms of each kind after an untimed warm-up: ``n_brushes`` brushes a chart, clears, family
     selections, ``n_zooms`` zoom/pans, ``n_sessions`` opens: ``{"board", "kinds", "details"}``."""
-    from benchmarks.measure import summary
-
     rng = np.random.default_rng(seed)
     opens = []
     for _ in range(n_sessions + 1):                     # the first one is the warm-up
