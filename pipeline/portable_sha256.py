@@ -68,7 +68,8 @@ def _compress(h, data, k):
             w[t] = (w[t - 16] + s0 + w[t - 7] + s1) & _MASK
         a, b, c, d, e, f, g, hh = h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]
         for t in range(64):
-            t1 = (hh + (_rotr(e, 6) ^ _rotr(e, 11) ^ _rotr(e, 25)) + ((e & f) ^ ((e ^ _MASK) & g)) + k[t] + w[t]) & _MASK
+            choose = (e & f) ^ ((e ^ _MASK) & g)
+            t1 = (hh + (_rotr(e, 6) ^ _rotr(e, 11) ^ _rotr(e, 25)) + choose + k[t] + w[t]) & _MASK
             t2 = ((_rotr(a, 2) ^ _rotr(a, 13) ^ _rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c))) & _MASK
             hh, g, f, e, d, c, b, a = g, f, e, (d + t1) & _MASK, c, b, a, (t1 + t2) & _MASK
         h[0] = (h[0] + a) & _MASK

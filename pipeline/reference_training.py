@@ -1,42 +1,55 @@
 """Training a reference from annotated runs: the normal beats of many recordings, their k-means
 centroids, and the tail tables that calibrate each statistic (the combined one cross-fitted).
 
+Two passes over the recordings, each a task per recording (:mod:`pipeline.reference_prepare`), so
+that a recording's rows are read and resampled where the task runs and only small arrays reach
+the driver:
+
+1. every recording is prepared (its normal beats chosen, its rows resampled); the driver learns its
+   counts, draws its k-means sample (one generator, recording after recording, in input order) and
+   gets back those rows alone. The training data's digest is carried over each recording's bytes
+   where they are: a SHA-256 state (:mod:`pipeline.portable_sha256`) passed from recording to
+   recording, in input order. The driver places the centroids (k-means of the samples).
+2. every recording's normal beats are scored against the centroids; their statistics come back
+   (three 1-D arrays) and the driver fits the tail tables from them.
+
+With a Dask cluster (``cluster=``) the tasks run on its workers, at most ``window`` recordings at a
+time (the prepared rows wait on the workers, not here), and results are taken as they finish;
+without one the same functions run here, one recording at a time. Either way, and in whatever order
+tasks finish, the reference is bit for bit the one :func:`fit_reference` makes from every
+recording's :class:`ReferenceBeats` held at once.
+
 See Also
 --------
+pipeline.reference_prepare : what each task does to one recording.
 pipeline.reference_score.reference_statistics : the statistics whose tails are fitted here.
 pipeline.reference_store.save_reference : writes the trained reference.
 """
 from __future__ import annotations
 
 import hashlib
+import uuid
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from pipeline import PipelineWarning, calibrate
-from pipeline.metrics import NORMAL_SYMBOLS  # AAMI class N: the only beats a reference learns from
-from pipeline.reference_score import reference_statistics, resample_rows
+from pipeline.reference_prepare import (NORMAL_SYMBOLS, ReferenceBeats, RecordFacts, digest_link,  # noqa: F401
+                                        draw_sample, feed_digest, prepare_record, record_facts, record_statistics,
+                                        reference_beats, sample_rows)
+from pipeline.reference_score import reference_statistics
 from pipeline.reference_store import COMPONENTS, Reference, ReferenceConfig
 
-
-@dataclass
-class ReferenceBeats:
-    """One training recording: reference-rate ``rows`` (n, width), its beats' ``positions`` at
-    ``fs``, ``normal`` (bool (n,): the beats whose statistics define "normal"), and ``source``
-    (a name and, where known, the SHA-256 of the recording) for the reference's record."""
-
-    rows: np.ndarray
-    positions: np.ndarray
-    fs: float
-    normal: np.ndarray
-    source: dict
+WHAT_IT_SAW = ("reference-rate beat rows and fiducials of every beat; labels only to choose the normal (AAMI N) "
+               "beats whose statistics and rows define the population")
+PREPARED, PLACED, SCORED = 0.45, 0.5, 0.85   # progress: first pass, k-means, second pass done
 
 
 def train_reference(inputs: Sequence, labels: Sequence | None = None, cfg: ReferenceConfig = ReferenceConfig(),
-                    progress=None) -> Reference:
+                    progress=None, *, reviewer_labels: bool = False, cluster=None,
+                    window: int | None = None) -> Reference:
     """Train a reference from run directories or arrays.
 
     Parameters
@@ -53,7 +66,17 @@ def train_reference(inputs: Sequence, labels: Sequence | None = None, cfg: Refer
         beat as normal (with a warning: its abnormal beats will count as normal variation).
         Labels only choose the normal beats; nothing else here reads them.
     progress : callable, optional
-        ``progress(fraction, message)``.
+        ``progress(fraction, message)``, advanced as each recording is done in each pass.
+    reviewer_labels : bool
+        Where ``labels`` gives none, a run's normal beats are those of
+        :func:`pipeline.reviewed.normal_beats` (the reviewer's labels saved by the dashboard win
+        over its annotations), read where the run is read.
+    cluster : pipeline.cluster.Cluster, optional
+        Run the tasks on this cluster's workers (which must see the run directories) when every
+        input is a run directory; arrays and RunResults, already in this process, are trained on
+        here.
+    window : int, optional
+        On a cluster, the most recordings in flight at once (default: twice the workers).
 
     Returns
     -------
@@ -64,20 +87,35 @@ def train_reference(inputs: Sequence, labels: Sequence | None = None, cfg: Refer
         it), so that scoring a new recording and fitting the table see the same uncertainty.
     """
     inputs = list(inputs)
-    if len(inputs) < 2:
-        raise ValueError(f"a reference needs at least 2 recordings (their normal beats are compared across "
-                         f"recordings); got {len(inputs)}")
+    check_recordings(len(inputs))
     if labels is not None and len(labels) != len(inputs):
         raise ValueError(f"labels must give one entry per input; got {len(labels)} for {len(inputs)} inputs")
-    beats = [reference_beats(item, None if labels is None else labels[i], cfg) for i, item in enumerate(inputs)]
-    return fit_reference(beats, cfg, progress=progress)
+    if window is not None and window < 1:
+        raise ValueError(f"window must be at least 1 recording; got {window}")
+    say = progress or (lambda fraction, message: None)
+    tasks = [(item, None if labels is None else labels[i], reviewer_labels) for i, item in enumerate(inputs)]
+    if cluster is not None and all(isinstance(item, (str, Path)) for item in inputs):
+        passes = _OnCluster(cluster, window or 2 * max(1, cluster.workers))
+    else:
+        passes = _Here()
+    samples, records, digest = passes.prepare(tasks, cfg, say)
+    centroids = _place_centroids(samples, cfg, say)
+    stats = passes.statistics(tasks, centroids, cfg, say)
+    tables = _fit_tables(stats, cfg, say)
+    say(1.0, "done")
+    return Reference(cfg, centroids, tables, _meta(digest, records))
+
+
+def check_recordings(count: int) -> None:
+    """Refuse to train on fewer than two recordings (before any is read or run)."""
+    if count < 2:
+        raise ValueError(f"a reference needs at least 2 recordings (their normal beats are compared across "
+                         f"recordings); got {count}")
 
 
 def fit_reference(recordings: Sequence[ReferenceBeats], cfg: ReferenceConfig = ReferenceConfig(),
                   progress=None) -> Reference:
-    """:func:`train_reference` on prepared :class:`ReferenceBeats` (host arrays)."""
-    from sklearn.cluster import KMeans
-
+    """:func:`train_reference` on prepared :class:`ReferenceBeats` (host arrays), all held at once."""
     say = progress or (lambda fraction, message: None)
     rng = np.random.default_rng(cfg.seed)
     sample = []
@@ -85,20 +123,42 @@ def fit_reference(recordings: Sequence[ReferenceBeats], cfg: ReferenceConfig = R
         normal = np.flatnonzero(rec.normal)
         if len(normal):
             sample.append(rec.rows[rng.choice(normal, min(cfg.beats_per_record, len(normal)), replace=False)])
-    sample = np.concatenate(sample) if sample else np.zeros((0, cfg.width), np.float32)
-    if len(sample) < 2 * cfg.centroids:
-        raise ValueError(f"need at least {2 * cfg.centroids} normal beats to place {cfg.centroids} centroids; "
-                         f"got {len(sample)}")
-    say(0.1, f"k-means of {len(sample):,} normal beats")
-    centroids = KMeans(cfg.centroids, n_init=1, max_iter=100, random_state=cfg.seed).fit(sample).cluster_centers_
-    centroids = centroids.astype(np.float32)
-    say(0.6, "statistics of every recording")
+    centroids = _place_centroids(sample, cfg, say)
     stats = []
     for rec in recordings:
         values, _ = reference_statistics(rec.rows, rec.positions, rec.fs, centroids, cfg)
         stats.append({name: values[name][rec.normal] for name in COMPONENTS})
+    tables = _fit_tables(stats, cfg, say)
+    digest = hashlib.sha256()
+    for rec in recordings:
+        for array in (rec.rows, rec.positions, rec.normal):
+            digest.update(np.ascontiguousarray(array).tobytes())
+    records = [dict(rec.source, beats=int(len(rec.rows)), normal_beats=int(rec.normal.sum())) for rec in recordings]
+    say(1.0, "done")
+    return Reference(cfg, centroids, tables, _meta(digest.hexdigest(), records))
+
+
+# --------------------------------------------------------------------------- the driver's part
+def _place_centroids(samples: list, cfg: ReferenceConfig, say) -> np.ndarray:
+    """k-means centres of the recordings' sample rows (None: a recording without normal beats)."""
+    from sklearn.cluster import KMeans
+
+    samples = [s for s in samples if s is not None]
+    sample = np.concatenate(samples) if samples else np.zeros((0, cfg.width), np.float32)
+    if len(sample) < 2 * cfg.centroids:
+        raise ValueError(f"need at least {2 * cfg.centroids} normal beats to place {cfg.centroids} centroids; "
+                         f"got {len(sample)}")
+    say(PREPARED, f"k-means of {len(sample):,} normal beats")
+    centroids = KMeans(cfg.centroids, n_init=1, max_iter=100, random_state=cfg.seed).fit(sample).cluster_centers_
+    say(PLACED, "statistics of every recording")
+    return centroids.astype(np.float32)
+
+
+def _fit_tables(stats: list[dict], cfg: ReferenceConfig, say) -> dict:
+    """Each component's tail table over every recording's normal beats (``stats``, in input order),
+    and the combined statistic's, cross-fitted."""
     tables = {name: calibrate.fit_tail(np.concatenate([s[name] for s in stats])) for name in COMPONENTS}
-    say(0.8, "cross-fitted calibration of the combined score")
+    say(SCORED, "cross-fitted calibration of the combined score")
     combined = []
     for i, own in enumerate(stats):
         if not len(own["shape"]):
@@ -108,63 +168,164 @@ def fit_reference(recordings: Sequence[ReferenceBeats], cfg: ReferenceConfig = R
         combined.append(calibrate.fisher_statistic(
             {name: calibrate.log_tail_p(own[name], others[name]) for name in COMPONENTS}, cfg.weights))
     tables["combined"] = calibrate.fit_tail(np.concatenate(combined), "identity")
-    digest = hashlib.sha256()
-    for rec in recordings:
-        for array in (rec.rows, rec.positions, rec.normal):
-            digest.update(np.ascontiguousarray(array).tobytes())
-    meta = {"training_data_sha256": digest.hexdigest(),
-            "records": [dict(rec.source, beats=int(len(rec.rows)), normal_beats=int(rec.normal.sum()))
-                        for rec in recordings],
-            "normal_beats": int(sum(int(rec.normal.sum()) for rec in recordings)),
-            "what_it_saw": "reference-rate beat rows and fiducials of every beat; labels only to choose the "
-                           "normal (AAMI N) beats whose statistics and rows define the population"}
-    say(1.0, "done")
-    return Reference(cfg, centroids, tables, meta)
+    return tables
 
 
-def reference_beats(item, labels, cfg: ReferenceConfig) -> ReferenceBeats:
-    """A training input as :class:`ReferenceBeats` (see :func:`train_reference`). A run's
-    low-quality beats (its ``quality`` column) are never normal examples: noise is no normal
-    variation of a heartbeat."""
-    if isinstance(item, (str, Path)):
-        from pipeline.results import load_run   # a finished run's directory: read as the product reads it
+def _meta(digest: str, records: list[dict]) -> dict:
+    return {"training_data_sha256": digest, "records": records,
+            "normal_beats": int(sum(record["normal_beats"] for record in records)), "what_it_saw": WHAT_IT_SAW}
 
-        item = load_run(Path(item))
-    clean = None
-    if isinstance(item, tuple):
-        if len(item) != 4:
-            raise ValueError(f"an array input must be (rows, positions, fs, pre); got a tuple of {len(item)}")
-        rows, positions, fs, pre = item
-        source, symbols = {"name": f"arrays {len(rows)} beats"}, None
-    elif hasattr(item, "embeddings") and hasattr(item, "beats"):
-        report = item.report
-        rows, positions = np.asarray(item.embeddings), item.beats["fiducial"].to_numpy()
-        fs = float(report["input"]["fs"])
-        pre = int(round(report["config"]["signal"]["pre_fiducial"] * rows.shape[1]))
-        source = {"name": Path(report["input"]["path"]).name, "sha256": report["input"].get("sha256"),
-                  "annotations_sha256": report["input"].get("annotations_sha256"), "run": str(item.path.name)}
-        symbols = item.beats["label"].to_numpy() if "label" in item.beats else None
-        if "quality" in item.beats:
-            from pipeline.quality import LOW_QUALITY
 
-            clean = item.beats["quality"].to_numpy() >= LOW_QUALITY
-    else:
-        raise ValueError(f"inputs must be run directories, RunResults or (rows, positions, fs, pre) tuples; "
-                         f"got {type(item).__name__}")
-    rows = np.ascontiguousarray(rows, dtype=np.float32)
-    positions = np.asarray(positions, dtype=np.int64)
-    chosen = labels if labels is not None else symbols
-    if chosen is None:
-        warnings.warn(f"{source['name']}: no labels; every beat counts as normal in the reference",
-                      PipelineWarning, stacklevel=3)
-        normal = np.ones(len(rows), dtype=bool)
-    else:
-        chosen = np.asarray(chosen)
-        normal = chosen.astype(bool) if chosen.dtype == bool else np.isin(chosen.astype(str), list(NORMAL_SYMBOLS))
-    if normal.shape != (len(rows),):
-        raise ValueError(f"{source['name']}: labels must give one entry per beat; got {normal.shape[0]} "
-                         f"for {len(rows)} beats")
-    if clean is not None:
-        normal &= clean
-    return ReferenceBeats(resample_rows(rows, fs, pre, cfg), positions, fs, normal, source)
+def _show(facts: RecordFacts) -> None:
+    """The warnings a recording's preparation gave, shown here (in input order)."""
+    for message in facts.warnings:
+        warnings.warn(message, PipelineWarning, stacklevel=4)
 
+
+class _Here:
+    """Both passes in this process, one recording at a time: only one recording's rows are held."""
+
+    def prepare(self, tasks: list, cfg: ReferenceConfig, say) -> tuple[list, list, str]:
+        rng, digest = np.random.default_rng(cfg.seed), hashlib.sha256()
+        samples, records = [], []
+        for i, task in enumerate(tasks):
+            prepared = prepare_record(*task, cfg)
+            facts = record_facts(prepared)
+            _show(facts)
+            samples.append(sample_rows(prepared, draw_sample(rng, facts.normal_beats, cfg)))
+            feed_digest(digest, prepared[0])
+            records.append(facts.record())
+            del prepared     # before the next recording is read, not after
+            say(PREPARED * (i + 1) / len(tasks), f"prepared {i + 1} of {len(tasks)} recordings")
+        return samples, records, digest.hexdigest()
+
+    def statistics(self, tasks: list, centroids: np.ndarray, cfg: ReferenceConfig, say) -> list[dict]:
+        stats = []
+        for i, task in enumerate(tasks):
+            stats.append(record_statistics(*task, centroids, cfg))
+            say(PLACED + (SCORED - PLACED) * (i + 1) / len(tasks), f"scored {i + 1} of {len(tasks)} recordings")
+        return stats
+
+
+class _OnCluster:
+    """Both passes on a Dask cluster's workers, at most ``window`` recordings in flight: a recording
+    is sent when one finishes, and its results are taken as they come, in any order."""
+
+    def __init__(self, cluster, window: int):
+        self.client, self.window, self.tag = cluster.client, window, uuid.uuid4().hex[:8]
+
+    def prepare(self, tasks: list, cfg: ReferenceConfig, say) -> tuple[list, list, str]:
+        """Per recording, a task prepares it (its rows stay on the worker), a second returns its
+        facts; once the facts of it and of every recording before it are in, the driver draws its
+        sample positions and sends a task that returns those rows and one that carries the
+        digest's state over its bytes (after the previous recording's). When both are back the
+        recording is done, its rows released, and the next recording is sent."""
+        from distributed import as_completed
+
+        from pipeline.portable_sha256 import PortableSha256
+
+        n, client = len(tasks), self.client
+        rng, state = np.random.default_rng(cfg.seed), PortableSha256()
+        prepared, facts, waiting = {}, {}, {}   # by recording: its prepared future, facts, results to come
+        samples, records, digest = [None] * n, [None] * n, None
+        roles, queue = {}, as_completed()
+        opened = drawn = closed = 0
+
+        def submit(role: str, i: int, function, *args, wait: bool = True):
+            future = client.submit(function, *args, key=f"reference-{role}-{self.tag}-{i}")
+            if wait:
+                roles[future] = (role, i)
+                queue.add(future)
+            return future
+
+        def open_next():
+            nonlocal opened
+            prepared[opened] = submit("prepare", opened, prepare_record, *tasks[opened], cfg, wait=False)
+            submit("facts", opened, record_facts, prepared[opened])
+            opened += 1
+
+        try:
+            while opened < min(self.window, n):
+                open_next()
+            for future in queue:
+                role, i = roles.pop(future)
+                value = _result(future, tasks[i][0])
+                if role == "facts":
+                    facts[i] = value
+                    while drawn in facts:       # in input order: the generator and the digest are sequential
+                        _show(facts[drawn])
+                        records[drawn] = facts[drawn].record()
+                        submit("sample", drawn, sample_rows, prepared[drawn],
+                               draw_sample(rng, facts[drawn].normal_beats, cfg))
+                        state = submit("digest", drawn, digest_link, prepared[drawn], state)
+                        # Dropped now, the scheduler releases the rows as soon as both tasks are
+                        # done, before their results reach us: dropped later, the release would go
+                        # out after the next recording is sent, and the window would briefly hold one more.
+                        del prepared[drawn]
+                        waiting[drawn] = 2
+                        drawn += 1
+                    continue
+                if role == "sample":
+                    samples[i] = value
+                elif i == n - 1:
+                    digest = value.hexdigest()
+                waiting[i] -= 1
+                if not waiting[i]:             # and so its rows are gone from the worker
+                    del waiting[i]
+                    closed += 1
+                    say(PREPARED * closed / n, f"prepared {closed} of {n} recordings")
+                    if opened < n:
+                        open_next()
+        finally:
+            _cancel(client, [*prepared.values(), *roles])
+        return samples, records, digest
+
+    def statistics(self, tasks: list, centroids: np.ndarray, cfg: ReferenceConfig, say) -> list[dict]:
+        from distributed import as_completed
+
+        n, client = len(tasks), self.client
+        centroids = client.scatter(centroids, broadcast=True)
+        stats, running, queue = [None] * n, {}, as_completed()
+        sent = done = 0
+
+        def send_next():
+            nonlocal sent
+            future = client.submit(record_statistics, *tasks[sent], centroids, cfg,
+                                   key=f"reference-statistics-{self.tag}-{sent}")
+            running[future] = sent
+            queue.add(future)
+            sent += 1
+
+        try:
+            while sent < min(self.window, n):
+                send_next()
+            for future in queue:
+                i = running.pop(future)
+                stats[i] = _result(future, tasks[i][0])
+                done += 1
+                say(PLACED + (SCORED - PLACED) * done / n, f"scored {done} of {n} recordings")
+                if sent < n:
+                    send_next()
+        finally:
+            _cancel(client, [*running, centroids])
+        return stats
+
+
+def _result(future, item):
+    """A task's result; its error as the worker raised it when it is the input's fault (a
+    ValueError or OSError, one line for the command line), else one line naming the recording."""
+    try:
+        return future.result()
+    except (ValueError, OSError):
+        raise
+    except Exception as err:  # the worker died (crash, out of memory), or the task was cancelled
+        detail = str(err).splitlines()[0] if str(err) else "no detail"
+        raise ValueError(f"{Path(str(item)).name}: its reference task failed ({type(err).__name__}: {detail})") \
+            from None
+
+
+def _cancel(client, futures: list) -> None:
+    """Stop what is still queued or running after an error (nothing is left after a success)."""
+    pending = [f for f in futures if not f.done()]
+    if pending:
+        client.cancel(pending)
