@@ -310,38 +310,45 @@ def _cmd_synth(args) -> int:
 
 
 def _cmd_reference(args) -> int:
-    """Train and write a reference from run folders, and from recordings run first (on a Dask
-    cluster, cached in --runs). Beats count as normal by their reference annotations (AAMI class
-    N) and, with --labels, by the reviewer's labels, which win; a recording with neither counts
-    every beat as normal, with a warning."""
-    from pipeline import reference, results, reviewed
+    """Train and write a reference from run folders, and from recordings run first (cached in
+    --runs), on one Dask cluster: the batch runs the recordings, then the workers read and prepare
+    every run for training while this process places the centroids and fits the tables. Beats
+    count as normal by their reference annotations (AAMI class N) and, with --labels, by the
+    reviewer's labels, which win; a recording with neither counts every beat as normal, with a
+    warning."""
+    from pipeline import batch, reference
+    from pipeline.reference_training import check_recordings
+    from pipeline.requests import RunRequest
 
-    runs = [results.load_run(path) for path in _reference_runs(args)]
-    normal = [reviewed.normal_beats(run, args.labels) for run in runs]   # None: the run's own annotations, if any
-    with _ProgressBars(enabled=not args.quiet) as bars:
-        trained = reference.train_reference(runs, labels=normal, progress=lambda f, m: bars.update("score", f, m))
+    folders = [Path(i) for i in args.inputs if (Path(i) / "report.json").is_file()]
+    others = [i for i in args.inputs if not (Path(i) / "report.json").is_file()]
+    jobs = [batch.Job(RunRequest(input=str(path), device=args.device, out=args.runs))
+            for path in (batch.find_recordings(others, exclude=args.runs) if others else [])]
+    check_recordings(len(folders) + len(jobs))
+    with batch.open_cluster(args.cluster, args.workers, device=args.device, max_workers=len(folders) + len(jobs),
+                            threads=args.threads, per_gpu=args.per_gpu) as cluster:
+        runs = folders + _reference_runs(jobs, cluster, progress=not args.quiet)
+        with _ProgressBars(enabled=not args.quiet) as bars:
+            trained = reference.train_reference(runs, reviewer_labels=args.labels, cluster=cluster,
+                                                progress=lambda f, m: bars.update("score", f, m))
     path = reference.save_reference(trained, Path(args.out))
     print(f"wrote {path} and {path.with_suffix('.json').name}: {reference.describe(trained)}")
     return 0
 
 
-def _reference_runs(args) -> list[Path]:
-    """Run folders as given; every other input discovered as the batch does and run on its cluster."""
+def _reference_runs(jobs: list, cluster, progress: bool) -> list[Path]:
+    """The run folders of recordings given to ``reference``, run by the batch on ``cluster``; the
+    first failure is the command's one-line error."""
     from pipeline import batch
-    from pipeline.requests import RunRequest
 
-    folders = [Path(i) for i in args.inputs if (Path(i) / "report.json").is_file()]
-    others = [i for i in args.inputs if not (Path(i) / "report.json").is_file()]
-    if not others:
-        return folders
-    jobs = [batch.Job(RunRequest(input=str(path), device=args.device, out=args.runs))
-            for path in batch.find_recordings(others, exclude=args.runs)]
-    result = batch.run_batch(jobs, **_cluster_options(args), progress=not args.quiet, write_archive=False)
+    if not jobs:
+        return []
+    result = batch.run_batch(jobs, cluster=cluster, progress=progress, write_archive=False)
     if result.failed:
         row = result.failed[0]
         raise ValueError(f"{row['name']}: {row['error']}" + (f" (and {len(result.failed) - 1} more failed)"
                                                             if len(result.failed) > 1 else ""))
-    return folders + [Path(row["run_dir"]) for row in result.rows]
+    return [Path(row["run_dir"]) for row in result.rows]
 
 
 def _cmd_rescore(args) -> int:
