@@ -23,15 +23,15 @@ from pipeline.metrics import ec57_counts, flutter_episodes, sensitivity_ppv
 from pipeline.segmentation import heartbeats
 
 
-def detect(signal, fs: float, cfg: SignalConfig = SignalConfig()) -> np.ndarray:
-    """The fiducials the run's beats table holds."""
-    positions, _, _ = heartbeats(wavelet.ricker_response(signal, fs, cfg.ricker_width_s), signal, fs, cfg)
+def detect(signal, fs: float, cfg: SignalConfig = SignalConfig(), other=None) -> np.ndarray:
+    """The fiducials the run's beats table holds (``other``: the second lead the run reads too)."""
+    positions, _, _, _ = heartbeats(wavelet.ricker_response(signal, fs, cfg.ricker_width_s), signal, fs, cfg, other)
     return np.asarray(positions)
 
 
-def score(name: str, signal, fs: float, reference, excluded) -> dict:
+def score(name: str, signal, fs: float, reference, excluded, other=None) -> dict:
     row = {"record": name, "beats": len(reference)}
-    row.update(ec57_counts(reference, detect(signal, fs), fs, excluded))
+    row.update(ec57_counts(reference, detect(signal, fs, other=other), fs, excluded))
     row.update({f"nk_{k}": v for k, v in ec57_counts(reference, neurokit_peaks(signal, fs), fs, excluded).items()})
     return row
 
@@ -40,7 +40,8 @@ def records(folder: Path):
     for header in sorted(Path(folder).glob("*.hea")):
         if header.with_suffix(".atr").exists():
             recording = load.load_ecg(header)
-            yield header.stem, recording.signal, recording.fs, recording.annotations[0], flutter_episodes(header)
+            yield (header.stem, recording.signal, recording.fs, recording.annotations[0], flutter_episodes(header),
+                   load.load_other_lead(recording)[1])
 
 
 def stress_cases():
@@ -51,7 +52,7 @@ def stress_cases():
             recording = load.load_ecg(path, fs=case.fs)      # read back as a user's file is: lead by name
             flutter = np.array([(s * case.fs, e * case.fs) for kind, s, e in case.episodes if kind == "flutter"],
                                dtype=np.int64).reshape(-1, 2)
-            yield f"stress:{name}", recording.signal, recording.fs, case.beats, flutter
+            yield f"stress:{name}", recording.signal, recording.fs, case.beats, flutter, load.load_other_lead(recording)[1]
 
 
 def table(rows: list[dict]) -> str:

@@ -38,6 +38,11 @@ class SignalConfig:
     search_back_width: float = 1.5   # ...for candidates at most this many times the beats' median width
     search_back_refractory_s: float = 0.2  # ...one candidate within ± this (the absolute refractory period)
     pause_s: float = 2.0             # an RR interval at least this long is listed as a pause
+    other_lead: bool = True          # read the long gaps of the analysed lead on another lead, where there is one...
+    other_lead_max_s: float = 20.0   # ...gaps up to this long, each with this much around it...
+    other_lead_context_s: float = 3.0
+    other_lead_agree_s: float = 0.1  # ...filled when the other lead has beats this near both ends of the gap...
+    other_lead_min_rr: float = 0.5   # ...and no interval of the filled gap is under this × the local RR
     window_s: float = 1.024          # embedding row length: 256 samples at 250 Hz
     pre_fiducial: float = 0.25       # fraction of the row before the fiducial point (P wave, QRS onset)
     max_gap_s: float = 1.0           # non-finite runs up to this long are interpolated, longer ones rejected

@@ -52,6 +52,7 @@ class Recording:
     repaired_samples: int = 0
     lead_reason: str = "the only lead"  # why this lead was analysed (see choose_lead)
     leads: tuple[str, ...] = ()  # every lead of the input (time columns left out)
+    other_lead: str = ""  # the lead read where the analysed one shows a pause (load_other_lead); "" none
 
     @property
     def n_samples(self) -> int:
@@ -99,6 +100,28 @@ def load_ecg(path, *, fs: float | None = None, column: str | int | None = None,
     _check_usable(signal, rate, min_duration_s, path.name)
     leads = tuple(str(choice.names[i]) for i in lead_indices(choice.names))
     return Recording(signal, rate, str(path), channel, annotations, repaired, choice.reason, leads or (channel,))
+
+
+def load_other_lead(recording: Recording, *, device: str = "cpu", max_gap_s: float = 1.0):
+    """A second lead of ``recording`` for reading the analysed lead's long gaps on
+    (:mod:`pipeline.other_lead`): ``(name, signal)`` of the first of its other leads, gaps
+    repaired, on ``device``; ``(None, None)`` when it has no other lead or that one cannot be used
+    (too long a gap, another length, flat). Never an error: the analysed lead alone still makes a
+    run."""
+    others = [name for name in recording.leads if name != recording.channel]
+    if not others:
+        return None, None
+    path = Path(recording.source)
+    try:
+        signal = _read(_reader_for(path), path, LeadChoice(others[0]), device)[0]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PipelineWarning)  # its repaired samples are not the run's
+            signal, _ = _repair_gaps(signal, recording.fs, max_gap_s, path.name)
+        if signal.shape[0] != recording.n_samples or float(signal.max() - signal.min()) <= 0:
+            return None, None
+    except InputError:
+        return None, None
+    return others[0], signal
 
 
 def load_leads(path) -> tuple[list[str], np.ndarray]:

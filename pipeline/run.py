@@ -11,6 +11,7 @@ import platform
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
+import dataclasses
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -160,8 +161,12 @@ def _compute(job: _Job, stages: "_StageClock") -> Computed:
         recording = load.load_ecg(job.input_path, fs=request.fs, column=request.column, device=job.device,
                                   default_fs=cfg.default_fs, max_gap_s=cfg.max_gap_s,
                                   min_duration_s=max(2.5, 2 * cfg.window_s))
+        other_lead, other = (load.load_other_lead(recording, device=job.device, max_gap_s=cfg.max_gap_s)
+                             if cfg.other_lead else (None, None))
+        recording = dataclasses.replace(recording, other_lead=other_lead or "")
     fs, signal = recording.fs, recording.signal
-    seg = segment(signal, fs, cfg, stages)
+    seg = segment(signal, fs, cfg, stages, other)
+    del other
     beats, positions = seg.beats, seg.positions
     n_beats = int(beats.rows.shape[0])
     name = job.input_path.name
@@ -245,6 +250,7 @@ def _write(job: _Job, c: Computed, stages: "_StageClock", *, handoffs: list, mem
         "input": {"path": str(job.input_path), "sha256": job.digest["sha256"],
                   "annotations_sha256": job.digest.get("annotations"), "channel": recording.channel,
                   "lead_reason": recording.lead_reason, "leads": list(recording.leads),
+                  "other_lead": recording.other_lead,
                   "fs": recording.fs, "n_samples": recording.n_samples,
                   "duration_s": recording.n_samples / recording.fs,
                   "repaired_samples": recording.repaired_samples,
@@ -253,6 +259,7 @@ def _write(job: _Job, c: Computed, stages: "_StageClock", *, handoffs: list, mem
         "config": {"signal": asdict(request.signal), "vae": asdict(request.vae),
                    "fs_override": request.fs, "column": request.column},
         "counts": {"fiducials": int(seg.positions.shape[0]), "beats": len(table),
+                   "from_other_lead": seg.from_other_lead,
                    **{f"{kind}_episodes": int((episodes["kind"] == kind).sum()) for kind in ("flutter", "noise", "pause")},
                    "low_quality": int(low_quality(table["quality"].to_numpy()).sum()),
                    "train": int(c.is_train.sum()), "test": int((~c.is_train).sum())},

@@ -26,6 +26,7 @@ class Segmented:
     signal's device."""
 
     positions: Any      # the beats' fiducials (samples)
+    from_other_lead: int  # how many of them only another lead showed (pipeline.other_lead)
     episodes: Any       # episodes.Episodes: flutter and noise stretches
     pauses: Any         # (n, 2): the (start, end) fiducials of each RR interval of cfg.pause_s or more
     histogram: tuple    # the beat lengths' (counts, edges in s)
@@ -39,16 +40,17 @@ def _untimed(stage: str, host: bool = False):
     return contextlib.nullcontext()
 
 
-def segment(signal, fs: float, cfg: SignalConfig, stages: Callable = _untimed) -> Segmented:
+def segment(signal, fs: float, cfg: SignalConfig, stages: Callable = _untimed, other=None) -> Segmented:
     """The segmentation chain: Ricker response → heartbeats (fiducials, episodes, pauses) → beat
     lengths → fixed-length rows and each beat's quality. The run times each part as a stage
-    (``stages``); the warm-up runs the same chain untimed."""
+    (``stages``); the warm-up runs the same chain untimed. ``other``: another lead of the
+    recording, sample for sample, whose beats fill the pauses the analysed lead cannot show."""
     from pipeline import embed, peaks, wavelet
 
     with stages("wavelet"):
         response = wavelet.ricker_response(signal, fs, cfg.ricker_width_s)
     with stages("peaks"):
-        positions, found, pauses = heartbeats(response, signal, fs, cfg)
+        positions, found, pauses, from_other_lead = heartbeats(response, signal, fs, cfg, other)
     del response
     with stages("lengths"):
         histogram = peaks.length_histogram(peaks.beat_lengths(positions), fs)
@@ -56,21 +58,27 @@ def segment(signal, fs: float, cfg: SignalConfig, stages: Callable = _untimed) -
         width = cfg.window(fs)
         beats = embed.embed_beats(signal, positions, fs, width=width, pre_fiducial=cfg.pre_fiducial)
         beat_quality = quality_of_beats(signal, positions, found, fs)
-    return Segmented(positions, found, pauses, histogram, beats, beat_quality, width,
+    return Segmented(positions, from_other_lead, found, pauses, histogram, beats, beat_quality, width,
                      int(round(cfg.pre_fiducial * width)))
 
 
-def heartbeats(response, signal, fs: float, cfg: SignalConfig):
-    """The heartbeats of ``signal`` from its Ricker ``response``: (fiducials, episodes, pauses).
-    Flutter waves are no heartbeats, so the fiducials inside flutter episodes are taken out; beats
-    in noise are kept (their quality says so): a real beat hidden because noise surrounds it would
-    be a missed beat. Pauses are the intervals of at least ``cfg.pause_s`` between the beats kept."""
-    from pipeline import episodes, peaks, rhythm
+def heartbeats(response, signal, fs: float, cfg: SignalConfig, other=None):
+    """The heartbeats of ``signal`` from its Ricker ``response``: (fiducials, episodes, pauses,
+    how many fiducials came from the ``other`` lead). The pauses of the analysed lead are read on
+    the other lead, if there is one (``cfg.other_lead``), before flutter is looked for. Flutter
+    waves are no heartbeats, so the fiducials inside flutter episodes are taken out; beats in noise
+    are kept (their quality says so): a real beat hidden because noise surrounds it would be a
+    missed beat. Pauses are the intervals of at least ``cfg.pause_s`` between the beats kept."""
+    from pipeline import episodes, other_lead, peaks, rhythm
 
     positions = peaks.find_beats(response, signal, fs, cfg)
+    positions, added = other_lead.fill_gaps(positions, other if cfg.other_lead else None, fs, cfg)
     found = episodes.find_episodes(signal, fs, positions)
     positions = positions[~episodes.in_episodes(positions, found, fs, "flutter")]
-    return positions, found, rhythm.pauses(positions, fs, cfg.pause_s)
+    if added.shape[0]:
+        added = added[~backend.to_host(episodes.in_episodes(backend.xp_of(positions).asarray(added), found, fs,
+                                                              "flutter"))]
+    return positions, found, rhythm.pauses(positions, fs, cfg.pause_s), int(added.shape[0])
 
 
 def quality_of_beats(signal, positions, found, fs: float):

@@ -14,6 +14,7 @@ this module only arranges them the way hard recordings do:
 ``bigeminy``           every other beat a large PVC, the normal beats small
 ``ventricular_tachycardia`` 10 s of PVCs at 190 /min: fast, regular, no baseline, yet beats
 ``amplifier_recovery`` an amplifier driven to its rail, then tiny beats on the recovering baseline
+``lead_lost``          lead II on its rail for 6 s and flat for 4 s while the second lead shows every beat
 ``*_128hz``, ``*_1khz`` the flutter and noise-burst cases at 128 Hz and 1 kHz
 =====================  ======================================================================
 
@@ -43,7 +44,7 @@ from pipeline import synth
 
 __all__ = ["StressCase", "CASES", "make_case", "write_case", "pauses", "flutter", "noise_bursts",
            "electrode_motion", "tall_t_slow", "bigeminy", "ventricular_tachycardia",
-           "amplifier_recovery"]
+           "amplifier_recovery", "lead_lost"]
 
 _LEADS = ("ECG1", "ECG2")
 
@@ -332,6 +333,26 @@ def amplifier_recovery(fs: float = 360.0, seed: int = 0, *, duration_s: float = 
     return _case("amplifier_recovery", fs, signal, beats, symbols, episodes, rng_lead)
 
 
+def lead_lost(fs: float = 360.0, seed: int = 0, *, duration_s: float = 60.0,
+              lost: tuple = ((15.0, 21.0, "rail"), (38.0, 42.0, "flat"))) -> StressCase:
+    """Sinus rhythm at 75 bpm whose lead II loses the heart twice, for 6 s on the amplifier's rail
+    and for 4 s flat (a loose electrode), while the second lead, unharmed, shows every beat. Read
+    on lead II alone these are pauses that never happened; every beat is a true beat (``N``).
+    True episodes: the lost stretches (noise)."""
+    rng_times, rng_noise, rng_lead = _streams(seed + 9, 3)
+    t = _sinus(duration_s, rng_times, heart_rate=75.0)
+    t = t[t < duration_s - 0.5]
+    n = int(round(duration_s * fs))
+    clean, beats, r_amp = _render_beats(fs, n, t, np.zeros(t.size), seed, heart_rate=75.0)
+    clean = clean + _background(n, fs, rng_noise)
+    signal = clean.copy()
+    for start, end, how in lost:
+        signal[int(start * fs):int(end * fs)] = 4.0 * r_amp if how == "rail" else 0.0
+    return StressCase(name="lead_lost", fs=float(fs), signal=signal.astype(np.float32),
+                      second=_second_lead(clean, fs, rng_lead), beats=np.asarray(beats, dtype=np.int64),
+                      symbols=np.full(beats.size, "N"), episodes=tuple(("noise", s, e) for s, e, _ in lost))
+
+
 #: Every case by name: ``CASES[name](seed=0)`` gives a :class:`StressCase`.
 CASES: dict = {
     "pauses": pauses,
@@ -342,6 +363,7 @@ CASES: dict = {
     "bigeminy": bigeminy,
     "ventricular_tachycardia": ventricular_tachycardia,
     "amplifier_recovery": amplifier_recovery,
+    "lead_lost": lead_lost,
     "pvcs_into_flutter": functools.partial(flutter, lead_in_beats=6),
     "flutter_128hz": functools.partial(flutter, 128.0),
     "flutter_1khz": functools.partial(flutter, 1000.0),

@@ -1,6 +1,7 @@
 """Beat detection as the beats table shows it (``segmentation.heartbeats``: fiducials with flutter taken
-out) on the synthetic stress cases of :mod:`pipeline.stress` and on the DS1 records of MIT-BIH,
-matched as AAMI EC57 does (150 ms, flutter left out). The GPU twin finds the same beats."""
+out, pauses read on the second lead) on the synthetic stress cases of :mod:`pipeline.stress` and on
+the DS1 records of MIT-BIH, matched as AAMI EC57 does (150 ms, flutter left out). The GPU twin finds
+the same beats."""
 from __future__ import annotations
 
 import os
@@ -21,14 +22,16 @@ FLOOR = {"pauses": (1.0, 1.0), "flutter": (1.0, 1.0), "pvcs_into_flutter": (1.0,
          "tall_t_slow": (1.0, 1.0), "bigeminy": (1.0, 1.0), "ventricular_tachycardia": (1.0, 1.0),
          "noise_bursts": (0.99, 0.95), "noise_bursts_128hz": (0.95, 0.9), "noise_bursts_1khz": (0.95, 0.9),
          "electrode_motion": (0.88, 0.9),
-         "amplifier_recovery": (0.95, 0.98)}  # beats within 0.2 s of a rail's edges are lost with it
+         "amplifier_recovery": (0.95, 0.98),  # beats within 0.2 s of a rail's edges are lost with it
+         "lead_lost": (1.0, 0.95)}  # the rail's edges on lead II can pass for beats
 DS1 = Path(os.environ.get("ECG_MITDB_DS1", Path(__file__).resolve().parents[2] / "shared" / "data" / "mitdb-ds1"))
 
 
-def _found(signal, fs, xp):
+def _found(signal, fs, xp, other=None):
     signal = xp.asarray(np.ascontiguousarray(signal, dtype=np.float32))
-    positions, _, _ = heartbeats(wavelet.ricker_response(signal, fs, SignalConfig().ricker_width_s), signal, fs,
-                                 SignalConfig())
+    other = None if other is None else xp.asarray(np.ascontiguousarray(other, dtype=np.float32))
+    positions, _, _, _ = heartbeats(wavelet.ricker_response(signal, fs, SignalConfig().ricker_width_s), signal, fs,
+                                    SignalConfig(), other)
     return backend.to_host(positions)
 
 
@@ -38,13 +41,36 @@ def test_stress_cases(name, xp):
     case = stress.make_case(name)
     flutter = np.array([(s * case.fs, e * case.fs) for kind, s, e in case.episodes if kind == "flutter"],
                        dtype=np.int64).reshape(-1, 2)
-    found = _found(case.signal, case.fs, xp)
+    found = _found(case.signal, case.fs, xp, case.second)
     counts = ec57_counts(case.beats, found, case.fs, flutter, (0.15,))
     se = counts["tp_150"] / (counts["tp_150"] + counts["fn_150"])
     ppv = counts["tp_150"] / (counts["tp_150"] + counts["fp_150"])
     assert se >= FLOOR[name][0] and ppv >= FLOOR[name][1], (name, counts)
     if xp is not np:                    # the GPU finds exactly the CPU's beats
-        np.testing.assert_array_equal(found, _found(case.signal, case.fs, np))
+        np.testing.assert_array_equal(found, _found(case.signal, case.fs, np, case.second))
+
+
+def test_a_lead_lost_for_seconds_is_read_on_the_other_lead(xp):
+    """Lead II on its rail for 6 s and flat for 4 s: alone, two pauses that never happened; with
+    the second lead read in them, every beat there, and no pause."""
+    case = stress.make_case("lead_lost")
+    lost = np.zeros(case.beats.shape, bool)
+    for _, start, end in case.episodes:
+        lost |= (case.beats >= start * case.fs) & (case.beats < end * case.fs)
+    assert lost.sum() >= 10
+    alone = _found(case.signal, case.fs, xp)
+    both = _found(case.signal, case.fs, xp, case.second)
+    assert ec57_counts(case.beats[lost], alone, case.fs, None, (0.15,))["tp_150"] == 0
+    assert ec57_counts(case.beats[lost], both, case.fs, None, (0.15,))["tp_150"] == lost.sum()
+    assert (np.diff(both) < SignalConfig().pause_s * case.fs).all()
+
+
+def test_the_other_lead_adds_nothing_where_it_disagrees(xp):
+    """A second lead of noise alone (no heart in it) never fills a pause: it does not agree with
+    the analysed lead on the beats around it."""
+    case = stress.make_case("pauses")
+    noise = np.random.default_rng(0).normal(0, 0.3, case.signal.shape[0]).astype(np.float32)
+    np.testing.assert_array_equal(_found(case.signal, case.fs, xp, noise), _found(case.signal, case.fs, xp))
 
 
 def test_a_channel_named_ecg2_is_not_read_as_lead_ii(tmp_path):
@@ -54,20 +80,33 @@ def test_a_channel_named_ecg2_is_not_read_as_lead_ii(tmp_path):
     assert load_ecg(path, fs=360.0).channel == "ECG1"
 
 
+def test_the_second_lead_is_read_beside_the_analysed_one(tmp_path):
+    from pipeline.load import load_ecg, load_other_lead
+
+    case = stress.make_case("bigeminy")
+    recording = load_ecg(stress.write_case(case, tmp_path / "holter.csv"), fs=360.0)
+    name, other = load_other_lead(recording)
+    assert name == "ECG2"
+    np.testing.assert_allclose(other, case.second, atol=6e-5)       # the file's 4 decimals
+    single = tmp_path / "one.csv"
+    np.savetxt(single, case.signal, fmt="%.4f", header="ECG", comments="")
+    assert load_other_lead(load_ecg(single, fs=360.0)) == (None, None)
+
+
 @pytest.mark.skipif(not DS1.exists(), reason=f"MIT-BIH DS1 records not found in {DS1} (set ECG_MITDB_DS1)")
 def test_ds1_records_hold_their_floor():
-    """Development data (the product is judged elsewhere): every DS1 record at >= 99.5 % Se and
-    P+, the goal, but two: 116 (Se 99.3: its MLII lead sits on the amplifier's rail or on the
-    slow recovery from it for seconds, where some beats are seen only on V1) at >= 99 %, and 203
-    (atrial flutter/fibrillation with multiform ventricular beats in noise) at 98.5 % Se. The
-    floor keeps every record from sliding back."""
-    from pipeline.load import load_ecg
+    """Development data (the product is judged elsewhere), both leads read as a run reads them:
+    every DS1 record at >= 99.5 % Se and P+, the goal, but 203 (atrial flutter/fibrillation with
+    multiform ventricular beats in noise) at 98.5 % Se. 116 reaches it only with V1 read where its
+    MLII lead sits on the amplifier's rail for seconds. The floor keeps every record from sliding
+    back."""
+    from pipeline.load import load_ecg, load_other_lead
 
     for header in sorted(DS1.glob("*.hea")):
         recording = load_ecg(header)
-        counts = ec57_counts(recording.annotations[0], _found(recording.signal, recording.fs, np), recording.fs,
-                             flutter_episodes(header), (0.15,))
+        found = _found(recording.signal, recording.fs, np, load_other_lead(recording)[1])
+        counts = ec57_counts(recording.annotations[0], found, recording.fs, flutter_episodes(header), (0.15,))
         se = counts["tp_150"] / (counts["tp_150"] + counts["fn_150"])
         ppv = counts["tp_150"] / (counts["tp_150"] + counts["fp_150"])
-        floor = {"116": (0.99, 0.995), "203": (0.985, 0.995)}.get(header.stem, (0.995, 0.995))
+        floor = {"203": (0.985, 0.995)}.get(header.stem, (0.995, 0.995))
         assert se >= floor[0] and ppv >= floor[1], (header.stem, counts)

@@ -55,6 +55,8 @@ def test_every_pause_is_listed_with_both_of_its_beats(run):
     long = result.beats["length_s"] >= 2.0
     # the beats before the pauses are in the table, and so is the last one before the flutter
     assert long.sum() == len(pauses) + 1
+    # the second lead was read in the pauses, and showed none of them to be a lost beat
+    assert result.report["input"]["other_lead"] == "ECG2" and result.report["counts"]["from_other_lead"] == 0
 
 
 def test_flutter_is_an_episode_and_holds_no_beats(run):

@@ -1,0 +1,145 @@
+"""Beats the analysed lead cannot show, found on another lead of the same recording.
+
+An amplifier driven to its rail, a loose electrode or a burst of noise can hide the QRS
+complexes of one lead for seconds while another lead shows them plainly; read on one lead, the
+recording then holds a "pause" that never happened. Holter systems detect on several leads for
+this reason. Here the analysed lead keeps the fiducials it found; only its long RR gaps are read
+on the other lead, and the beats found there fill a gap when the other lead agrees with the
+analysed one on the beats at both ends of it.
+
+See Also
+--------
+pipeline.peaks.find_beats : the detector, run here on the other lead's stretches around the gaps.
+pipeline.segmentation.heartbeats : calls :func:`fill_gaps`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline import backend
+
+
+def fill_gaps(positions, other, fs: float, cfg):
+    """``positions`` with the beats the ``other`` lead shows inside the analysed lead's long gaps.
+
+    Parameters
+    ----------
+    positions : int array
+        Sorted fiducials of the analysed lead (CuPy or NumPy).
+    other : float array or None
+        Another lead of the same recording, sample for sample (same device); None: nothing to do.
+    fs : float
+        Sampling rate, Hz.
+    cfg : pipeline.config.SignalConfig
+        The gaps read are RR intervals over ``cfg.search_back_rr`` × the local RR (the search-back's
+        gaps) and every pause (``cfg.pause_s``), up to ``cfg.other_lead_max_s`` long. Each is read
+        with ``cfg.other_lead_context_s`` on both sides, so that the other lead's adaptive threshold
+        sees beats around the gap.
+
+    Returns
+    -------
+    (positions, added)
+        The fiducials, sorted, and those that came from the other lead (host int64). A gap is filled only when the
+        other lead has a beat within ``cfg.other_lead_agree_s`` of both beats that bound it (it
+        shows the same heart, in step), and when every interval of the filled gap is at least
+        ``cfg.other_lead_min_rr`` × the local RR (a burst of noise on the other lead makes
+        intervals no heart makes). The added beats keep the other lead's fiducial: the analysed
+        lead has no readable QRS there.
+    """
+    xp = backend.xp_of(positions)
+    if other is None or positions.shape[0] < 3:
+        return positions, np.zeros(0, np.int64)
+    from pipeline.peaks import _local_rr
+
+    rr = xp.diff(positions)
+    long = xp.flatnonzero((rr >= cfg.pause_s * fs) & (rr <= cfg.other_lead_max_s * fs))
+    if long.shape[0] == 0:                                   # host sync: one number
+        return positions, np.zeros(0, np.int64)
+    host = backend.to_host(positions)
+    at, local_rr = backend.to_host(long), backend.to_host(_local_rr(positions)[long])
+    starts, ends = host[at], host[at + 1]
+    found = _beats_around(other, fs, starts, ends, cfg)
+    readable = _outside(found, starts, ends, cfg.other_lead_agree_s * fs)
+    added = [_filling(found, host, readable, a, b, rr_local, fs, cfg)
+             for a, b, rr_local in zip(starts, ends, local_rr)]
+    added = np.concatenate(added) if added else np.zeros(0, np.int64)
+    if added.shape[0] == 0:
+        return positions, added
+    merged = xp.sort(xp.concatenate([positions, xp.asarray(added, dtype=positions.dtype)]))
+    return merged, added
+
+
+def _beats_around(other, fs: float, starts: np.ndarray, ends: np.ndarray, cfg) -> np.ndarray:
+    """The other lead's beats (host int64, sorted) in the stretches around the gaps: twice
+    ``cfg.other_lead_context_s`` on each side, so that the stretch's own edges, where a detector
+    sees half a picture, lie outside the context compared (:func:`_in_step`). The stretches,
+    merged where they overlap, are joined by linear ramps (a ramp has no Ricker response, a step
+    would) and detected in one pass."""
+    from pipeline import peaks, wavelet
+
+    xp = backend.xp_of(other)
+    n = int(other.shape[0])
+    context = int(round(2 * cfg.other_lead_context_s * fs))
+    lo = np.maximum(starts - context, 0)
+    hi = np.minimum(ends + context, n)
+    spans = []
+    for a, b in zip(lo, hi):                                 # merged, in order
+        if spans and a <= spans[-1][1]:
+            spans[-1][1] = max(spans[-1][1], b)
+        else:
+            spans.append([int(a), int(b)])
+    pieces, offsets, at = [], [], 0
+    for a, b in spans:
+        if pieces:
+            ramp = xp.linspace(float(pieces[-1][-1]), float(other[a]), context + 2, dtype=xp.float32)[1:-1]
+            pieces.append(ramp)
+            at += ramp.shape[0]
+        pieces.append(other[a:b].astype(xp.float32))
+        offsets.append((at, at + (b - a), a))
+        at += b - a
+    joined = xp.concatenate(pieces)
+    response = wavelet.ricker_response(joined, fs, cfg.ricker_width_s)
+    found = backend.to_host(peaks.find_beats(response, joined, fs, cfg)).astype(np.int64)
+    beats = [found[(found >= first) & (found < stop)] - first + start for first, stop, start in offsets]
+    return np.concatenate(beats) if beats else np.zeros(0, np.int64)
+
+
+def _filling(found: np.ndarray, positions: np.ndarray, readable: np.ndarray, a: int, b: int, local_rr: float,
+             fs: float, cfg) -> np.ndarray:
+    """The other lead's beats strictly inside the gap (a, b), or none unless the other lead agrees
+    with the analysed one around the gap (:func:`_in_step`) and every interval of the filled gap
+    is at least ``cfg.other_lead_min_rr`` × ``local_rr``."""
+    agree = cfg.other_lead_agree_s * fs
+    if not _in_step(readable, positions, a, b, fs, cfg):
+        return found[:0]
+    inside = found[(found > a + agree) & (found < b - agree)]
+    if inside.shape[0] == 0:
+        return inside
+    intervals = np.diff(np.concatenate([[a], inside, [b]]))
+    if intervals.min() < cfg.other_lead_min_rr * local_rr:
+        return found[:0]
+    return inside
+
+
+def _in_step(found: np.ndarray, positions: np.ndarray, a: int, b: int, fs: float, cfg) -> bool:
+    """Whether the other lead's beats ``found`` (those outside every gap) and the analysed lead's
+    agree one to one, within ``cfg.other_lead_agree_s``, over ``cfg.other_lead_context_s`` before
+    the gap (a, b) and after it, its two ends included: a lead that shows the heart's beats where
+    both can be read is trusted where only it can."""
+    agree, context = cfg.other_lead_agree_s * fs, cfg.other_lead_context_s * fs
+    for lo, hi in ((a - context, a + agree), (b - agree, b + context)):
+        mine = positions[(positions >= lo) & (positions <= hi)]
+        theirs = found[(found >= lo - agree) & (found <= hi + agree)]
+        if mine.shape[0] != theirs.shape[0] or not mine.shape[0]:
+            return False
+        if np.abs(mine - theirs).max() > agree:
+            return False
+    return True
+
+
+def _outside(found: np.ndarray, starts: np.ndarray, ends: np.ndarray, agree: float) -> np.ndarray:
+    """The beats of ``found`` inside no gap (a + agree, b - agree): those the analysed lead could
+    have shown too."""
+    gap = np.searchsorted(starts, found, side="right") - 1
+    inside = (gap >= 0) & (found > starts[np.maximum(gap, 0)] + agree) & (found < ends[np.maximum(gap, 0)] - agree)
+    return found[~inside]
