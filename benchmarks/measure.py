@@ -197,7 +197,7 @@ def describe_machine(gpu: bool) -> dict:
              "holoviews", "datashader", "playwright", "tornado"]
     if gpu:
         names += ["cupy-cuda13x", "cupy-cuda12x", "cudf-cu13", "cudf-cu12", "rmm-cu13", "rmm-cu12", "numba-cuda",
-                  "cuxfilter"]
+                  "cuxfilter-cu13", "cuxfilter-cu12"]
     versions = {}
     for name in names:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
