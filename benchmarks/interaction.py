@@ -103,8 +103,7 @@ class Bench:
         self.now = dt.datetime.now().isoformat(timespec="seconds")
         self.command = results.command("interaction", argv)
         self.invocation = {"date": self.now, "command": self.command, "server_options": self.serve_args,
-                           "problems": [], "options": {k: sorted(v) if isinstance(v, set) else v
-                                                       for k, v in vars(args).items()}}
+                           "problems": [], "options": dict(vars(args))}
         self.report = {"benchmark": "interaction", "invocations": [self.invocation], "machine": self.machine,
                        "date": self.now, "steps": {}, "failed": []}
         self.logs = Path(tempfile.mkdtemp(prefix="ecg-interaction-"))
