@@ -224,7 +224,7 @@ def summary(run) -> str:
         f"run        {run.path}{'  (cached)' if run.cached else ''}",
         f"input      {inp['path']}  [{inp['channel']}]  {inp['n_samples']:,} samples at {inp['fs']:g} Hz "
         f"({inp['duration_s'] / 3600:.2f} h)",
-        f"lead       {inp['channel']}: {inp.get('lead_reason', 'as given')}",
+        f"lead       {inp['channel']}: {inp.get('lead_reason', 'as given')}" + _other_lead_note(inp, counts),
         f"device     {r['device']['name']}" + (f" ({r['device']['gpu']})" if "gpu" in r["device"] else ""),
         f"beats      {counts['beats']:,} found; "
         f"{counts['train']:,} train / {counts['test']:,} held out",
@@ -257,6 +257,15 @@ def summary(run) -> str:
         lines.append(f"reference  {int(beats['abnormal'].sum()):,} abnormal beats; outlier AUROC "
                      f"{auroc(beats['score'], beats['abnormal']):.3f}")
     return "\n".join(lines)
+
+
+def _other_lead_note(inp: dict, counts: dict) -> str:
+    """Which lead was read in the analysed lead's pauses, and what it gave (runs before it: '')."""
+    if not inp.get("other_lead"):
+        return ""
+    found = counts.get("from_other_lead", 0)
+    return (f"; pauses read on {inp['other_lead']}" +
+            (f", {found:,} beat{'s' if found != 1 else ''} seen only there" if found else ", no beat missing"))
 
 
 def _episodes_line(episodes, low_quality: int) -> str:
