@@ -1,9 +1,11 @@
 """Beat detection as the product shows it (the beats table: fiducials, flutter taken out), against
 reference annotations, AAMI EC57 style, with NeuroKit2 on the same lead beside it.
 
-    python -m benchmarks.detection [FOLDER ...] [--stress] [--out FILE.md]
+    python -m benchmarks.detection [FOLDER ...] [--resample HZ] [--stress] [--out FILE.md]
 
-FOLDER: WFDB records with ``.atr`` (the development set is ../shared/data/mitdb-ds1). ``--stress``
+FOLDER: WFDB records with ``.atr`` (the development set is ../shared/data/mitdb-ds1). ``--resample``
+also reads every folder's records resampled to HZ (both leads and the annotations; polyphase,
+as a recorder at that rate would deliver them), the other rates the product meets. ``--stress``
 adds the synthetic stress cases of :mod:`pipeline.stress` (their true beats; flutter episodes left
 out as the reference's are). Detection only: no VAE is trained, so a folder takes seconds a record.
 """
@@ -44,6 +46,21 @@ def records(folder: Path):
                    load.load_other_lead(recording)[1])
 
 
+def resampled(folder: Path, fs: float):
+    """:func:`records`, every record resampled to ``fs`` on the way (both leads, the annotations
+    and the flutter episodes scaled to the new rate)."""
+    from fractions import Fraction
+
+    from scipy.signal import resample_poly
+
+    for name, signal, rate, reference, excluded, other in records(folder):
+        ratio = Fraction(fs / rate).limit_denominator(1000)
+        scale = lambda lead: resample_poly(lead, ratio.numerator, ratio.denominator).astype(np.float32)
+        at = lambda samples: np.round(np.asarray(samples, dtype=np.float64) * fs / rate).astype(np.int64)
+        yield (name, scale(signal), fs, at(reference), at(excluded).reshape(-1, 2),
+               None if other is None else scale(other))
+
+
 def stress_cases():
     with tempfile.TemporaryDirectory() as folder:
         for name in stress.CASES:
@@ -78,10 +95,14 @@ def gross(rows: list[dict], name: str) -> dict:
 def main(argv=None) -> int:
     parser = report.parser("detection", __doc__, out=False)
     parser.add_argument("folders", nargs="*", type=Path)
+    parser.add_argument("--resample", type=float, metavar="HZ", help="also read the folders' records resampled to HZ")
     parser.add_argument("--stress", action="store_true", help="add the synthetic stress cases")
     parser.add_argument("--out", type=Path, help="also write the tables as Markdown here")
     args = parser.parse_args(argv)
     sections = [(str(folder), list(records(folder))) for folder in args.folders]
+    if args.resample:
+        sections += [(f"{folder}, resampled to {args.resample:g} Hz", list(resampled(folder, args.resample)))
+                     for folder in args.folders]
     if args.stress:
         sections.append(("synthetic stress cases", list(stress_cases())))
     text = [f"Protocol: {PROTOCOL}. NeuroKit2: ecg_clean + ecg_peaks on the same lead.", ""]

@@ -83,13 +83,15 @@ def _qrs_shape_body(median_of):
     """The per-index body of the QRS-shape kernel, closed over ``median_of``: the CPU or the CUDA
     twin of :func:`_median_of` (a body may call only functions compiled for its own target)."""
 
-    def qrs_shape_one(i, signal, positions, search, base, despike, cap, step, reach, refined, width, slope):
+    def qrs_shape_one(i, signal, positions, search, base, despike, cap, step, reach, prefer, rival, refined, width, slope):
         """QRS point and shape of candidate i, measured on the ECG with spikes removed (running median
         of ``2 despike + 1`` samples: a pacing spike is narrower than that, a QRS is not).
 
         refined[i]: the sample within ±``search`` of ``positions[i]`` whose despiked value lies
         farthest from the mean over ±``base`` (first of equals), moved to the ECG's own extremum
-        within ±``despike`` of it. width[i]: samples around it that stay beyond half of that
+        within ±``despike`` of it. With ``prefer`` ±1 (the recording's usual polarity), a deflection
+        of the other sign counts only when ``rival`` times larger: R and S of a wide complex can be
+        near equal, and the point must not hop between them from beat to beat. width[i]: samples around it that stay beyond half of that
         deflection (at most ±``cap``): ~20 ms for an R wave, ~100 ms for a T wave. slope[i]: the
         largest |x[k+step] - x[k-step]| within ±``reach`` of the refined point."""
         n = signal.shape[0]
@@ -102,7 +104,10 @@ def _qrs_shape_body(median_of):
         best_dev = -1.0
         for k in range(p - search, p + search + 1):
             kk = min(max(k, 0), n - 1)
-            dev = abs(median_of(signal, kk - despike, kk + despike) - baseline)
+            value = median_of(signal, kk - despike, kk + despike) - baseline
+            dev = abs(value)
+            if value * prefer < 0.0:
+                dev = dev / rival
             if dev > best_dev:
                 best_dev = dev
                 best = kk
@@ -157,9 +162,9 @@ def _embed_cpu(n, signal, positions, pre, out):
 
 
 @numba.njit(parallel=True, cache=True)
-def _qrs_shape_cpu(n, signal, positions, search, base, despike, cap, step, reach, refined, width, slope):
+def _qrs_shape_cpu(n, signal, positions, search, base, despike, cap, step, reach, prefer, rival, refined, width, slope):
     for i in numba.prange(n):
-        _qrs_shape_cpu_body(i, signal, positions, search, base, despike, cap, step, reach, refined, width, slope)
+        _qrs_shape_cpu_body(i, signal, positions, search, base, despike, cap, step, reach, prefer, rival, refined, width, slope)
 
 
 # Set by _cuda_kernels() on the GPU path only. The CUDA wrappers reach numba.cuda and the device
@@ -198,10 +203,10 @@ def _cuda_kernels() -> dict:
         if i < n:
             _embed_cuda_body(i, signal, positions, pre, out)
 
-    def qrs_shape(n, signal, positions, search, base, despike, cap, step, reach, refined, width, slope):
+    def qrs_shape(n, signal, positions, search, base, despike, cap, step, reach, prefer, rival, refined, width, slope):
         i = cuda.grid(1)
         if i < n:
-            _qrs_shape_cuda_body(i, signal, positions, search, base, despike, cap, step, reach, refined, width, slope)
+            _qrs_shape_cuda_body(i, signal, positions, search, base, despike, cap, step, reach, prefer, rival, refined, width, slope)
 
     return {"nms": _cuda_jit_cached(nms), "embed": _cuda_jit_cached(embed),
             "qrs_shape": _cuda_jit_cached(qrs_shape)}

@@ -68,7 +68,7 @@ def fiducials(response, fs: float, *, refractory_s: float = 0.25, threshold: flo
 
 def qrs_shape(signal, positions, fs: float, *, search_s: float = 0.0, baseline_s: float = 0.15,
               despike_s: float = 0.006, width_cap_s: float = 0.15, slope_step_s: float = 0.008,
-              slope_reach_s: float = 0.06):
+              slope_reach_s: float = 0.06, polarity: float = 0.0, rival: float = 1.0):
     """Per candidate: the QRS point near it, the width and the steepest slope of its deflection.
 
     All three are measured on the ECG with spikes removed: a running median over ±``despike_s``
@@ -78,7 +78,8 @@ def qrs_shape(signal, positions, fs: float, *, search_s: float = 0.0, baseline_s
     Returns
     -------
     refined : int64 array
-        The sample within ±``search_s`` farthest from the mean over ±``baseline_s``.
+        The sample within ±``search_s`` farthest from the mean over ±``baseline_s``; with
+        ``polarity`` ±1, a deflection of the other sign must be ``rival`` × farther to win.
     width : int32 array
         Samples around it that stay beyond half of that deflection (capped at ±``width_cap_s``):
         about 20 ms for a narrow QRS, 60–100 ms for a ventricular beat, 100 ms or more for a T wave.
@@ -98,22 +99,38 @@ def qrs_shape(signal, positions, fs: float, *, search_s: float = 0.0, baseline_s
     step = max(1, int(round(slope_step_s * fs)))
     search, base, cap, reach = samples
     _kernels.launch("qrs_shape", count, signal, positions, search, base, despike, cap, step, reach,
-                    refined, width, slope)
+                    float(polarity), float(rival), refined, width, slope)
     return refined, width, slope
 
 
 def refine_to_extremum(signal, positions, fs: float, *, search_s: float = 0.05, baseline_s: float = 0.15,
-                       despike_s: float = 0.006):
+                       despike_s: float = 0.006, polarity: float = 0.0, rival: float = 1.0):
     """Move each fiducial to the largest deflection of the ECG itself within ±``search_s``.
 
     The envelope peak marks the QRS complex; the R (or, for a downward beat, S/QS) extremum is
     where annotators put the beat. The deflection is measured from the mean over ±``baseline_s``,
     so baseline wander does not pull the point, and on the ECG with spikes removed (see
-    :func:`qrs_shape`), so a pacing spike is never taken for the R wave.
+    :func:`qrs_shape`), so a pacing spike is never taken for the R wave. With ``polarity`` ±1
+    (:func:`polarity_of`), a deflection of the other sign wins only when ``rival`` × larger.
     """
     if positions.shape[0] == 0:
         return positions
-    return qrs_shape(signal, positions, fs, search_s=search_s, baseline_s=baseline_s, despike_s=despike_s)[0]
+    return qrs_shape(signal, positions, fs, search_s=search_s, baseline_s=baseline_s, despike_s=despike_s,
+                     polarity=polarity, rival=rival)[0]
+
+
+def polarity_of(signal, positions, fs: float, share: float = 0.8, reach_s: float = 0.1) -> float:
+    """+1 when at least ``share`` of the beats' fiducials are upward deflections (against the mean
+    of the ECG ``reach_s`` before and after them), -1 when that share is downward, else 0 (no usual
+    polarity: beats of both kinds, or none)."""
+    xp = backend.xp_of(signal)
+    if positions.shape[0] == 0:
+        return 0.0
+    reach = max(1, int(round(reach_s * fs)))
+    last = signal.shape[0] - 1
+    around = 0.5 * (signal[xp.clip(positions - reach, 0, last)] + signal[xp.clip(positions + reach, 0, last)])
+    up = float((signal[positions] >= around).mean())      # host sync: one number
+    return 1.0 if up >= share else -1.0 if up <= 1.0 - share else 0.0
 
 
 def drop_non_qrs(signal, positions, fs: float, *, window_s: float = 0.38, width_ratio: float = 2.0,
@@ -164,19 +181,29 @@ def find_beats(response, signal, fs: float, cfg):
     xp = backend.xp_of(response)
     env = envelope(response)
     thresholds, block = adaptive_threshold(env, fs, cfg.threshold, cfg.level_block_s, cfg.level_blocks)
-    positions = xp.flatnonzero(nms_gate(env, thresholds, block, max(1, int(round(cfg.refractory_s * fs)))))
-    positions = refine_to_extremum(signal, positions.astype(xp.int64), fs, search_s=cfg.refine_s,
-                                   despike_s=cfg.despike_s)
+    candidates = xp.flatnonzero(nms_gate(env, thresholds, block, max(1, int(round(cfg.refractory_s * fs)))))
+    candidates = candidates.astype(xp.int64)
+    # Snapped to their largest deflection first, to learn the beats' usual polarity, then again
+    # preferring it: where R and S are near equal (a wide complex, a low sampling rate that blunts
+    # the R) the fiducial stays on the same wave in every beat.
+    polarity = polarity_of(signal, _refine(signal, candidates, fs, cfg), fs, cfg.polarity_share)
+    positions = _refine(signal, candidates, fs, cfg, polarity)
     positions = drop_non_qrs(signal, positions, fs, window_s=cfg.twave_window_s, width_ratio=cfg.twave_width_ratio,
                              slope_ratio=cfg.twave_slope_ratio, window_rr_fraction=cfg.twave_rr_fraction,
                              max_width_s=cfg.max_qrs_width_s, despike_s=cfg.despike_s,
                              flat_slope_ratio=cfg.twave_flat_slope_ratio, step_slope_ratio=cfg.step_slope_ratio)
-    positions = keep_the_rhythm(env, thresholds, block, signal, positions, fs, cfg)
-    positions = second_look(response, signal, positions, fs, cfg)
-    return search_back(response, signal, positions, fs, cfg)
+    positions = keep_the_rhythm(env, thresholds, block, signal, positions, fs, cfg, polarity)
+    positions = second_look(response, signal, positions, fs, cfg, polarity)
+    return search_back(response, signal, positions, fs, cfg, polarity)
 
 
-def keep_the_rhythm(env, thresholds, block: int, signal, positions, fs: float, cfg):
+def _refine(signal, positions, fs: float, cfg, polarity: float = 0.0):
+    """:func:`refine_to_extremum` with ``cfg``'s settings."""
+    return refine_to_extremum(signal, positions, fs, search_s=cfg.refine_s, despike_s=cfg.despike_s,
+                              polarity=polarity, rival=cfg.refine_rival)
+
+
+def keep_the_rhythm(env, thresholds, block: int, signal, positions, fs: float, cfg, polarity: float = 0.0):
     """Move a beat to the largest other deflection within its refractory period when that one
     keeps the rhythm and looks as much like a QRS complex.
 
@@ -226,7 +253,7 @@ def keep_the_rhythm(env, thresholds, block: int, signal, positions, fs: float, c
     which = xp.flatnonzero(better)
     if which.shape[0] == 0:                         # host sync: one number
         return positions
-    moved = refine_to_extremum(signal, rival[which], fs, search_s=cfg.refine_s, despike_s=cfg.despike_s)
+    moved = _refine(signal, rival[which], fs, cfg, polarity)
     _, width, slope = qrs_shape(signal, positions[which], fs, despike_s=cfg.despike_s,
                                 width_cap_s=cfg.max_qrs_width_s)
     _, moved_width, moved_slope = qrs_shape(signal, moved, fs, despike_s=cfg.despike_s,
@@ -255,7 +282,7 @@ def _local_rr(positions):
     return xp.median(rr[around].astype(xp.float64), axis=1)
 
 
-def second_look(response, signal, positions, fs: float, cfg):
+def second_look(response, signal, positions, fs: float, cfg, polarity: float = 0.0):
     """Add the small beats the threshold missed: candidates above ``cfg.second_look_threshold`` ×
     the threshold, at least ``cfg.second_look_gap_s`` from every beat found (past any T wave's
     peak), kept when their deflection is as narrow as a QRS complex (at most 1.5 × the beats'
@@ -268,7 +295,7 @@ def second_look(response, signal, positions, fs: float, cfg):
         return positions
     extra = fiducials(response, fs, refractory_s=cfg.refractory_s, threshold=cfg.threshold * cfg.second_look_threshold,
                       level_block_s=cfg.level_block_s, level_blocks=cfg.level_blocks)
-    extra = refine_to_extremum(signal, extra, fs, search_s=cfg.refine_s, despike_s=cfg.despike_s)
+    extra = _refine(signal, extra, fs, cfg, polarity)
     after = xp.clip(xp.searchsorted(positions, extra), 1, positions.shape[0] - 1)
     gap = xp.minimum(xp.abs(extra - positions[after - 1]), xp.abs(positions[after] - extra))
     extra = extra[gap >= cfg.second_look_gap_s * fs]
@@ -281,7 +308,7 @@ def second_look(response, signal, positions, fs: float, cfg):
     return xp.unique(xp.concatenate([positions, extra[narrow_and_steep]]))
 
 
-def search_back(response, signal, positions, fs: float, cfg):
+def search_back(response, signal, positions, fs: float, cfg, polarity: float = 0.0):
     """Look again inside the RR gaps longer than ``cfg.search_back_rr`` × the local RR (the median
     of the nine intervals around), with a level set by the gap itself.
 
@@ -328,8 +355,7 @@ def search_back(response, signal, positions, fs: float, cfg):
     extra = xp.concatenate(extra)
     if extra.shape[0] == 0:
         return positions
-    extra = refine_to_extremum(signal, xp.sort(extra).astype(xp.int64), fs, search_s=cfg.refine_s,
-                               despike_s=cfg.despike_s)
+    extra = _refine(signal, xp.sort(extra).astype(xp.int64), fs, cfg, polarity)
     _, extra_width, _ = qrs_shape(signal, extra, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
     narrow = extra_width <= cfg.search_back_width * _typical_width(signal, positions, fs, cfg)
     return xp.unique(xp.concatenate([positions, extra[narrow]]))

@@ -197,6 +197,33 @@ def test_refine_moves_to_the_r_peak_of_either_polarity(xp):
     assert empty.shape == (0,)
 
 
+def test_fiducials_stay_on_the_usual_wave_where_r_and_s_are_near_equal(xp):
+    """Wide complexes at 128 Hz, an R wave then an S wave 50 ms later; in most beats the R is
+    taller, in every sixth the S is a little deeper. Snapped to the largest deflection alone,
+    those beats' fiducials hop to the S; with the recording's usual polarity (upward) preferred,
+    every fiducial is on its R, as an annotator marks it."""
+    from pipeline.peaks import find_beats, polarity_of
+    from pipeline.wavelet import ricker_response
+
+    fs, cfg = 128.0, SignalConfig()
+    n = int(60 * fs)
+    beats = np.arange(int(1.0 * fs), int(58 * fs), int(0.8 * fs))
+    deeper = np.arange(beats.size) % 6 == 3
+    signal = _spikes(fs, n, beats, np.ones(beats.size), sigma_s=0.012)
+    signal -= _spikes(fs, n, beats + int(round(0.05 * fs)), np.where(deeper, 1.15, 0.8), sigma_s=0.012)
+    signal = xp.asarray((signal + 0.01 * np.random.default_rng(6).standard_normal(n)).astype(np.float32))
+    assert polarity_of(signal, xp.asarray(beats), fs) == 1.0
+    hop = _host(refine_to_extremum(signal, xp.asarray(beats + 2), fs, search_s=cfg.refine_s))
+    assert (np.abs(hop - beats) > 3)[deeper].all()              # the plain snap takes the deeper S
+    found = _host(find_beats(ricker_response(signal, fs, cfg.ricker_width_s), signal, fs, cfg))
+    found = found[found < beats[-1] + 0.5 * fs]
+    error = np.abs(found[:, None] - beats[None, :]).min(axis=1)
+    assert found.size == beats.size and error.max() <= 1, (found.size, beats.size, error.max())
+    assert polarity_of(signal, xp.asarray(beats + int(round(0.05 * fs))), fs) == -1.0
+    half_on_s = np.where(np.arange(beats.size) % 2 == 1, beats + int(round(0.05 * fs)), beats)
+    assert polarity_of(signal, xp.asarray(half_on_s), fs) == 0.0        # no usual polarity: no preference
+
+
 def test_refine_skips_a_pacing_spike(xp):
     """A spike of one or two samples, taller than the QRS and inside the search window, is not the R."""
     fs = 360.0
