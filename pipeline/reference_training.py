@@ -1,7 +1,7 @@
 """Training a reference from annotated runs: the normal beats of many recordings, their k-means
 centroids, and the tail tables that calibrate each statistic (the combined one cross-fitted).
 
-Two passes over the recordings, each a task per recording (:mod:`pipeline.reference_prepare`), so
+Two passes over the recordings, one recording per task (:mod:`pipeline.reference_prepare`), so
 that a recording's rows are read and resampled where the task runs and only small arrays reach
 the driver:
 
@@ -11,7 +11,9 @@ the driver:
    where they are: a SHA-256 state (:mod:`pipeline.portable_sha256`) passed from recording to
    recording, in input order. The driver places the centroids (k-means of the samples).
 2. every recording's normal beats are scored against the centroids; their statistics come back
-   (three 1-D arrays) and the driver fits the tail tables from them.
+   (three 1-D float32 arrays, 12 bytes a normal beat, all kept: each recording's combined
+   statistic is calibrated against tables fitted on all the others) and the driver fits the tail
+   tables from them.
 
 With a Dask cluster (``cluster=``) the tasks run on its workers, at most ``window`` recordings at a
 time (the prepared rows wait on the workers, not here), and results are taken as they finish;
