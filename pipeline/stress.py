@@ -15,7 +15,8 @@ this module only arranges them the way hard recordings do:
 ``ventricular_tachycardia`` 10 s of PVCs at 190 /min: fast, regular, no baseline, yet beats
 ``amplifier_recovery`` an amplifier driven to its rail, then tiny beats on the recovering baseline
 ``lead_lost``          lead II on its rail for 6 s and flat for 4 s while the second lead shows every beat
-``*_128hz``, ``*_1khz`` the flutter and noise-burst cases at 128 Hz and 1 kHz
+``atrial_fibrillation`` no P waves, irregularly irregular RR, fibrillatory waves, a few PVCs
+``*_128hz``, ``*_1khz`` the flutter, noise-burst and fibrillation cases at 128 Hz and 1 kHz
 =====================  ======================================================================
 
 Every case carries a second lead, so that :func:`write_case` writes two-channel CSV and WFDB
@@ -44,7 +45,7 @@ from pipeline import synth
 
 __all__ = ["StressCase", "CASES", "make_case", "write_case", "pauses", "flutter", "noise_bursts",
            "electrode_motion", "tall_t_slow", "bigeminy", "ventricular_tachycardia",
-           "amplifier_recovery", "lead_lost"]
+           "amplifier_recovery", "lead_lost", "atrial_fibrillation"]
 
 _LEADS = ("ECG1", "ECG2")
 
@@ -97,13 +98,16 @@ def _streams(seed: int, count: int):
 
 
 def _render_beats(fs: float, n: int, times: np.ndarray, kinds: np.ndarray, seed: int, *, heart_rate: float = 70.0,
-                  qrs_scale: float = 1.0, t_wave_scale: float = 1.0):
+                  qrs_scale: float = 1.0, t_wave_scale: float = 1.0, p_waves: bool = True):
     """Beats at ``times`` (s) of ``kinds`` (0 N, 1 V) drawn by synth's wave model: (signal, fiducials,
-    R amplitude). Premature beats take the T wave of the sinus cycle before them, as in synth."""
+    R amplitude). Premature beats take the T wave of the sinus cycle before them, as in synth.
+    ``p_waves=False``: no atrial wave before any beat (atrial fibrillation)."""
     rng_rhythm, rng_morph, rng_beat, rng_extra = _streams(seed, 4)
     rhythm = synth._Rhythm(rng_rhythm, heart_rate)
     morph = synth._Morphology(rng_morph)
     morph.scale_sinus(qrs_scale, t_wave_scale)
+    if not p_waves:
+        morph.P = 0.0
     peaks = np.rint(np.asarray(times) * fs).astype(np.int64)
     keep = (peaks >= 0) & (peaks < n)
     peaks, kinds = peaks[keep], np.asarray(kinds, dtype=np.int8)[keep]
@@ -333,6 +337,30 @@ def amplifier_recovery(fs: float = 360.0, seed: int = 0, *, duration_s: float = 
     return _case("amplifier_recovery", fs, signal, beats, symbols, episodes, rng_lead)
 
 
+def atrial_fibrillation(fs: float = 360.0, seed: int = 0, *, duration_s: float = 90.0, heart_rate: float = 95.0,
+                        rr_cv: float = 0.25, pvc_fraction: float = 0.05, f_wave_mv: float = 0.08) -> StressCase:
+    """Atrial fibrillation: no P waves, RR intervals irregularly irregular (independent draws,
+    coefficient of variation ``rr_cv``, none under 0.3 s), fibrillatory waves of 4–8 Hz and about
+    ``f_wave_mv`` drifting in rate and size, and a few PVCs. Every rule that leans on a regular
+    rhythm (a rival that keeps it, a search inside a "long" gap) meets the rhythm it cannot lean on."""
+    rng_times, rng_noise, rng_lead, rng_f = _streams(seed + 10, 4)
+    mean = 60.0 / heart_rate
+    shape = 1.0 / rr_cv ** 2
+    rr = np.maximum(rng_times.gamma(shape, mean / shape, int(2 * duration_s / mean)), 0.3)
+    t = 0.5 + np.cumsum(rr)
+    t = t[t < duration_s - 0.5]
+    kinds = (rng_times.random(t.size) < pvc_fraction).astype(np.int8)
+    kinds[:3] = 0
+    n = int(round(duration_s * fs))
+    signal, beats, _ = _render_beats(fs, n, t, kinds, seed, heart_rate=heart_rate, p_waves=False)
+    time = np.arange(n) / fs
+    rate = 6.0 + 1.5 * np.sin(2 * np.pi * 0.07 * time + rng_f.uniform(0, 6.3))     # Hz, drifting
+    size = f_wave_mv * (1.0 + 0.4 * np.sin(2 * np.pi * 0.13 * time + rng_f.uniform(0, 6.3)))
+    signal += (size * np.sin(2 * np.pi * np.cumsum(rate) / fs)).astype(np.float32)
+    signal += _background(n, fs, rng_noise)
+    return _case("atrial_fibrillation", fs, signal, beats, np.where(kinds[:beats.size] == 1, "V", "N"), (), rng_lead)
+
+
 def lead_lost(fs: float = 360.0, seed: int = 0, *, duration_s: float = 60.0,
               lost: tuple = ((15.0, 21.0, "rail"), (38.0, 42.0, "flat"))) -> StressCase:
     """Sinus rhythm at 75 bpm whose lead II loses the heart twice, for 6 s on the amplifier's rail
@@ -364,6 +392,8 @@ CASES: dict = {
     "ventricular_tachycardia": ventricular_tachycardia,
     "amplifier_recovery": amplifier_recovery,
     "lead_lost": lead_lost,
+    "atrial_fibrillation": atrial_fibrillation,
+    "atrial_fibrillation_128hz": functools.partial(atrial_fibrillation, 128.0),
     "pvcs_into_flutter": functools.partial(flutter, lead_in_beats=6),
     "flutter_128hz": functools.partial(flutter, 128.0),
     "flutter_1khz": functools.partial(flutter, 1000.0),
