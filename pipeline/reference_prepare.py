@@ -60,6 +60,25 @@ class RecordFacts:
         return dict(self.source, beats=self.beats, normal_beats=self.normal_beats)
 
 
+@dataclass(frozen=True)
+class TaskError:
+    """An input's error (a ValueError or OSError) that a task returns instead of raising it: a Dask
+    worker logs a task that raises as a failure, traceback and all, on the command's stderr, and
+    the error is the driver's to report, in one line."""
+
+    error: Exception
+
+
+def guarded(function, *args):
+    """``function(*args)``, or the input's error as a :class:`TaskError` (what a task runs)."""
+    if any(isinstance(arg, TaskError) for arg in args):
+        return next(arg for arg in args if isinstance(arg, TaskError))
+    try:
+        return function(*args)
+    except (ValueError, OSError) as err:
+        return TaskError(err)
+
+
 def reference_beats(item, labels, cfg: ReferenceConfig, reviewer_labels: bool = False) -> ReferenceBeats:
     """A training input as :class:`ReferenceBeats` (see :func:`~pipeline.reference_training.train_reference`).
     A run's low-quality beats (its ``quality`` column) are never normal examples: noise is no

@@ -38,9 +38,9 @@ from typing import Sequence
 import numpy as np
 
 from pipeline import PipelineWarning, calibrate
-from pipeline.reference_prepare import (NORMAL_SYMBOLS, ReferenceBeats, RecordFacts, digest_link,  # noqa: F401
-                                        draw_sample, feed_digest, prepare_record, record_facts, record_statistics,
-                                        reference_beats, sample_rows)
+from pipeline.reference_prepare import (NORMAL_SYMBOLS, ReferenceBeats, RecordFacts, TaskError,  # noqa: F401
+                                        digest_link, draw_sample, feed_digest, guarded, prepare_record, record_facts,
+                                        record_statistics, reference_beats, sample_rows)
 from pipeline.reference_score import reference_statistics
 from pipeline.reference_store import COMPONENTS, Reference, ReferenceConfig
 
@@ -234,7 +234,7 @@ class _OnCluster:
         opened = drawn = closed = 0
 
         def submit(role: str, i: int, function, *args, wait: bool = True):
-            future = client.submit(function, *args, key=f"reference-{role}-{self.tag}-{i}")
+            future = client.submit(guarded, function, *args, key=f"reference-{role}-{self.tag}-{i}")
             if wait:
                 roles[future] = (role, i)
                 queue.add(future)
@@ -292,7 +292,7 @@ class _OnCluster:
 
         def send_next():
             nonlocal sent
-            future = client.submit(record_statistics, *tasks[sent], centroids, cfg,
+            future = client.submit(guarded, record_statistics, *tasks[sent], centroids, cfg,
                                    key=f"reference-statistics-{self.tag}-{sent}")
             running[future] = sent
             queue.add(future)
@@ -314,16 +314,17 @@ class _OnCluster:
 
 
 def _result(future, item):
-    """A task's result; its error as the worker raised it when it is the input's fault (a
-    ValueError or OSError, one line for the command line), else one line naming the recording."""
+    """A task's result; the input's error (:class:`TaskError`) raised here as the task met it (one
+    line for the command line); any other failure in one line naming the recording."""
     try:
-        return future.result()
-    except (ValueError, OSError):
-        raise
+        value = future.result()
     except Exception as err:  # the worker died (crash, out of memory), or the task was cancelled
         detail = str(err).splitlines()[0] if str(err) else "no detail"
         raise ValueError(f"{Path(str(item)).name}: its reference task failed ({type(err).__name__}: {detail})") \
             from None
+    if isinstance(value, TaskError):
+        raise value.error
+    return value
 
 
 def _cancel(client, futures: list) -> None:

@@ -274,6 +274,24 @@ def test_reference_learns_the_reviewers_labels(cpu_run, tmp_path):
     assert counts[("--labels",)] == [int(annotated_normal.sum()) + len(ventricular) - len(normal)] * 2
 
 
+@pytest.mark.slow   # a Dask cluster: test-all and CI
+def test_reference_reports_a_run_folder_it_cannot_read_in_one_line(cpu_run, tmp_path):
+    """A run folder that a worker cannot read ends the command with one line naming it, not with
+    the worker's log of a failed task; fewer than two recordings, before any cluster starts."""
+    import shutil
+
+    broken = shutil.copytree(cpu_run.run.path, tmp_path / "broken")
+    (broken / "beats.parquet").unlink()
+    result = _cli("reference", cpu_run.run.path, broken, "--out", tmp_path / "mine", "--quiet", "--workers", "2")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"error: {broken}: not a readable run folder (FileNotFoundError: "
+                                          f"{broken / 'beats.parquet'})"]
+    alone = _cli("reference", cpu_run.run.path, "--out", tmp_path / "mine", "--quiet")
+    assert alone.returncode == 2 and alone.stderr.splitlines() == [
+        "error: a reference needs at least 2 recordings (their normal beats are compared across recordings); got 1"]
+    assert not (tmp_path / "mine.npz").exists()
+
+
 def test_a_missing_input_is_one_line_even_with_progress_bars(tmp_path):
     result = _cli("run", tmp_path / "missing.csv", "--device", "cpu", "--out", tmp_path / "runs")
     assert result.returncode == 2
