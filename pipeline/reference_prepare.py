@@ -7,9 +7,8 @@ Dask workers or in its own process, so that only one recording's rows (about 100
 
 - :func:`prepare_record` reads a training input and returns it as :class:`ReferenceBeats`, with the
   warnings the choice of its normal beats gave (they are the driver's to show);
-- :func:`record_facts`, :func:`sample_rows` and :func:`digest_link` take the prepared record and
-  return its counts and source, the k-means sample rows the driver drew for it, and the training
-  data's digest carried on over its bytes;
+- :func:`record_facts` and :func:`sample_rows` take the prepared record and return its counts,
+  source and digest, and the k-means sample rows the driver drew for it;
 - :func:`record_statistics` prepares the record again and returns its normal beats' statistics
   against the centroids: three 1-D float32 arrays.
 
@@ -20,6 +19,7 @@ pipeline.reference_training.train_reference : conducts the two passes over these
 """
 from __future__ import annotations
 
+import hashlib
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,16 +48,37 @@ class ReferenceBeats:
 @dataclass(frozen=True)
 class RecordFacts:
     """What the driver learns of a prepared record before it draws the record's k-means sample:
-    its counts, its source, and the warnings its preparation gave."""
+    its counts, its source, its data's digest (:func:`record_digest`) and the warnings its
+    preparation gave."""
 
     beats: int
     normal_beats: int
     source: dict
+    sha256: str
     warnings: tuple[str, ...]
 
     def record(self) -> dict:
         """The record's entry in the reference's ``meta["records"]``."""
-        return dict(self.source, beats=self.beats, normal_beats=self.normal_beats)
+        return record_entry(self.source, self.beats, self.normal_beats, self.sha256)
+
+
+def record_entry(source: dict, beats: int, normal_beats: int, sha256: str) -> dict:
+    """A training record as the reference's ``meta["records"]`` lists it."""
+    return dict(source, beats=beats, normal_beats=normal_beats, data_sha256=sha256)
+
+
+def record_digest(beats: ReferenceBeats) -> str:
+    """SHA-256 of what a reference learns from one record: its rows, positions and normal flags."""
+    digest = hashlib.sha256()
+    for array in (beats.rows, beats.positions, beats.normal):
+        digest.update(np.ascontiguousarray(array))
+    return digest.hexdigest()
+
+
+def training_digest(record_digests) -> str:
+    """The training data's SHA-256: over the records' own digests (:func:`record_digest`), in input
+    order. Each record is hashed where it is read, so no process needs another record's bytes."""
+    return hashlib.sha256("".join(record_digests).encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -156,7 +177,7 @@ def prepare_record(item, labels, reviewer_labels: bool, cfg: ReferenceConfig) ->
 def record_facts(prepared) -> RecordFacts:
     """The counts, source and warnings of a :func:`prepare_record` result."""
     beats, messages = prepared
-    return RecordFacts(len(beats.rows), int(beats.normal.sum()), beats.source, messages)
+    return RecordFacts(len(beats.rows), int(beats.normal.sum()), beats.source, record_digest(beats), messages)
 
 
 def draw_sample(rng: np.random.Generator, normal_beats: int, cfg: ReferenceConfig) -> np.ndarray | None:
@@ -173,23 +194,6 @@ def sample_rows(prepared, picks: np.ndarray | None) -> np.ndarray | None:
     """The rows of the normal beats at positions ``picks`` (:func:`draw_sample`), in that order."""
     beats, _ = prepared
     return None if picks is None else beats.rows[np.flatnonzero(beats.normal)[picks]]
-
-
-def feed_digest(digest, beats: ReferenceBeats) -> None:
-    """Hash the record's part of the training data's digest: its rows, positions and normal flags,
-    in that order (``digest``: ``hashlib.sha256()`` or a
-    :class:`~pipeline.portable_sha256.PortableSha256`)."""
-    for array in (beats.rows, beats.positions, beats.normal):
-        digest.update(np.ascontiguousarray(array))
-
-
-def digest_link(prepared, state):
-    """``state`` (the digest over every earlier record, a
-    :class:`~pipeline.portable_sha256.PortableSha256`) carried on over this record; ``state`` itself
-    is left as it was (Dask may hand one result to more than one task)."""
-    state = state.copy()
-    feed_digest(state, prepared[0])
-    return state
 
 
 def record_statistics(item, labels, reviewer_labels: bool, centroids: np.ndarray, cfg: ReferenceConfig) -> dict:

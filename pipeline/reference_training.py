@@ -6,10 +6,9 @@ that a recording's rows are read and resampled where the task runs and only smal
 the driver:
 
 1. every recording is prepared (its normal beats chosen, its rows resampled); the driver learns its
-   counts, draws its k-means sample (one generator, recording after recording, in input order) and
-   gets back those rows alone. The training data's digest is carried over each recording's bytes
-   where they are: a SHA-256 state (:mod:`pipeline.portable_sha256`) passed from recording to
-   recording, in input order. The driver places the centroids (k-means of the samples).
+   counts and its data's SHA-256, draws its k-means sample (one generator, recording after
+   recording, in input order) and gets back those rows alone. The driver places the centroids
+   (k-means of the samples); the training data's digest is the SHA-256 of the recordings' own.
 2. every recording's normal beats are scored against the centroids; their statistics come back
    (three 1-D float32 arrays, 12 bytes a normal beat, all kept: each recording's combined
    statistic is calibrated against tables fitted on all the others) and the driver fits the tail
@@ -29,7 +28,6 @@ pipeline.reference_store.save_reference : writes the trained reference.
 """
 from __future__ import annotations
 
-import hashlib
 import uuid
 import warnings
 from pathlib import Path
@@ -39,8 +37,8 @@ import numpy as np
 
 from pipeline import PipelineWarning, calibrate
 from pipeline.reference_prepare import (NORMAL_SYMBOLS, ReferenceBeats, RecordFacts, TaskError,  # noqa: F401
-                                        digest_link, draw_sample, feed_digest, guarded, prepare_record, record_facts,
-                                        record_statistics, reference_beats, sample_rows)
+                                        draw_sample, guarded, prepare_record, record_digest, record_entry,
+                                        record_facts, record_statistics, reference_beats, sample_rows, training_digest)
 from pipeline.reference_score import reference_statistics
 from pipeline.reference_store import COMPONENTS, Reference, ReferenceConfig
 
@@ -131,13 +129,11 @@ def fit_reference(recordings: Sequence[ReferenceBeats], cfg: ReferenceConfig = R
         values, _ = reference_statistics(rec.rows, rec.positions, rec.fs, centroids, cfg)
         stats.append({name: values[name][rec.normal] for name in COMPONENTS})
     tables = _fit_tables(stats, cfg, say)
-    digest = hashlib.sha256()
-    for rec in recordings:
-        for array in (rec.rows, rec.positions, rec.normal):
-            digest.update(np.ascontiguousarray(array).tobytes())
-    records = [dict(rec.source, beats=int(len(rec.rows)), normal_beats=int(rec.normal.sum())) for rec in recordings]
+    digests = [record_digest(rec) for rec in recordings]
+    records = [record_entry(rec.source, int(len(rec.rows)), int(rec.normal.sum()), digest)
+               for rec, digest in zip(recordings, digests)]
     say(1.0, "done")
-    return Reference(cfg, centroids, tables, _meta(digest.hexdigest(), records))
+    return Reference(cfg, centroids, tables, _meta(training_digest(digests), records))
 
 
 # --------------------------------------------------------------------------- the driver's part
@@ -174,7 +170,8 @@ def _fit_tables(stats: list[dict], cfg: ReferenceConfig, say) -> dict:
 
 
 def _meta(digest: str, records: list[dict]) -> dict:
-    return {"training_data_sha256": digest, "records": records,
+    return {"training_data_sha256": digest, "training_data_sha256_over": "each record's data_sha256, in order",
+            "records": records,
             "normal_beats": int(sum(record["normal_beats"] for record in records)), "what_it_saw": WHAT_IT_SAW}
 
 
@@ -188,18 +185,18 @@ class _Here:
     """Both passes in this process, one recording at a time: only one recording's rows are held."""
 
     def prepare(self, tasks: list, cfg: ReferenceConfig, say) -> tuple[list, list, str]:
-        rng, digest = np.random.default_rng(cfg.seed), hashlib.sha256()
-        samples, records = [], []
+        rng = np.random.default_rng(cfg.seed)
+        samples, records, digests = [], [], []
         for i, task in enumerate(tasks):
             prepared = prepare_record(*task, cfg)
             facts = record_facts(prepared)
             _show(facts)
             samples.append(sample_rows(prepared, draw_sample(rng, facts.normal_beats, cfg)))
-            feed_digest(digest, prepared[0])
             records.append(facts.record())
+            digests.append(facts.sha256)
             del prepared     # before the next recording is read, not after
             say(PREPARED * (i + 1) / len(tasks), f"prepared {i + 1} of {len(tasks)} recordings")
-        return samples, records, digest.hexdigest()
+        return samples, records, training_digest(digests)
 
     def statistics(self, tasks: list, centroids: np.ndarray, cfg: ReferenceConfig, say) -> list[dict]:
         stats = []
@@ -218,18 +215,15 @@ class _OnCluster:
 
     def prepare(self, tasks: list, cfg: ReferenceConfig, say) -> tuple[list, list, str]:
         """Per recording, a task prepares it (its rows stay on the worker), a second returns its
-        facts; once the facts of it and of every recording before it are in, the driver draws its
-        sample positions and sends a task that returns those rows and one that carries the
-        digest's state over its bytes (after the previous recording's). When both are back the
-        recording is done, its rows released, and the next recording is sent."""
+        facts (counts, source, digest); once the facts of it and of every recording before it are
+        in, the driver draws its sample positions and sends a task that returns those rows. When
+        they are back the recording is done, its rows released, and the next recording is sent."""
         from distributed import as_completed
 
-        from pipeline.portable_sha256 import PortableSha256
-
         n, client = len(tasks), self.client
-        rng, state = np.random.default_rng(cfg.seed), PortableSha256()
-        prepared, facts, waiting = {}, {}, {}   # by recording: its prepared future, facts, results to come
-        samples, records, digest = [None] * n, [None] * n, None
+        rng = np.random.default_rng(cfg.seed)
+        prepared, facts = {}, {}   # by recording: its prepared future (until its sample is sent), its facts
+        samples, records = [None] * n, [None] * n
         roles, queue = {}, as_completed()
         opened = drawn = closed = 0
 
@@ -254,33 +248,26 @@ class _OnCluster:
                 value = _result(future, tasks[i][0])
                 if role == "facts":
                     facts[i] = value
-                    while drawn in facts:       # in input order: the generator and the digest are sequential
+                    while drawn in facts:       # in input order: the generator is sequential
                         _show(facts[drawn])
                         records[drawn] = facts[drawn].record()
                         submit("sample", drawn, sample_rows, prepared[drawn],
                                draw_sample(rng, facts[drawn].normal_beats, cfg))
-                        state = submit("digest", drawn, digest_link, prepared[drawn], state)
-                        # Dropped now, the scheduler releases the rows as soon as both tasks are
-                        # done, before their results reach us: dropped later, the release would go
+                        # Dropped now, the scheduler releases the rows as soon as the sample task is
+                        # done, before its result reaches us: dropped later, the release would go
                         # out after the next recording is sent, and the window would briefly hold one more.
                         del prepared[drawn]
-                        waiting[drawn] = 2
                         drawn += 1
                     continue
-                if role == "sample":
-                    samples[i] = value
-                elif i == n - 1:
-                    digest = value.hexdigest()
-                waiting[i] -= 1
-                if not waiting[i]:             # and so its rows are gone from the worker
-                    del waiting[i]
-                    closed += 1
-                    say(PREPARED * closed / n, f"prepared {closed} of {n} recordings")
-                    if opened < n:
-                        open_next()
+                samples[i] = value
+                # the sample is back, and so the recording's rows are gone from the worker
+                closed += 1
+                say(PREPARED * closed / n, f"prepared {closed} of {n} recordings")
+                if opened < n:
+                    open_next()
         finally:
             _cancel(client, [*prepared.values(), *roles])
-        return samples, records, digest
+        return samples, records, training_digest(facts[i].sha256 for i in range(n))
 
     def statistics(self, tasks: list, centroids: np.ndarray, cfg: ReferenceConfig, say) -> list[dict]:
         from distributed import as_completed
