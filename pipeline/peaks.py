@@ -183,10 +183,11 @@ def find_beats(response, signal, fs: float, cfg):
     thresholds, block = adaptive_threshold(env, fs, cfg.threshold, cfg.level_block_s, cfg.level_blocks)
     candidates = xp.flatnonzero(nms_gate(env, thresholds, block, max(1, int(round(cfg.refractory_s * fs)))))
     candidates = candidates.astype(xp.int64)
-    # Snapped to their largest deflection first, to learn the beats' usual polarity, then again
-    # preferring it: where R and S are near equal (a wide complex, a low sampling rate that blunts
-    # the R) the fiducial stays on the same wave in every beat.
-    polarity = polarity_of(signal, _refine(signal, candidates, fs, cfg), fs, cfg.polarity_share)
+    # Up to ~1000 of them snapped to their largest deflection first, to learn the beats' usual
+    # polarity, then all of them preferring it: where R and S are near equal (a wide complex, a low
+    # sampling rate that blunts the R) the fiducial stays on the same wave in every beat.
+    sample = candidates[::max(1, candidates.shape[0] // 1000)]
+    polarity = polarity_of(signal, _refine(signal, sample, fs, cfg), fs, cfg.polarity_share)
     positions = _refine(signal, candidates, fs, cfg, polarity)
     positions = drop_non_qrs(signal, positions, fs, window_s=cfg.twave_window_s, width_ratio=cfg.twave_width_ratio,
                              slope_ratio=cfg.twave_slope_ratio, window_rr_fraction=cfg.twave_rr_fraction,
