@@ -3,9 +3,9 @@
 An amplifier driven to its rail, a loose electrode or a burst of noise can hide the QRS
 complexes of one lead for seconds while another lead shows them plainly; read on one lead, the
 recording then holds a "pause" that never happened. Holter systems detect on several leads for
-this reason. Here the analysed lead keeps the fiducials it found; only its long RR gaps are read
-on the other lead, and the beats found there fill a gap when the other lead agrees with the
-analysed one on the beats at both ends of it.
+this reason. Here the analysed lead keeps the fiducials it found; only its pauses are read on
+the other lead, and the beats found there fill a pause when the other lead agrees with the
+analysed one on the beats around it.
 
 See Also
 --------
@@ -31,17 +31,17 @@ def fill_gaps(positions, other, fs: float, cfg):
     fs : float
         Sampling rate, Hz.
     cfg : pipeline.config.SignalConfig
-        The gaps read are RR intervals over ``cfg.search_back_rr`` × the local RR (the search-back's
-        gaps) and every pause (``cfg.pause_s``), up to ``cfg.other_lead_max_s`` long. Each is read
-        with ``cfg.other_lead_context_s`` on both sides, so that the other lead's adaptive threshold
-        sees beats around the gap.
+        The gaps read are the pauses (RR intervals of ``cfg.pause_s`` or more) up to
+        ``cfg.other_lead_max_s`` long, each with ``2 × cfg.other_lead_context_s`` around it, so
+        that the other lead's adaptive threshold sees beats around the gap.
 
     Returns
     -------
     (positions, added)
-        The fiducials, sorted, and those that came from the other lead (host int64). A gap is filled only when the
-        other lead has a beat within ``cfg.other_lead_agree_s`` of both beats that bound it (it
-        shows the same heart, in step), and when every interval of the filled gap is at least
+        The fiducials, sorted, and those that came from the other lead (host int64). A gap is
+        filled only when the other lead's beats match the analysed lead's one to one, within
+        ``cfg.other_lead_agree_s``, over ``cfg.other_lead_context_s`` on both sides of it (it shows
+        the same heart, in step), and when every interval of the filled gap is at least
         ``cfg.other_lead_min_rr`` × the local RR (a burst of noise on the other lead makes
         intervals no heart makes). The added beats keep the other lead's fiducial: the analysed
         lead has no readable QRS there.
