@@ -135,7 +135,8 @@ def polarity_of(signal, positions, fs: float, share: float = 0.8, reach_s: float
 
 def drop_non_qrs(signal, positions, fs: float, *, window_s: float = 0.38, width_ratio: float = 2.0,
                  slope_ratio: float = 0.8, window_rr_fraction: float = 0.6, max_width_s: float = 0.15,
-                 despike_s: float = 0.006, flat_slope_ratio: float = 0.35, step_slope_ratio: float = 0.5):
+                 despike_s: float = 0.006, flat_slope_ratio: float = 0.35, step_slope_ratio: float = 0.5,
+                 early_beat_height: float = 1.0, early_beat_gap_rr: float = 1.5):
     """Remove candidates that are T waves or baseline steps rather than QRS complexes.
 
     A tall T wave (slow rhythms, some leads) can pass the threshold and the NMS, which only asks
@@ -151,6 +152,11 @@ def drop_non_qrs(signal, positions, fs: float, *, window_s: float = 0.38, width_
     height for more than ``max_width_s`` is a step of the baseline (electrode motion), unless it
     rises at least ``step_slope_ratio`` × as steeply as the recording's median candidate: a wide
     ventricular beat (bundle branch block, some PVCs) is as wide as a step but far steeper.
+    A candidate that is a T wave by width and slope alone is still a beat when its deflection
+    (against the ECG 150 ms on both sides) is at least ``early_beat_height`` × the previous one's
+    and dropping it would leave a gap over ``early_beat_gap_rr`` × the median RR of the others:
+    an early ventricular beat, and the pause after it (a T wave is seldom the taller, and never
+    leaves a pause behind).
     Per-candidate work (one kernel and a few gathers); returns the kept positions.
     """
     xp = backend.xp_of(positions)
@@ -165,10 +171,27 @@ def drop_non_qrs(signal, positions, fs: float, *, window_s: float = 0.38, width_
     gap = xp.diff(positions)
     gap_before = xp.concatenate([xp.full(1, xp.inf), gap[:-1].astype(xp.float64)])
     window = xp.minimum(window_s * fs, window_rr_fraction * gap_before)
-    is_t = (gap < window) & (((width[1:] > width_ratio * width[:-1]) & (slope[1:] < slope_ratio * slope[:-1]))
-                             | (slope[1:] < flat_slope_ratio * slope[:-1]))
-    keep[1:] &= ~is_t
+    wide_and_slow = (gap < window) & (width[1:] > width_ratio * width[:-1]) & (slope[1:] < slope_ratio * slope[:-1])
+    flat = (gap < window) & (slope[1:] < flat_slope_ratio * slope[:-1])
+    keep[1:] &= ~((wide_and_slow & ~_early_beats(signal, positions, wide_and_slow, fs, early_beat_height,
+                                                  early_beat_gap_rr)) | flat)
     return positions[keep]
+
+
+def _early_beats(signal, positions, wide_and_slow, fs: float, height_ratio: float, gap_rr: float):
+    """Of the candidates after the first, which are early beats though T-wave-like (see
+    :func:`drop_non_qrs`): at least ``height_ratio`` × as tall as the one before, and a gap over
+    ``gap_rr`` × the median RR of the other candidates between their neighbours."""
+    xp = backend.xp_of(positions)
+    if not bool(wide_and_slow.any()):                  # host sync: one number
+        return wide_and_slow
+    reach, last = max(1, int(round(0.15 * fs))), signal.shape[0] - 1
+    around = 0.5 * (signal[xp.clip(positions - reach, 0, last)] + signal[xp.clip(positions + reach, 0, last)])
+    height = xp.abs(signal[positions] - around)
+    others = positions[xp.concatenate([xp.ones(1, dtype=bool), ~wide_and_slow])]
+    rr = float(xp.median(xp.diff(others))) if others.shape[0] > 1 else float("inf")   # host sync
+    between = xp.concatenate([(positions[2:] - positions[:-2]).astype(xp.float64), xp.zeros(1)])
+    return (height[1:] >= height_ratio * height[:-1]) & (between > gap_rr * rr)
 
 
 def find_beats(response, signal, fs: float, cfg):
@@ -192,7 +215,8 @@ def find_beats(response, signal, fs: float, cfg):
     positions = drop_non_qrs(signal, positions, fs, window_s=cfg.twave_window_s, width_ratio=cfg.twave_width_ratio,
                              slope_ratio=cfg.twave_slope_ratio, window_rr_fraction=cfg.twave_rr_fraction,
                              max_width_s=cfg.max_qrs_width_s, despike_s=cfg.despike_s,
-                             flat_slope_ratio=cfg.twave_flat_slope_ratio, step_slope_ratio=cfg.step_slope_ratio)
+                             flat_slope_ratio=cfg.twave_flat_slope_ratio, step_slope_ratio=cfg.step_slope_ratio,
+                             early_beat_height=cfg.early_beat_height, early_beat_gap_rr=cfg.early_beat_gap_rr)
     positions = keep_the_rhythm(env, thresholds, block, signal, positions, fs, cfg, polarity)
     positions = second_look(response, signal, positions, fs, cfg, polarity)
     return search_back(response, signal, positions, fs, cfg, polarity)

@@ -24,8 +24,7 @@ FLOOR = {"pauses": (1.0, 1.0), "flutter": (1.0, 1.0), "pvcs_into_flutter": (1.0,
          "electrode_motion": (0.88, 0.9),
          "amplifier_recovery": (0.95, 0.98),  # beats within 0.2 s of a rail's edges are lost with it
          "lead_lost": (1.0, 0.95),  # the rail's edges on lead II can pass for beats
-         # a PVC 0.3 s after a narrow beat, wide and less steep, is taken for its T wave
-         "atrial_fibrillation": (0.99, 1.0), "atrial_fibrillation_128hz": (0.99, 1.0)}
+         "atrial_fibrillation": (1.0, 1.0), "atrial_fibrillation_128hz": (1.0, 1.0)}
 DS1 = Path(os.environ.get("ECG_MITDB_DS1", Path(__file__).resolve().parents[2] / "shared" / "data" / "mitdb-ds1"))
 
 

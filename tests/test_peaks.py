@@ -285,6 +285,25 @@ def test_drop_non_qrs_keeps_beats_and_drops_tall_t_waves(xp):
     np.testing.assert_array_equal(kept, np.sort(np.concatenate([beats, [pvc]])))
 
 
+def test_drop_non_qrs_keeps_an_early_wide_beat_that_leaves_a_pause(xp):
+    """A wide ventricular beat 0.3 s after a narrow one is wider and less steep than it, as a T
+    wave would be; it is taller, and the next sinus beat comes only after a compensatory pause, so
+    it stays. The same wave with the next beat on time (no pause) is taken for a T wave."""
+    fs = 360.0
+    n = int(40 * fs)
+    beats = np.arange(int(1.0 * fs), int(38 * fs), int(0.8 * fs))
+    pvc = beats[20] + int(0.3 * fs)
+    for pause, expected in ((True, True), (False, False)):
+        sinus = np.delete(beats, 21) if pause else beats
+        signal = _spikes(fs, n, sinus, np.full(sinus.size, 0.5), sigma_s=0.006)
+        signal += _spikes(fs, n, sinus + int(0.3 * fs), np.full(sinus.size, 0.15), sigma_s=0.045)   # T waves
+        signal += _spikes(fs, n, [pvc], [0.8], sigma_s=0.04)
+        candidates = np.sort(np.concatenate([sinus, [pvc]])).astype(np.int64)
+        kept = _host(drop_non_qrs(xp.asarray(signal.astype(np.float32)), xp.asarray(candidates), fs))
+        assert (pvc in kept) == expected, (pause, kept.size, candidates.size)
+        np.testing.assert_array_equal(np.setdiff1d(kept, [pvc]), sinus)
+
+
 def _spikes(fs, n, centres, heights, sigma_s=0.01):
     t = np.arange(n)
     signal = np.zeros(n)
