@@ -327,11 +327,11 @@ def test_the_t_wave_settings_reach_the_t_wave_filter(cpu_run, tmp_path, monkeypa
     monkeypatch.setattr(peaks, "drop_non_qrs", recording)
     _, request = _relocated(cpu_run, tmp_path)
     cfg = replace(SignalConfig(), twave_window_s=0.36, twave_width_ratio=2.2, twave_slope_ratio=0.7,
-                  twave_rr_fraction=0.55, max_qrs_width_s=0.14)
+                  twave_rr_fraction=0.55, max_qrs_width_s=0.14, early_beat_height=1.1, early_beat_gap_rr=1.6)
     run_pipeline(replace(request, signal=cfg, vae=VAEConfig(epochs=1), warm_up=False))
     assert seen == dict(window_s=0.36, width_ratio=2.2, slope_ratio=0.7, window_rr_fraction=0.55,
                         max_width_s=0.14, despike_s=cfg.despike_s, flat_slope_ratio=cfg.twave_flat_slope_ratio,
-                        step_slope_ratio=cfg.step_slope_ratio)
+                        step_slope_ratio=cfg.step_slope_ratio, early_beat_height=1.1, early_beat_gap_rr=1.6)
 
 
 # --------------------------------------------------------------------------- failures
