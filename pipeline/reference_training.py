@@ -45,6 +45,7 @@ from pipeline.reference_store import COMPONENTS, Reference, ReferenceConfig
 WHAT_IT_SAW = ("reference-rate beat rows and fiducials of every beat; labels only to choose the normal (AAMI N) "
                "beats whose statistics and rows define the population")
 PREPARED, PLACED, SCORED = 0.45, 0.5, 0.85   # progress: first pass, k-means, second pass done
+CROSS_FIT_FOLDS = 25   # up to this many recordings, the combined table is cross-fitted leaving each one out
 
 
 def train_reference(inputs: Sequence, labels: Sequence | None = None, cfg: ReferenceConfig = ReferenceConfig(),
@@ -84,7 +85,8 @@ def train_reference(inputs: Sequence, labels: Sequence | None = None, cfg: Refer
         Centroids: k-means of up to ``beats_per_record`` normal beats of each input. Tail tables
         of each statistic over every input's normal beats; the combined statistic's table is
         cross-fitted (each input's normal beats scored against component tables fitted without
-        it), so that scoring a new recording and fitting the table see the same uncertainty.
+        it; beyond :data:`CROSS_FIT_FOLDS` inputs, without its fold), so that scoring a new
+        recording and fitting the table see the same uncertainty.
     """
     inputs = list(inputs)
     check_recordings(len(inputs))
@@ -154,19 +156,31 @@ def _place_centroids(samples: list, cfg: ReferenceConfig, say) -> np.ndarray:
 
 def _fit_tables(stats: list[dict], cfg: ReferenceConfig, say) -> dict:
     """Each component's tail table over every recording's normal beats (``stats``, in input order),
-    and the combined statistic's, cross-fitted."""
+    and the combined statistic's, cross-fitted: each recording's beats scored against component
+    tables fitted without its fold (:func:`cross_fit_folds`)."""
     tables = {name: calibrate.fit_tail(np.concatenate([s[name] for s in stats])) for name in COMPONENTS}
     say(SCORED, "cross-fitted calibration of the combined score")
+    folds = cross_fit_folds(len(stats))
     combined = []
-    for i, own in enumerate(stats):
-        if not len(own["shape"]):
+    for fold in range(int(folds.max()) + 1):
+        held_out = [i for i in np.flatnonzero(folds == fold) if len(stats[i]["shape"])]
+        if not held_out:
             continue
-        others = {name: calibrate.fit_tail(np.concatenate([s[name] for j, s in enumerate(stats) if j != i]))
+        others = {name: calibrate.fit_tail(np.concatenate([s[name] for j, s in enumerate(stats) if folds[j] != fold]))
                   for name in COMPONENTS}
-        combined.append(calibrate.fisher_statistic(
-            {name: calibrate.log_tail_p(own[name], others[name]) for name in COMPONENTS}, cfg.weights))
+        for i in held_out:
+            combined.append(calibrate.fisher_statistic(
+                {name: calibrate.log_tail_p(stats[i][name], others[name]) for name in COMPONENTS}, cfg.weights))
     tables["combined"] = calibrate.fit_tail(np.concatenate(combined), "identity")
     return tables
+
+
+def cross_fit_folds(count: int) -> np.ndarray:
+    """Each recording's fold for the cross-fitted table: its own (leave one recording out) up to
+    :data:`CROSS_FIT_FOLDS` recordings, beyond that that many folds of consecutive recordings. The
+    tables are fitted again once a fold, so an archive of 500 recordings costs 25 fits of every
+    beat's statistics, not 500."""
+    return np.arange(count) * min(count, CROSS_FIT_FOLDS) // max(count, 1)
 
 
 def _meta(digest: str, records: list[dict]) -> dict:

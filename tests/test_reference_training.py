@@ -191,3 +191,29 @@ def test_the_workers_warnings_and_errors_reach_the_caller(runs, local_cluster, t
         reference.train_reference([runs[0], broken], cfg=SMALL, cluster=local_cluster)
     with pytest.raises(ValueError, match="need at least 8192 normal beats to place 4096 centroids"):
         reference.train_reference(runs, cfg=reference.ReferenceConfig(centroids=4096), cluster=local_cluster)
+
+
+def test_the_combined_table_is_cross_fitted_by_recording_then_by_fold():
+    """Up to 25 recordings each is left out alone (the DS1 reference's 22 were); beyond, 25 folds
+    of consecutive recordings. Against a plain loop over the folds."""
+    from pipeline import calibrate
+    from pipeline.reference_training import CROSS_FIT_FOLDS, _fit_tables, cross_fit_folds
+
+    np.testing.assert_array_equal(cross_fit_folds(22), np.arange(22))
+    folds = cross_fit_folds(500)
+    assert folds.max() + 1 == CROSS_FIT_FOLDS == 25 and (np.diff(folds) >= 0).all()
+    assert set(np.bincount(folds)) == {20}
+    rng = np.random.default_rng(3)
+    stats = [{name: rng.gamma(2.0, 1.0, 200).astype(np.float32) for name in reference.COMPONENTS} for _ in range(30)]
+    cfg = reference.ReferenceConfig()
+    fitted = _fit_tables(stats, cfg, lambda fraction, message: None)["combined"]
+    folds = np.arange(30) * 25 // 30
+    combined = []
+    for fold in range(25):
+        others = {name: calibrate.fit_tail(np.concatenate([s[name] for s, f in zip(stats, folds) if f != fold]))
+                  for name in reference.COMPONENTS}
+        combined += [calibrate.fisher_statistic({name: calibrate.log_tail_p(s[name], others[name])
+                                                 for name in reference.COMPONENTS}, cfg.weights)
+                     for s, f in zip(stats, folds) if f == fold]
+    expected = calibrate.fit_tail(np.concatenate(combined), "identity")
+    assert fitted.u.tobytes() == expected.u.tobytes() and fitted.theta == expected.theta
