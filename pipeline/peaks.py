@@ -123,14 +123,23 @@ def polarity_of(signal, positions, fs: float, share: float = 0.8, reach_s: float
     """+1 when at least ``share`` of the beats' fiducials are upward deflections (against the mean
     of the ECG ``reach_s`` before and after them), -1 when that share is downward, else 0 (no usual
     polarity: beats of both kinds, or none)."""
-    xp = backend.xp_of(signal)
     if positions.shape[0] == 0:
         return 0.0
-    reach = max(1, int(round(reach_s * fs)))
-    last = signal.shape[0] - 1
-    around = 0.5 * (signal[xp.clip(positions - reach, 0, last)] + signal[xp.clip(positions + reach, 0, last)])
-    up = float((signal[positions] >= around).mean())      # host sync: one number
+    up = float((_deflection(signal, positions, fs, reach_s) >= 0).mean())      # host sync: one number
     return 1.0 if up >= share else -1.0 if up <= 1.0 - share else 0.0
+
+
+def _deflection(signal, positions, fs: float, reach_s: float):
+    """The ECG at each position less the mean of its values ``reach_s`` before and after (signed)."""
+    xp = backend.xp_of(signal)
+    reach, last = max(1, int(round(reach_s * fs))), signal.shape[0] - 1
+    return signal[positions] - 0.5 * (signal[xp.clip(positions - reach, 0, last)]
+                                      + signal[xp.clip(positions + reach, 0, last)])
+
+
+def _spread(positions, count: int = 1000):
+    """Up to about ``count`` of ``positions``, evenly spread (every n-th)."""
+    return positions[::max(1, positions.shape[0] // count)]
 
 
 def drop_non_qrs(signal, positions, fs: float, *, window_s: float = 0.38, width_ratio: float = 2.0,
@@ -185,9 +194,7 @@ def _early_beats(signal, positions, wide_and_slow, fs: float, height_ratio: floa
     xp = backend.xp_of(positions)
     if not bool(wide_and_slow.any()):                  # host sync: one number
         return wide_and_slow
-    reach, last = max(1, int(round(0.15 * fs))), signal.shape[0] - 1
-    around = 0.5 * (signal[xp.clip(positions - reach, 0, last)] + signal[xp.clip(positions + reach, 0, last)])
-    height = xp.abs(signal[positions] - around)
+    height = xp.abs(_deflection(signal, positions, fs, 0.15))
     others = positions[xp.concatenate([xp.ones(1, dtype=bool), ~wide_and_slow])]
     rr = float(xp.median(xp.diff(others))) if others.shape[0] > 1 else float("inf")   # host sync
     between = xp.concatenate([(positions[2:] - positions[:-2]).astype(xp.float64), xp.zeros(1)])
@@ -209,8 +216,7 @@ def find_beats(response, signal, fs: float, cfg):
     # Up to ~1000 of them snapped to their largest deflection first, to learn the beats' usual
     # polarity, then all of them preferring it: where R and S are near equal (a wide complex, a low
     # sampling rate that blunts the R) the fiducial stays on the same wave in every beat.
-    sample = candidates[::max(1, candidates.shape[0] // 1000)]
-    polarity = polarity_of(signal, _refine(signal, sample, fs, cfg), fs, cfg.polarity_share)
+    polarity = polarity_of(signal, _refine(signal, _spread(candidates), fs, cfg), fs, cfg.polarity_share)
     positions = _refine(signal, candidates, fs, cfg, polarity)
     positions = drop_non_qrs(signal, positions, fs, window_s=cfg.twave_window_s, width_ratio=cfg.twave_width_ratio,
                              slope_ratio=cfg.twave_slope_ratio, window_rr_fraction=cfg.twave_rr_fraction,
@@ -294,8 +300,7 @@ def keep_the_rhythm(env, thresholds, block: int, signal, positions, fs: float, c
 def _typical_width(signal, positions, fs: float, cfg):
     """The beats' median QRS width at half height (samples), from up to ~1000 of them evenly spread."""
     xp = backend.xp_of(positions)
-    typical = positions[::max(1, positions.shape[0] // 1000)]
-    _, width, _ = qrs_shape(signal, typical, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
+    _, width, _ = qrs_shape(signal, _spread(positions), fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
     return xp.median(width)
 
 
