@@ -9,7 +9,6 @@ Method and current figures: docs/benchmarking.md, "Archives". Results:
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import multiprocessing
 import os
@@ -106,35 +105,25 @@ def main(argv: list[str] | None = None) -> dict:
         report_["summary"] = summarise(report_)
         report.write(report_, where, markdown(report_))
 
+    layouts = [(w, k) for w in workers for k in per_gpu]
+    # On a CPU the clusters stay open together and take turns pass by pass, so that load from other
+    # processes falls on every layout alike; on GPUs each layout's workers hold device memory (an RMM
+    # pool and a CUDA context each), so one layout runs at a time, its cluster closed before the next.
+    groups = [[layout] for layout in layouts] if device == "gpu" else [layouts]
+    template = RunRequest(device=device, out=str(out_root / "warmup"), use_cache=False,
+                          vae=VAEConfig() if args.epochs is None else VAEConfig(epochs=args.epochs))
     try:
-        _measure(report_, paths, args, device, [(w, k) for w in workers for k in per_gpu], out_root, save,
-                 deadline=started + args.budget_s)
+        for i, group in enumerate(groups):
+            with contextlib.ExitStack() as stack:
+                clusters = [_start(stack, report_, paths, args, device, layout, template, out_root) for layout in group]
+                stopped = _passes(report_["configs"][-len(group):], clusters, paths, args, template, out_root, save,
+                                  deadline=started + args.budget_s, later=len(groups) - i - 1)
+            report_["stopped"] = report_.get("stopped") or stopped
     finally:
         shutil.rmtree(out_root, ignore_errors=True)
     save()
     print(where["md"].read_text())
     return {**report_, "paths": {k: str(v) for k, v in where.items()}}
-
-
-def _measure(report_: dict, paths: list[Path], args, device: str, layouts: list[tuple[int, int]], out_root: Path,
-             save, deadline: float) -> None:
-    """A cluster per layout, warmed up, then its passes. On a CPU the clusters stay open together and
-    take turns pass by pass, so that load from other processes falls on every layout alike; on GPUs
-    each layout's workers hold device memory (an RMM pool and a CUDA context each), so one layout
-    runs at a time and its cluster closes before the next starts."""
-    template = RunRequest(device=device, out=str(out_root / "warmup"), use_cache=False,
-                          vae=VAEConfig() if args.epochs is None else VAEConfig(epochs=args.epochs))
-    if device == "gpu":
-        for i, layout in enumerate(layouts):
-            with contextlib.ExitStack() as stack:
-                cluster = _start(stack, report_, paths, args, device, layout, template, out_root)
-                stopped = _passes(report_["configs"][-1:], [cluster], paths, args, template, out_root, save, deadline,
-                                  later=len(layouts) - i - 1)
-            report_["stopped"] = report_.get("stopped") or stopped
-        return
-    with contextlib.ExitStack() as stack:
-        clusters = [_start(stack, report_, paths, args, device, layout, template, out_root) for layout in layouts]
-        report_["stopped"] = _passes(report_["configs"], clusters, paths, args, template, out_root, save, deadline)
 
 
 def _start(stack, report_: dict, paths: list[Path], args, device: str, layout: tuple[int, int], template,
@@ -154,7 +143,7 @@ def _start(stack, report_: dict, paths: list[Path], args, device: str, layout: t
 
 
 def _passes(configs: list[dict], clusters: list, paths: list[Path], args, template, out_root: Path, save,
-            deadline: float, later: int = 0) -> str | None:
+            deadline: float, later: int) -> str | None:
     """``args.repeats`` rounds of one timed pass per cluster, in turns, while the budget lasts
     (``later`` layouts still to come share what is left); says so when the budget stopped them."""
     counts = _recordings_that_fit(configs, len(paths), args.repeats, deadline, later)
@@ -163,19 +152,20 @@ def _passes(configs: list[dict], clusters: list, paths: list[Path], args, templa
             return f"budget spent after {repeat} round(s) of passes"
         for config, cluster, n in zip(configs, clusters, counts):
             out = out_root / f"w{config['workers']}-r{repeat}"
-            with GpuUtilization() as busy:
+            with gpu_utilization() as busy:
                 result = _check(run_batch([Job(replace(template, input=str(p), out=str(out))) for p in paths[:n]],
                                           cluster=cluster, progress=not args.quiet))
-            config["passes"].append(_pass_record(result, busy.mean()))
+            config["passes"].append(_pass_record(result, {i: round(statistics.fmean(s), 1)
+                                                          for i, s in busy.items() if s}))
             print(f"{_units(config)} {'GPU' if config['gpus'] else 'worker'}(s) × {config['per_gpu']}, pass "
-                  f"{repeat + 1}: {n} recordings in "
-                  f"{result.seconds:.1f} s ({result.per_minute:.1f} per minute)", file=sys.stderr)
+                  f"{repeat + 1}: {n} recordings in {result.seconds:.1f} s ({result.per_minute:.1f} per minute)",
+                  file=sys.stderr)
             shutil.rmtree(out, ignore_errors=True)
             save()
     return None
 
 
-def _recordings_that_fit(configs: list[dict], n: int, repeats: int, deadline: float, later: int = 0) -> list[int]:
+def _recordings_that_fit(configs: list[dict], n: int, repeats: int, deadline: float, later: int) -> list[int]:
     """Each layout's prefix of the archive: what its share of the time left fits (``later`` layouts
     to come take equal shares), predicted from its warm-up (a cold worker's first run overestimates
     a recording: safe side), at least two recordings per worker and at most the whole archive."""
@@ -205,42 +195,35 @@ def _pass_record(result, utilization: dict[int, float]) -> dict:
             "gpu_utilization": utilization, "workers_used": len({row["worker"] for row in rows})}
 
 
-class GpuUtilization:
+@contextlib.contextmanager
+def gpu_utilization(interval_s: float = 0.1):
     """NVML's utilization of each GPU (the share of its sample period, 1/6 s to 1 s, in which a kernel
-    ran: never idle, not full), sampled in a thread over a ``with`` block; nothing without NVML."""
+    ran: never idle, not full), sampled in a thread while the block runs: ``{NVML index: [%, …]}``,
+    empty without NVML (no nvidia-ml-py, no driver)."""
+    samples, stop, handles = {}, threading.Event(), []
+    with contextlib.suppress(Exception):
+        import pynvml
 
-    def __init__(self, interval_s: float = 0.1):
-        self.interval_s, self.samples, self._stop, self._thread = interval_s, {}, threading.Event(), None
+        pynvml.nvmlInit()
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        samples.update({i: [] for i in range(len(handles))})
 
-    def __enter__(self) -> "GpuUtilization":
-        with contextlib.suppress(Exception):  # no NVML (no nvidia-ml-py, no driver): nothing to sample
-            import pynvml
-
-            pynvml.nvmlInit()
-            handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-            self.samples = {i: [] for i in range(len(handles))}
-            self._thread = threading.Thread(target=self._sample, args=(pynvml, handles), daemon=True)
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            import pynvml
-
-            with contextlib.suppress(Exception):
-                pynvml.nvmlShutdown()
-
-    def _sample(self, pynvml, handles) -> None:
-        while not self._stop.wait(self.interval_s):
+    def sample() -> None:
+        while not stop.wait(interval_s):
             for i, handle in enumerate(handles):
                 with contextlib.suppress(Exception):
-                    self.samples[i].append(int(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu))
+                    samples[i].append(int(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu))
 
-    def mean(self) -> dict[int, float]:
-        """{NVML index: mean % of the time a kernel ran}."""
-        return {i: round(statistics.fmean(s), 1) for i, s in self.samples.items() if s}
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield samples
+    finally:
+        stop.set()
+        thread.join()
+        if handles:
+            with contextlib.suppress(Exception):
+                pynvml.nvmlShutdown()
 
 
 # --------------------------------------------------------------------------- summary and report
@@ -263,7 +246,8 @@ def summarise(report_: dict) -> dict:
                      "pass_median_s": statistics.median(seconds), "pass_p95_s": float(np.percentile(seconds, 95)),
                      "per_minute": per_minute, "per_unit_minute": per_minute / _units(config),
                      "gpu_utilization": statistics.median(busy) if busy else None, "thousand_min": 1000 / per_minute,
-                     "recording_median_s": statistics.median(per_recording), "recording_p95_s": float(np.percentile(per_recording, 95)),
+                     "recording_median_s": statistics.median(per_recording),
+                     "recording_p95_s": float(np.percentile(per_recording, 95)),
                      "startup_s": config["startup_s"], "warmup_s": config["warmup_s"],
                      "stage_median_s": passes[0]["stage_median_s"]})
     if not rows:
@@ -281,27 +265,18 @@ def _units(layout: dict) -> int:
 
 
 def _targets(o: dict, rows: list[dict], most: dict, speedup: float | None) -> list[dict]:
-    def row(target: str, measured: str, met: bool | None, projected: str = "") -> dict:
-        status = "not measured" if met is None else ("met" if met else "missed") + projected
-        return {"target": target, "measured": measured, "status": status}
-
-    n, want = _units(most), TARGETS["scaling"] * _units(most)
-    targets = [row(f"{n} {'GPU' if most['gpus'] else 'worker'}s vs 1 ≥ {want:.1f}×",
-                   "–" if speedup is None else f"{speedup:.2f}×", None if speedup is None else speedup >= want)]
+    t, n = report.target, _units(most)
+    targets = [t(f"{n} {'GPU' if most['gpus'] else 'worker'}s vs 1", speedup, TARGETS["scaling"] * n, "×", higher=True)]
     if o["device"] != "gpu" or o["samples"] < TARGETS["samples"]:
         return targets
-    best, busy = max(rows, key=lambda r: r["per_unit_minute"]), most["gpu_utilization"]
-    thousand_s = most["thousand_min"] * 60
+    best = max(rows, key=lambda r: r["per_unit_minute"])
     return targets + [
-        row(f"recordings per minute per GPU ≥ {TARGETS['per_gpu_minute']:.0f}",
-            f"{best['per_unit_minute']:.1f} ({best['gpus']} GPU × {best['per_gpu']})",
-            best["per_unit_minute"] >= TARGETS["per_gpu_minute"]),
-        row(f"GPU utilization during a batch ≥ {TARGETS['utilization']:.0f} %",
-            "not measured" if busy is None else f"{busy:.0f} % ({most['gpus']} GPUs × {most['per_gpu']})",
-            None if busy is None else busy >= TARGETS["utilization"]),
-        row(f"1,000 recordings on {most['gpus']} GPUs ≤ {TARGETS['thousand_s'] / 60:.0f} min",
-            f"{thousand_s / 60:.1f} min, projected from {most['recordings']}", thousand_s <= TARGETS["thousand_s"],
-            " (projected)")]
+        t("recordings per minute per GPU", best["per_unit_minute"], TARGETS["per_gpu_minute"], "", higher=True,
+          note=f"{best['gpus']} GPU × {best['per_gpu']}"),
+        t("GPU utilization during a batch", most["gpu_utilization"], TARGETS["utilization"], " %", higher=True,
+          note=f"{most['gpus']} GPUs × {most['per_gpu']}"),
+        t(f"1,000 recordings on {most['gpus']} GPUs", most["thousand_min"], TARGETS["thousand_s"] / 60, " min",
+          note=f"projected from {most['recordings']} recordings")]
 
 
 def markdown(report_: dict) -> str:
@@ -336,12 +311,11 @@ def markdown(report_: dict) -> str:
               *report.table(["workers (per GPU)", *stages], [[f"{r['workers']} ({r['per_gpu']})",
                                                               *(f"{v:.3f}" for v in r["stage_median_s"].values())]
                                                              for r in s["rows"]]),
-              *report.table(["target", "measured", "status"],
-                            [[t["target"], t["measured"], f"**{t['status']}**"] for t in s["targets"]])]
+              *report.target_lines(s["targets"])]
     return "\n".join(lines)
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser():
     p = report.parser("archive", __doc__)
     p.add_argument("--recordings", type=int, help="recordings in the archive (default: 8 on a CPU, 40 on a GPU)")
     p.add_argument("--samples", type=parse_size, help="samples per recording (default: 30k on a CPU, 20M on a GPU)")

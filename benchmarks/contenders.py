@@ -1,6 +1,6 @@
-"""The contenders of ``benchmarks.run``: each ``<stage>/<name>`` has a ``prepare(context, settings)``
-that does the untimed set-up for one size and returns a :class:`~benchmarks.measure.Prepared` whose
-``run()`` is the timed work; GPU libraries are imported inside the GPU contenders only.
+"""The contenders of ``benchmarks.run``: each ``<stage>/<name>`` has a ``prepare(context)`` that does
+the untimed set-up for one size and returns a :class:`~benchmarks.measure.Prepared` whose ``run()``
+is the timed work; GPU libraries are imported inside the GPU contenders only.
 
 load/cudf|pyarrow|pandas   the CSV parsed to a float32 array (cuDF → CuPy without a copy)
 segmentation/gpu|cpu       ``pipeline.segmentation.segment``, the run's chain: beats, episodes, rows, quality
@@ -15,6 +15,7 @@ import shutil
 import time
 import warnings
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -48,7 +49,7 @@ class Contender:
     device: str
     baseline: bool
     label: str
-    prepare: Callable[["SizeContext", Settings], Prepared]
+    prepare: Callable[["SizeContext"], Prepared]
 
     @property
     def stage(self) -> str:
@@ -78,10 +79,6 @@ class SizeContext:
             self._beats = segment(self.signal(device), self.recording.fs, self.settings.signal).beats
         return self._beats
 
-    def release(self) -> None:
-        self._signals.clear()
-        self._beats = None
-
 
 def _clear_fft_plans(device: str) -> None:
     """Empty CuPy's cuFFT plan cache: the next first run makes (and counts) its plan."""
@@ -91,58 +88,55 @@ def _clear_fft_plans(device: str) -> None:
         cupy.fft.config.get_plan_cache().clear()
 
 
-# --------------------------------------------------------------------------- load
-def _load(library: str):
-    def prepare(ctx: SizeContext, settings: Settings) -> Prepared:
-        path = ctx.recording.path
-        if library == "cudf":
-            import cudf
+def _reader(library: str, path: Path) -> Callable[[], object]:
+    """A function that parses the one-value-per-line CSV at ``path`` to a float32 array with ``library``."""
+    if library == "cudf":
+        import cudf
 
-            def read():
-                frame = cudf.read_csv(path, header=None, dtype=["float32"])
-                return backend.cudf_to_cupy(frame[frame.columns[0]])
-        elif library == "pyarrow":
-            import pyarrow as pa
-            import pyarrow.csv as pacsv
+        def read():
+            frame = cudf.read_csv(path, header=None, dtype=["float32"])
+            return backend.cudf_to_cupy(frame[frame.columns[0]])
+    elif library == "pyarrow":
+        import pyarrow as pa
+        import pyarrow.csv as pacsv
 
-            options = dict(read_options=pacsv.ReadOptions(autogenerate_column_names=True, block_size=1 << 24),
-                           convert_options=pacsv.ConvertOptions(column_types={"f0": pa.float32()}))
+        options = dict(read_options=pacsv.ReadOptions(autogenerate_column_names=True, block_size=1 << 24),
+                       convert_options=pacsv.ConvertOptions(column_types={"f0": pa.float32()}))
 
-            def read():
-                return pacsv.read_csv(path, **options).column(0).to_numpy()
-        else:
-            import pandas as pd
+        def read():
+            return pacsv.read_csv(path, **options).column(0).to_numpy()
+    else:
+        import pandas as pd
 
-            def read():
-                return pd.read_csv(path, header=None, dtype=np.float32, engine="c")[0].to_numpy()
-
-        def run():
-            n = int(read().shape[0])
-            if n != ctx.recording.samples:
-                raise RuntimeError(f"{library} read {n} values from {path.name}; expected {ctx.recording.samples}")
-            return {}
-
-        return Prepared(run)
-
-    return prepare
+        def read():
+            return pd.read_csv(path, header=None, dtype=np.float32, engine="c")[0].to_numpy()
+    return read
 
 
-# --------------------------------------------------------------------------- segmentation
-def _segmentation(device: str):
-    def prepare(ctx: SizeContext, settings: Settings) -> Prepared:
-        signal, fs = ctx.signal(device), ctx.recording.fs
-        _clear_fft_plans(device)
+def _load(library: str, ctx: SizeContext) -> Prepared:
+    read, recording = _reader(library, ctx.recording.path), ctx.recording
 
-        def run():
-            found = segment(signal, fs, settings.signal)
-            return {"fiducials": int(found.positions.shape[0]), "beats": int(found.beats.rows.shape[0])}
+    def run():
+        n = int(read().shape[0])
+        if n != recording.samples:
+            raise RuntimeError(f"{library} read {n} values from {recording.path.name}; expected {recording.samples}")
+        return {}
 
-        return Prepared(run)
-
-    return prepare
+    return Prepared(run)
 
 
-def _neurokit2(ctx: SizeContext, settings: Settings) -> Prepared:
+def _segmentation(device: str, ctx: SizeContext) -> Prepared:
+    signal, fs, cfg = ctx.signal(device), ctx.recording.fs, ctx.settings.signal
+    _clear_fft_plans(device)
+
+    def run():
+        found = segment(signal, fs, cfg)
+        return {"fiducials": int(found.positions.shape[0]), "beats": int(found.beats.rows.shape[0])}
+
+    return Prepared(run)
+
+
+def _neurokit2(ctx: SizeContext) -> Prepared:
     import neurokit2 as nk
 
     signal, fs = ctx.signal("cpu"), ctx.recording.fs
@@ -156,81 +150,71 @@ def _neurokit2(ctx: SizeContext, settings: Settings) -> Prepared:
     return Prepared(run)
 
 
-# --------------------------------------------------------------------------- VAE
-def _vae(device: str):
-    def prepare(ctx: SizeContext, settings: Settings) -> Prepared:
-        import torch
+def _vae(device: str, ctx: SizeContext) -> Prepared:
+    import torch
 
-        from pipeline import score, train
+    from pipeline import score, train
 
-        rows = ctx.beats().rows
-        n_all = int(rows.shape[0])
-        workload = None
-        if device == "cpu":
-            n = min(n_all, settings.cpu_vae_beats)
-            tensor = torch.from_numpy(np.ascontiguousarray(backend.to_host(rows[:n])))
-            if n < n_all:
-                workload = f"{n} beats (capped)"
-        else:
-            tensor = backend.to_torch(rows)
-        n = int(tensor.shape[0])
-        cfg = VAEConfig(epochs=settings.epochs)
-        is_train = train.split_train(n, cfg.train_fraction, cfg.seed)
-        n_train = int(is_train.sum())
+    rows = ctx.beats().rows
+    n_all = int(rows.shape[0])
+    workload = None
+    if device == "cpu":
+        n = min(n_all, ctx.settings.cpu_vae_beats)
+        tensor = torch.from_numpy(np.ascontiguousarray(backend.to_host(rows[:n])))
+        if n < n_all:
+            workload = f"{n} beats (capped)"
+    else:
+        tensor = backend.to_torch(rows)
+    n = int(tensor.shape[0])
+    cfg = VAEConfig(epochs=ctx.settings.epochs)
+    is_train = train.split_train(n, cfg.train_fraction, cfg.seed)
+    n_train = int(is_train.sum())
 
-        def run():
-            started = time.perf_counter()
-            model, history = train.fit_vae(tensor, is_train, cfg)
-            synchronize(device)
-            trained = time.perf_counter()
-            score.score_beats(model, tensor)
-            synchronize(device)
-            scored = time.perf_counter()
-            train_s, score_s = trained - started, scored - trained
-            epochs = len(history)  # cfg.epochs at most: training may stop once the loss levels off
-            return {"beats": n, "beats_available": n_all, "train_beats": n_train, "epochs": epochs,
-                    "train_s": train_s, "score_s": score_s, "epoch_s": train_s / epochs,
-                    "train_beats_per_s": n_train * epochs / train_s, "score_beats_per_s": n / score_s,
-                    "final_loss": history[-1]}
+    def run():
+        started = time.perf_counter()
+        model, history = train.fit_vae(tensor, is_train, cfg)
+        synchronize(device)
+        trained = time.perf_counter()
+        score.score_beats(model, tensor)
+        synchronize(device)
+        train_s, score_s = trained - started, time.perf_counter() - trained
+        epochs = len(history)  # cfg.epochs at most: training may stop once the loss levels off
+        return {"beats": n, "beats_available": n_all, "train_beats": n_train, "epochs": epochs,
+                "train_s": train_s, "score_s": score_s, "epoch_s": train_s / epochs,
+                "train_beats_per_s": n_train * epochs / train_s, "score_beats_per_s": n / score_s,
+                "final_loss": history[-1]}
 
-        return Prepared(run, workload=workload, info={"beats": n, "beats_available": n_all})
-
-    return prepare
+    return Prepared(run, workload=workload, info={"beats": n, "beats_available": n_all})
 
 
-# --------------------------------------------------------------------------- end to end
-def _end_to_end(device: str):
-    def prepare(ctx: SizeContext, settings: Settings) -> Prepared:
-        from pipeline.run import RunRequest, run_pipeline
+def _end_to_end(device: str, ctx: SizeContext) -> Prepared:
+    from pipeline.run import RunRequest, run_pipeline
 
-        out = Path(settings.work_dir) / f"end-to-end-{device}-{size_label(ctx.recording.samples)}"
-        request = RunRequest(input=str(ctx.recording.path), device=device, out=str(out),
-                             signal=settings.signal, vae=VAEConfig(epochs=settings.epochs), use_cache=False)
-        _clear_fft_plans(device)
+    settings = ctx.settings
+    out = Path(settings.work_dir) / f"end-to-end-{device}-{size_label(ctx.recording.samples)}"
+    request = RunRequest(input=str(ctx.recording.path), device=device, out=str(out),
+                         signal=settings.signal, vae=VAEConfig(epochs=settings.epochs), use_cache=False)
+    _clear_fft_plans(device)
 
-        def run():
-            result = run_pipeline(request)
-            report = result.report
-            return {"beats": int(report["counts"]["beats"]), "stages_s": dict(report["stages_s"]),
-                    "segmentation_s": report.get("segmentation_s")}
+    def run():
+        report = run_pipeline(request).report
+        return {"beats": int(report["counts"]["beats"]), "stages_s": dict(report["stages_s"]),
+                "segmentation_s": report.get("segmentation_s")}
 
-        return Prepared(run, after=lambda: shutil.rmtree(out, ignore_errors=True))
-
-    return prepare
+    return Prepared(run, after=lambda: shutil.rmtree(out, ignore_errors=True))
 
 
-# --------------------------------------------------------------------------- registry
 CONTENDERS = (
-    Contender("load/cudf", "gpu", False, "cuDF read_csv (GPU)", _load("cudf")),
-    Contender("load/pyarrow", "cpu", True, "pyarrow.csv (CPU)", _load("pyarrow")),
-    Contender("load/pandas", "cpu", True, "pandas.read_csv (CPU)", _load("pandas")),
-    Contender("segmentation/gpu", "gpu", False, "pipeline GPU", _segmentation("gpu")),
-    Contender("segmentation/cpu", "cpu", True, "pipeline CPU", _segmentation("cpu")),
+    Contender("load/cudf", "gpu", False, "cuDF read_csv (GPU)", partial(_load, "cudf")),
+    Contender("load/pyarrow", "cpu", True, "pyarrow.csv (CPU)", partial(_load, "pyarrow")),
+    Contender("load/pandas", "cpu", True, "pandas.read_csv (CPU)", partial(_load, "pandas")),
+    Contender("segmentation/gpu", "gpu", False, "pipeline GPU", partial(_segmentation, "gpu")),
+    Contender("segmentation/cpu", "cpu", True, "pipeline CPU", partial(_segmentation, "cpu")),
     Contender("segmentation/neurokit2", "cpu", True, "NeuroKit2 ecg_peaks (detection only)", _neurokit2),
-    Contender("vae/gpu", "gpu", False, "pipeline GPU", _vae("gpu")),
-    Contender("vae/cpu", "cpu", True, "pipeline CPU", _vae("cpu")),
-    Contender("end-to-end/gpu", "gpu", False, "run_pipeline GPU", _end_to_end("gpu")),
-    Contender("end-to-end/cpu", "cpu", True, "run_pipeline CPU", _end_to_end("cpu")),
+    Contender("vae/gpu", "gpu", False, "pipeline GPU", partial(_vae, "gpu")),
+    Contender("vae/cpu", "cpu", True, "pipeline CPU", partial(_vae, "cpu")),
+    Contender("end-to-end/gpu", "gpu", False, "run_pipeline GPU", partial(_end_to_end, "gpu")),
+    Contender("end-to-end/cpu", "cpu", True, "run_pipeline CPU", partial(_end_to_end, "cpu")),
 )
 
 
@@ -240,12 +224,11 @@ def select(patterns: list[str] | None, gpu: bool) -> list[Contender]:
     available = [c for c in CONTENDERS if gpu or c.device == "cpu"]
     if not patterns:
         return available
-    valid = [c.id for c in CONTENDERS]
     chosen = set()
     for pattern in patterns:
         matched = [c.id for c in CONTENDERS if c.stage == pattern or fnmatch.fnmatchcase(c.id, pattern)]
         if not matched:
-            raise ValueError(f"contender {pattern!r} matches none of {', '.join(valid)} "
+            raise ValueError(f"contender {pattern!r} matches none of {', '.join(c.id for c in CONTENDERS)} "
                              f"(or the stages {', '.join(STAGES)})")
         chosen.update(matched)
     missing = [i for i in sorted(chosen) if not any(c.id == i for c in available)]

@@ -14,7 +14,6 @@ import asyncio
 import concurrent.futures
 import datetime as dt
 import importlib.util
-import json
 import math
 import multiprocessing
 import sys
@@ -26,9 +25,9 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import measure, report as results, sessions
-from benchmarks.measure import p95_ratio, summary
+from benchmarks.measure import p95_ratio, summaries, summary
 from benchmarks.recordings import recording_csv
-from benchmarks.sessions import LINKED
+from benchmarks.sessions import ALL_BRUSHES, LINKED
 from tests.support.bokeh_session import ProtocolSession, SessionError
 from tests.support.served import CHROMIUM, Server, chromium_version
 
@@ -41,6 +40,15 @@ SESSIONS_PER_CLIENT = 2
 QUICK = dict(samples=300_000, epochs=3, brushes=3, gestures=4, opens=2, server_n=5, load_brushes=3)
 SCALE_SAMPLES, SCALE_EPOCHS = 200_000_000, 3   # a brush's cost does not depend on how well the model is trained
 READY_TIMEOUT_S, SEED = 1800, 0
+COUNTS = {  # option: default, least value, what it counts
+    "brushes": (50, 1, "timed brushes on each linked chart"),
+    "gestures": (24, 1, "timed zoom/pan gestures on the recording"),
+    "opens": (5, 1, "timed session opens, each a fresh session"),
+    "server-n": (50, 1, "server-side repeats per interaction kind"),
+    "sessions": (0, 0, "load test: concurrent sessions (e.g. 20; 0: off)"),
+    "load-brushes": (10, 1, "brushes per session in the load test"),
+    "soak": (0, 0, "soak test: sessions opened and closed (e.g. 200; 0: off)"),
+}
 
 
 def parse_args(argv):
@@ -51,14 +59,9 @@ def parse_args(argv):
     p.add_argument("--client", choices=("browser", "bokeh"), default=None,
                    help="what drives the sessions: Chromium (default when installed) or bokeh protocol sessions")
     p.add_argument("--boards", default="bokeh", help="boards to measure: bokeh, cuxfilter (default bokeh)")
-    p.add_argument("--brushes", type=int, default=50, help="timed brushes on each linked chart (default 50)")
-    p.add_argument("--gestures", type=int, default=24, help="timed zoom/pan gestures on the recording (default 24)")
-    p.add_argument("--opens", type=int, default=5, help="timed session opens, each a fresh session (default 5)")
-    p.add_argument("--server-n", type=int, default=50, help="server-side repeats per interaction kind (default 50)")
-    p.add_argument("--sessions", type=int, default=0, help="load test: concurrent sessions (e.g. 20; default off)")
-    p.add_argument("--load-brushes", type=int, default=10, help="brushes per session in the load test (default 10)")
+    for name, (default, _, what) in COUNTS.items():
+        p.add_argument(f"--{name}", type=int, default=default, help=f"{what} (default {default})")
     p.add_argument("--load-timeout", type=float, default=420, help="seconds each round of the load test may take")
-    p.add_argument("--soak", type=int, default=0, help="soak test: sessions opened and closed (e.g. 200; default off)")
     p.add_argument("--scale", action="store_true", help="server-side brushes on 200M samples, nothing served")
     p.add_argument("--budget-s", type=float, help="the whole run's seconds; steps that no longer fit are skipped")
     p.add_argument("--quick", action="store_true", help=f"tiny sizes (the smoke test): {QUICK}")
@@ -68,9 +71,9 @@ def parse_args(argv):
     for key, value in QUICK.items() if args.quick else ():
         if getattr(args, key) in (None, p.get_default(key)):
             setattr(args, key, value)
-    for name in ("brushes", "gestures", "opens", "server_n", "load_brushes", "sessions", "soak"):
-        if getattr(args, name) < (0 if name in ("sessions", "soak") else 1):
-            p.error(f"--{name.replace('_', '-')} is too small: {getattr(args, name)}")
+    for name, (_, least, _) in COUNTS.items():
+        if getattr(args, name.replace("-", "_")) < least:
+            p.error(f"--{name} is too small: {getattr(args, name.replace('-', '_'))}")
     args.boards = [b.strip() for b in args.boards.split(",") if b.strip()]
     if set(args.boards) - {"bokeh", "cuxfilter"}:
         p.error(f"--boards: bokeh, cuxfilter or both; got {args.boards}")
@@ -161,6 +164,12 @@ class Bench:
 
 
 # --------------------------------------------------------------------------- in Chromium
+MILESTONES = {"first_paint": "first paint", "first_contentful_paint": "first contentful paint",
+              "response_end": "page loaded (HTTP)", "marker": "version marker", "idle": "document idle",
+              "charts": "charts drawn", "table": "table rows", "populated": "every view populated",
+              "populated_painted": "every view populated, painted"}
+
+
 async def browser_parts(args, url: str, beats, duration_s: float) -> dict:
     from playwright.async_api import async_playwright
 
@@ -175,13 +184,9 @@ async def browser_parts(args, url: str, beats, duration_s: float) -> dict:
                     errors += page.errors
                 finally:
                     await page.close()
-            labels = {"first_paint": "first paint", "first_contentful_paint": "first contentful paint",
-                      "response_end": "page loaded (HTTP)", "marker": "version marker", "idle": "document idle",
-                      "charts": "charts drawn", "table": "table rows", "populated": "every view populated",
-                      "populated_painted": "every view populated, painted"}
-            section["session open"] = {"milestones_ms": {label: summary([t[k] for t in timings if t.get(k) is not None])
-                                                         for k, label in labels.items()},
-                                       "per_open": timings, "console_errors": errors}
+            milestones = {label: summary([t[k] for t in timings if t.get(k) is not None])
+                          for k, label in MILESTONES.items()}
+            section["session open"] = {"milestones_ms": milestones, "per_open": timings, "console_errors": errors}
             page = await sessions.BrowserPage.new(browser)
             try:
                 await page.open(url, 120)
@@ -197,32 +202,24 @@ async def browser_parts(args, url: str, beats, duration_s: float) -> dict:
 
 
 async def browser_brushes(page, beats, n: int, rng, section: dict) -> None:
-    """``n`` brushes on each chart, a clear of each every 10th round; ``n // 5`` family rows clicked."""
+    """:func:`sessions.brush_rounds` with the mouse, then ``n // 5`` family rows clicked."""
     samples, failures = {}, []
 
-    async def timed(gesture, keep: bool = True):
+    async def timed(kind, gesture):
         try:
             g = await gesture
-            if keep:
+            if kind:
                 samples.setdefault(g.kind, []).append(g.latency_ms)
         except sessions.GestureError as err:
             failures.append(str(err))
         await asyncio.sleep(0.1)
 
-    for view in LINKED:                                   # untimed warm-up of each chart's path
-        await page.brush_values(view, **sessions.brush_span(view, beats, rng))
-        await page.clear(view)
-    for i in range(n):
-        for view in LINKED:
-            await timed(page.brush_values(view, **sessions.brush_span(view, beats, rng)))
-        for view in LINKED if i % 10 == 9 or i == n - 1 else ():
-            await timed(page.clear(view))
+    await sessions.brush_rounds(n, timed, lambda view: page.brush_values(view, **sessions.brush_span(view, beats, rng)),
+                                page.clear)
     families = await page.open_families()
     for i in range(max(n // 5, 1) + 1):                    # the first click is an untimed warm-up
-        await timed(page.select_family(i % families), keep=i > 0)
-    section["brushes"] = {kind: summary(v) for kind, v in samples.items()}
-    section["brushes"]["all brushes"] = summary([x for k, v in samples.items() if k.startswith("brush") for x in v])
-    section["brush_failures"] = failures
+        await timed("select family" if i else None, page.select_family(i % families))
+    section["brushes"], section["brush_failures"] = summaries(samples, ALL_BRUSHES), failures
 
 
 async def browser_gestures(page, n: int, duration_s: float, rng, section: dict) -> None:
@@ -243,8 +240,7 @@ async def browser_gestures(page, n: int, duration_s: float, rng, section: dict) 
         if g is not None:                                 # None: the window could not move that way
             samples.setdefault(g.kind, []).append(g.latency_ms)
             await asyncio.sleep(0.15)
-    section["zoom"] = {kind: summary(v) for kind, v in samples.items()}
-    section["zoom"]["all zoom/pan"] = summary([x for v in samples.values() for x in v])
+    section["zoom"] = summaries(samples, {"all zoom/pan": lambda kind: True})
     section["zoom_failures"] = failures
 
 
@@ -272,23 +268,16 @@ async def protocol_parts(args, url: str, board: str, beats, duration_s: float) -
             out.setdefault(kind, []).append(seconds * 1e3)
 
     try:
-        for i in range(args.brushes):
-            for view in LINKED if i == 0 else ():              # untimed warm-up
-                await timed(None, sessions.protocol_brush(session, view, sessions.brush_bounds(beats, view, rng), board))
-                await timed(None, sessions.protocol_brush(session, view, None, board))
-            for view in LINKED:
-                bounds = sessions.brush_bounds(beats, view, rng)
-                await timed(f"brush {view}", sessions.protocol_brush(session, view, bounds, board))
-            for view in LINKED if i % 10 == 9 or i == args.brushes - 1 else ():
-                await timed("clear", sessions.protocol_brush(session, view, None, board))
+        await sessions.brush_rounds(
+            args.brushes, timed,
+            lambda view: sessions.protocol_brush(session, view, sessions.brush_bounds(beats, view, rng), board),
+            lambda view: sessions.protocol_brush(session, view, None, board))
         for kind, lo, hi in sessions.zoom_plan(duration_s, args.gestures, rng):
             await timed(kind, sessions.protocol_zoom(session, lo, hi))
         errors = list(session.errors) + failures
     finally:
         await session.close()
-    result = {kind: summary(v) for kind, v in out.items()}
-    result["all brushes"] = summary([x for k, v in out.items() if k.startswith("brush") for x in v])
-    result["all zoom/pan"] = summary([x for k, v in out.items() if k in ("zoom in", "pan", "zoom out") for x in v])
+    result = summaries(out, {**ALL_BRUSHES, "all zoom/pan": lambda kind: kind in ("zoom in", "pan", "zoom out")})
     result["session open"] = summary([1e3 * o["total_s"] for o in opens])
     result["document"] = {"models": opens[0]["models"], "bytes": opens[0]["bytes"]} if opens else {}
     return {**result, "errors": errors, "problems": errors}
@@ -436,9 +425,8 @@ def in_process(args, bench: Bench, input_path=None, scale: bool = False) -> None
         return {"beats": len(run.beats), "n_samples": run.report["input"]["n_samples"],
                 "stages_s": run.report.get("stages_s"), "load_s": round(time.perf_counter() - started, 1)}
 
-    info = bench.step("in process: the run and the boards' shared data", ("scale",) if scale else (), load,
-                      limit=600 if scale else 300, needs=60 if scale else 30)
-    if info is None:
+    if not bench.step("in process: the run and the boards' shared data", ("scale",) if scale else (), load,
+                      limit=600 if scale else 300, needs=60 if scale else 30):
         return
     shared = state["shared"]
     for board in args.boards:
@@ -464,23 +452,23 @@ def served_board(args, bench: Bench, board: str):
 
     def start():
         state["server"], ready_s = bench.start(f"server-{board}", bench.serve_args, board)
-        log, run_path = state["server"].log(), sessions.run_path_from_log(state["server"].log())
-        state["beats"], run = sessions.run_beats(run_path), json.loads((run_path / "report.json").read_text())
-        state["duration_s"] = run["input"]["duration_s"]
-        return {"path": str(run_path), "cached": "cached run" in log, "server_ready_s": round(ready_s, 2),
-                "n_samples": run["input"]["n_samples"], "duration_s": run["input"]["duration_s"],
-                "beats": len(state["beats"]), "device": run["device"]["name"], "board": board}
+        log = state["server"].log()
+        run = sessions.run_from_log(log)
+        state["beats"], state["duration_s"] = sessions.run_beats(run), run.report["input"]["duration_s"]
+        return {"path": str(run.path), "cached": "cached run" in log, "server_ready_s": round(ready_s, 2),
+                "n_samples": run.report["input"]["n_samples"], "duration_s": state["duration_s"],
+                "beats": len(state["beats"]), "device": run.report["device"]["name"], "board": board}
 
     try:
         if not bench.step(f"{board}: server start → ready", section, start, needs=60):
             return None
         server, beats, duration_s = state["server"], state["beats"], state["duration_s"]
+        what = f"{args.opens} opens, {args.brushes} brushes per chart, {args.gestures} zoom/pan"
         if args.client == "browser":
-            bench.step(f"{board}: Chromium: {args.opens} opens, {args.brushes} brushes per chart, {args.gestures} "
-                       "zoom/pan", ("browser",), lambda: asyncio.run(browser_parts(args, server.url, beats, duration_s)))
+            bench.step(f"{board}: Chromium: {what}", ("browser",),
+                       lambda: asyncio.run(browser_parts(args, server.url, beats, duration_s)))
         else:
-            bench.step(f"{board}: protocol: {args.opens} opens, {args.brushes} brushes per chart, {args.gestures} "
-                       "zoom/pan", ("protocol",) if board == "bokeh" else ("cuxfilter", "protocol"),
+            bench.step(f"{board}: protocol: {what}", ("protocol",) if board == "bokeh" else ("cuxfilter", "protocol"),
                        lambda: asyncio.run(protocol_parts(args, server.url, board, beats, duration_s)), needs=40)
         if board == "bokeh" and args.sessions:
             bench.step(f"{board}: load test, {args.sessions} sessions × {args.load_brushes} brushes", ("load",),
@@ -495,32 +483,33 @@ def served_board(args, bench: Bench, board: str):
 
 def targets(report: dict) -> list[dict]:
     """The 2-core CPU machine's targets (2M samples), or the H200's (20M; 200M for the scale) on a GPU."""
-    def at(*keys):
-        value = report
+    def at(section, *keys):
         for key in keys:
-            value = value.get(key) if isinstance(value, dict) else None
-        return None if isinstance(value, float) and math.isnan(value) else value
+            section = section.get(key) if isinstance(section, dict) else None
+        return None if isinstance(section, float) and math.isnan(section) else section
 
     t, rows = results.target, []
     if not report["machine"].get("gpu"):
-        rows += [t("brush → every beat view repainted, p95 (Chromium)", at("browser", "brushes", "all brushes", "p95"),
-                   100.0, "ms"),
-                 t("zoom/pan → new raster shown, p95 (Chromium)", at("browser", "zoom", "all zoom/pan", "p95"), 400.0, "ms"),
-                 t("new session: first paint (median)", at("browser", "session open", "milestones_ms", "first paint",
-                                                           "median"), 1500.0, "ms"),
-                 t("new session: every view populated (median)", at("browser", "session open", "milestones_ms",
-                                                                     "every view populated, painted", "median"), 4000.0, "ms")]
+        opened = ("browser", "session open", "milestones_ms")
+        rows += [t("brush → every beat view repainted, p95 (Chromium)",
+                   at(report, "browser", "brushes", "all brushes", "p95"), 100.0, "ms"),
+                 t("zoom/pan → new raster shown, p95 (Chromium)", at(report, "browser", "zoom", "all zoom/pan", "p95"),
+                   400.0, "ms"),
+                 t("new session: first paint (median)", at(report, *opened, "first paint", "median"), 1500.0, "ms"),
+                 t("new session: every view populated (median)",
+                   at(report, *opened, "every view populated, painted", "median"), 4000.0, "ms")]
     else:
         for name, section in (("", report), ("cuxfilter: ", report.get("cuxfilter"))):
             if section and (name == "" or section.get("protocol") or section.get("server")):
-                proto, server = section.get("protocol") or {}, (section.get("server") or {}).get("kinds", {})
-                rows += [t(f"{name}brush, end to end p95", (proto.get("all brushes") or {}).get("p95"), 50.0, "ms"),
-                         t(f"{name}brush, server side p95", (server.get("all brushes") or {}).get("p95"), 20.0, "ms"),
-                         t(f"{name}zoom/pan → new raster p95", (proto.get("all zoom/pan") or {}).get("p95"), 150.0, "ms"),
-                         t(f"{name}session open (protocol) median", (proto.get("session open") or {}).get("median"),
+                rows += [t(f"{name}brush, end to end p95", at(section, "protocol", "all brushes", "p95"), 50.0, "ms"),
+                         t(f"{name}brush, server side p95", at(section, "server", "kinds", "all brushes", "p95"),
+                           20.0, "ms"),
+                         t(f"{name}zoom/pan → new raster p95", at(section, "protocol", "all zoom/pan", "p95"),
+                           150.0, "ms"),
+                         t(f"{name}session open (protocol) median", at(section, "protocol", "session open", "median"),
                            3000.0, "ms")]
         rows += [t(f"{board}: {report['scale']['beats']:,} beats, brush server side p95",
-                   b["kinds"]["all brushes"]["p95"], 100.0, "ms") for board, b in (at("scale", "boards") or {}).items()]
+                   b["kinds"]["all brushes"]["p95"], 100.0, "ms") for board, b in (at(report, "scale", "boards") or {}).items()]
     load, soaked = report.get("load"), report.get("soak")
     if load:
         n = load["concurrent"]["sessions"]

@@ -20,6 +20,7 @@ from typing import Callable
 import numpy as np
 
 from pipeline import backend
+from tests.support.served import process_rss_bytes
 
 
 def synchronize(device: str) -> None:
@@ -53,6 +54,15 @@ def summary(values, digits: int = 1) -> dict:
     return {"n": len(values), "median": round(float(np.median(values)), digits),
             "p95": round(float(np.percentile(values, 95)), digits), "max": round(max(values), digits),
             "min": round(min(values), digits), "values": [round(v, digits) for v in values]}
+
+
+def summaries(samples: dict[str, list], groups: dict[str, Callable[[str], bool]]) -> dict:
+    """:func:`summary` of each kind's values in ``samples``, then of each group's: the values of the
+    kinds its function accepts (``{"all brushes": lambda kind: kind.startswith("brush")}``)."""
+    out = {kind: summary(values) for kind, values in samples.items()}
+    for name, member in groups.items():
+        out[name] = summary([x for kind, values in samples.items() if member(kind) for x in values])
+    return out
 
 
 def p95_ratio(loaded: dict, reference: dict | None) -> float | None:
@@ -95,38 +105,6 @@ class Budget:
             signal.signal(signal.SIGALRM, previous)
 
 
-# --------------------------------------------------------------------------- host memory
-def _status_kib(name: str) -> int:
-    with open("/proc/self/status") as f:
-        match = re.search(rf"^{name}:\s+(\d+) kB", f.read(), re.MULTILINE)
-    return int(match.group(1)) if match else 0
-
-
-class HostPeak:
-    """Peak resident memory of this process during a run, above its resident size at the start: the
-    kernel's ``VmHWM``, reset through ``/proc/self/clear_refs`` (not measured where that is refused)."""
-
-    def __init__(self):
-        self.method, self._start = "none", 0
-        with contextlib.suppress(OSError):
-            self._reset()
-            self.method = "VmHWM reset through /proc/self/clear_refs"
-
-    @staticmethod
-    def _reset() -> None:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-
-    def start(self) -> None:
-        if self.method != "none":
-            self._start = _status_kib("VmRSS")
-            self._reset()
-
-    def stop(self) -> int | None:
-        """Bytes above the start's resident size at the peak (None when not measurable here)."""
-        return None if self.method == "none" else max(_status_kib("VmHWM") - self._start, 0) * 1024
-
-
 # --------------------------------------------------------------------------- one cell
 @dataclass
 class Prepared:
@@ -151,24 +129,20 @@ class Measurement:
     stopped_by_budget: bool
 
 
-def measure(prepared: Prepared, device: str, *, repeats: int, budget_s: float, host_peak: HostPeak,
-            gpu_memory: bool) -> Measurement:
+def measure(prepared: Prepared, device: str, *, repeats: int, budget_s: float, gpu_memory: bool) -> Measurement:
     """The first run (JIT compilation, FFT plans, pool growth: reported apart), then timed repeats
-    until ``repeats`` are in or they have spent ``budget_s``."""
+    until ``repeats`` are in or they have spent ``budget_s``. Host memory is the resident peak above
+    the run's start (None where ``/proc/self/clear_refs`` cannot reset the peak)."""
 
     def once():
-        with backend.PeakMemory("gpu" if gpu_memory else "cpu") as gpu_peak:
-            synchronize(device)
-            host_peak.start()
-            started = time.perf_counter()
-            metrics = prepared.run()
-            synchronize(device)
-            seconds = time.perf_counter() - started
-            host = host_peak.stop()
-            gpu = gpu_peak.read().get("gpu_peak_bytes")
+        with backend.PeakMemory("gpu" if gpu_memory else "cpu") as peak:
+            start_rss = process_rss_bytes(os.getpid())
+            (seconds,), metrics = clocked(prepared.run, device, 1)
+            read = peak.read()
         if prepared.after:
             prepared.after()
-        return seconds, metrics or {}, gpu, host
+        host = max(read["host_peak_rss_bytes"] - start_rss, 0) if read["host_peak_scope"] == "run" else None
+        return seconds, metrics or {}, read.get("gpu_peak_bytes"), host
 
     first_s, first_metrics, gpu, host = once()
     times, metrics, peaks, stopped = [], [], [(gpu, host)], False
@@ -231,8 +205,7 @@ def machine_name(info: dict) -> str:
 
 def python_loop_ms() -> float:
     """Milliseconds for a fixed pure-Python workload (the median of three sums of ten million
-    integers): how fast the cores ran at that moment, which on a shared virtual machine changes from
-    hour to hour with nothing else running on it, and every benchmark's times with it."""
+    integers): how fast the cores ran at that moment (a shared machine's changes hour to hour)."""
     times = []
     for _ in range(3):
         started = time.perf_counter()

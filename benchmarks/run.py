@@ -25,9 +25,10 @@ from pipeline import backend
 SIZES = {"cpu": [1_000_000, 5_000_000, 20_000_000],
          "gpu": [1_000_000, 5_000_000, 20_000_000, 50_000_000, 100_000_000, 200_000_000]}
 QUICK_SIZES = [50_000, 100_000]
-BUDGET_S = {"cpu": 1080.0, "gpu": 480.0}   # 18 min on a CPU machine; 8 min in a 10-min GPU command
-CAP_S = {"cpu": 60.0, "gpu": 10.0}         # longest predicted run of a host-side contender
-CELL_BUDGET_S = {"cpu": 60.0, "gpu": 20.0}  # timed repeats of one contender at one size
+# The whole run (8 min fits a 10-min GPU command), a host-side contender's longest predicted run, a cell's repeats.
+DEFAULTS = {"cpu": dict(budget_s=1080.0, cap_s=60.0, cell_budget_s=60.0),
+            "gpu": dict(budget_s=480.0, cap_s=10.0, cell_budget_s=20.0)}
+HOST_MEMORY_METHOD = "VmHWM reset through /proc/self/clear_refs"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -61,9 +62,9 @@ def main(argv: list[str] | None = None) -> dict:
     if args.quick:
         args.sizes, args.repeats, args.epochs = args.sizes or QUICK_SIZES, 1, 1
     args.sizes = sorted(set(args.sizes or SIZES[device]))
-    for name, defaults in (("budget_s", BUDGET_S), ("cap_s", CAP_S), ("cell_budget_s", CELL_BUDGET_S)):
+    for name, value in DEFAULTS[device].items():
         if getattr(args, name) is None:
-            setattr(args, name, defaults[device])
+            setattr(args, name, value)
     chosen = contenders_module.select([p.strip() for p in args.contenders.split(",")] if args.contenders else None,
                                       device == "gpu")
     return _Benchmark(args, device, chosen, report.command("run", argv)).run()
@@ -83,7 +84,8 @@ class _Benchmark:
         self.paths = report.paths(args.out, "", self.name, exts=("json", "md", "png"), day=self.date)
         self.settings = contenders_module.Settings(epochs=args.epochs, cpu_vae_beats=args.cpu_vae_beats,
                                                    work_dir=args.data_dir / "runs", gpu=self.gpu)
-        self.host_peak = measure.HostPeak()
+        with backend.PeakMemory("cpu") as probe:   # whether this machine lets a run reset the host peak
+            self.host_memory_method = HOST_MEMORY_METHOD if probe.host_scope == "run" else "none"
         self.results, self.recordings, self.stopped = [], [], None
         self.last: dict[str, dict] = {}  # contender id -> its last measured cell
 
@@ -134,20 +136,19 @@ class _Benchmark:
                                        f"(--budget-s {args.budget_s:.0f})")
             else:
                 self.run_cell(c, n, order, ctx, recording)
-        ctx.release()
-        del ctx
+        del ctx   # the size's signals and beats, before the next size's are made
         gc.collect()
         return True
 
     def run_cell(self, c, n: int, order: int, ctx, recording) -> None:
         prev, started = self.last.get(c.id), measure.Budget(None)
         try:
-            prepared = c.prepare(ctx, self.settings)
+            prepared = c.prepare(ctx)
             if prepared.workload and prev and prev.get("workload") == prepared.workload:
                 self.skip(c, n, order, f"same work as at {size_label(prev['samples'])}: {prepared.workload}")
                 return
             m = measure.measure(prepared, c.device, repeats=self.args.repeats, budget_s=self.args.cell_budget_s,
-                                host_peak=self.host_peak, gpu_memory=c.device == "gpu")
+                                gpu_memory=c.device == "gpu")
         except Exception as err:  # one failing cell must not lose the others' numbers
             traceback.print_exc()
             self.skip(c, n, order, f"error: {type(err).__name__}: {str(err).strip().splitlines()[0][:200]}")
@@ -174,7 +175,7 @@ class _Benchmark:
         options = {"sizes": a.sizes, "repeats": a.repeats, "contenders": [c.id for c in self.chosen],
                    "device": self.device, "budget_s": a.budget_s, "cap_s": a.cap_s, "cell_budget_s": a.cell_budget_s,
                    "epochs": a.epochs, "cpu_vae_beats": a.cpu_vae_beats, "chunk": CHUNK, "seed": 0,
-                   "quick": a.quick, "data_dir": str(a.data_dir), "host_memory_method": self.host_peak.method}
+                   "quick": a.quick, "data_dir": str(a.data_dir), "host_memory_method": self.host_memory_method}
         slope_rows = report.slopes(self.results)
         full = {"schema": 1, "machine_name": self.name, "date": self.date,
                 "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": self.command,

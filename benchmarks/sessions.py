@@ -17,14 +17,16 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.measure import summary
+from benchmarks.measure import summaries
 from dashboard.spec import LINKED, RENDERED_BY_BOARD, VIEWS
+from pipeline.results import load_run
 from tests.support.bokeh_session import SessionError
 from tests.support.served import CHROMIUM, CHROMIUM_ARGS, ROOT
 
 PROBE = Path(__file__).resolve().parent / "interaction_probe.js"
 CHARTS = [name for name, view in VIEWS.items() if view.kind in RENDERED_BY_BOARD]  # drawn before "populated"
 VIEWPORT = {"width": 1600, "height": 1250}
+ALL_BRUSHES = {"all brushes": lambda kind: kind.startswith("brush")}   # a summary over every chart's brushes
 
 # Each linked chart's brush bounds in the page: its ``Brush``, an argument of its selection callback.
 _BRUSH_BOUNDS_JS = """(linked) => {
@@ -41,25 +43,20 @@ _BRUSH_BOUNDS_JS = """(linked) => {
 
 
 # --------------------------------------------------------------------------- the run and the plans
-def run_path_from_log(log: str) -> Path:
+def run_from_log(log: str):
+    """The run a server's log names (``pipeline.results.RunResult``)."""
     found = re.search(r"ECG dashboard ready in [\d.]+ s \((?:cached run )?([^;)]+)", log)
     if not found:
         raise RuntimeError("the server's log does not name its run")
     path = Path(found.group(1))
-    return path if path.is_absolute() else ROOT / path
+    return load_run(path if path.is_absolute() else ROOT / path)
 
 
-def run_beats(run_path):
-    """A run's beats as the charts see them (with the DataStore's RR intervals): the counts' check."""
-    import pandas as pd
+def run_beats(run):
+    """A run's beats as the charts see them (the DataStore's columns, on the host): the counts' check."""
+    from dashboard.shared_run import SharedRun
 
-    from dashboard.shared_run import rr_intervals
-
-    beats = pd.read_parquet(run_path / "beats.parquet")
-    report = json.loads((run_path / "report.json").read_text())
-    beats["rr_prev_s"], beats["rr_next_s"] = rr_intervals(beats, np.load(run_path / "fiducials.npy"),
-                                                          float(report["input"]["fs"]))
-    return beats
+    return SharedRun.from_run(run, device="cpu", columns_device="cpu").beats
 
 
 def expected_count(beats, brushes: dict) -> int:
@@ -134,8 +131,21 @@ def next_gesture(window, duration_s: float, step: int, rng) -> tuple[str, float]
     return "pan", by if rng.random() < 0.5 else -by
 
 
+async def brush_rounds(n: int, timed, brush, clear) -> None:
+    """An untimed brush and clear of each linked chart, then ``n`` rounds of a brush on each, every chart
+    cleared after every 10th round and the last; ``timed(kind, gesture)`` awaits each (kind None: untimed)."""
+    for view in LINKED:
+        await timed(None, brush(view))
+        await timed(None, clear(view))
+    for i in range(n):
+        for view in LINKED:
+            await timed(f"brush {view}", brush(view))
+        for view in LINKED if i % 10 == 9 or i == n - 1 else ():
+            await timed("clear", clear(view))
+
+
 # --------------------------------------------------------------------------- over the protocol
-async def protocol_brush(session, view: str, bounds, board: str = "bokeh", timeout_s: float = 60.0) -> float:
+async def protocol_brush(session, view: str, bounds, board: str = "bokeh") -> float:
     """A brush (a clear: ``bounds=None``) over the protocol, seconds to the last patch: ``Brush.bounds``,
     or on cuxfilter's charts the box selection's event."""
     before, sent = session.version, time.perf_counter()
@@ -150,8 +160,8 @@ async def protocol_brush(session, view: str, bounds, board: str = "bokeh", timeo
         async with session.change():
             brush.bounds = bounds
     # cuxfilter's charts may answer in several patches: wait longer before calling the answer complete.
-    waited = await session.wait_for(lambda: session.version != before, sent, timeout_s,
-                                    quiet=0.3 if board == "cuxfilter" else 0.1)
+    quiet = 0.3 if board == "cuxfilter" else 0.1
+    waited = await session.wait_for(lambda: session.version != before, sent, 60, quiet=quiet)
     return waited.last_at - sent
 
 
@@ -278,13 +288,13 @@ class BrowserPage:
     async def _painted(self, before: int, input_types: tuple[str, ...], kind: str, timeout_s: float) -> Gesture:
         """The version change after ``before`` changes, painted; timed from the last of ``input_types``."""
         try:
-            await self.page.wait_for_function(
-                "(n) => { const v = window.__ecgProbe.versions; return v.length > n && v[n].painted !== null; }",
+            painted = await self.page.wait_for_function(
+                "(n) => { const p = window.__ecgProbe, v = p.versions; "
+                "return v.length > n && v[n].painted !== null && [v[n], p.input]; }",
                 arg=before, timeout=timeout_s * 1000, polling="raf")
         except Exception as err:   # noqa: BLE001 - Playwright's TimeoutError; report the gesture
             raise GestureError(f"{kind}: no repaint within {timeout_s:.0f} s") from err
-        record, inputs = await self.page.evaluate(
-            "(n) => [window.__ecgProbe.versions[n], window.__ecgProbe.input]", before)
+        record, inputs = await painted.json_value()
         start = max(inputs.get(t) or 0 for t in input_types)
         return Gesture(kind, record["painted"] - start)
 
@@ -393,15 +403,13 @@ class BrowserPage:
                          ? Math.abs(l.x0 - lo) <= tol && Math.abs(l.x1 - hi) <= tol
                          : l.kind === 'samples' && l.x0 <= lo + tol && l.x1 >= hi - tol)"""
         try:
-            await self.page.wait_for_function(f"""([t0, lo, hi, tol]) => window.__ecgProbe.landings.some(
+            landing = await self.page.wait_for_function(f"""([t0, lo, hi, tol]) => window.__ecgProbe.landings.find(
                     l => l.at >= t0 && ({match})(l, lo, hi, tol))""", arg=[since_ms, window[0], window[1], tol],
-                                              timeout=timeout_s * 1000, polling="raf")
+                                                        timeout=timeout_s * 1000, polling="raf")
         except Exception as err:   # noqa: BLE001
             raise GestureError(f"{kind}: the recording did not show [{window[0]:.3f}, {window[1]:.3f}] "
                                f"within {timeout_s:.0f} s") from err
-        landing = await self.page.evaluate(f"""([t0, lo, hi, tol]) => window.__ecgProbe.landings.find(
-                l => l.at >= t0 && ({match})(l, lo, hi, tol))""", [since_ms, window[0], window[1], tol])
-        return Gesture(kind, max(landing["painted"] - end_ms, 0.0))
+        return Gesture(kind, max((await landing.json_value())["painted"] - end_ms, 0.0))
 
 
 # --------------------------------------------------------------------------- in this process
@@ -545,8 +553,7 @@ def server_side(shared, n_brushes: int, n_zooms: int, n_sessions: int = 5, seed:
     session.close()
     ms = {kind: [1000 * t.total_s for t in timed] for kind, timed in samples.items()}
     ms["session open"] = [1000 * s.open_s for s in opens]
-    kinds = {kind: summary(v) for kind, v in ms.items()}
-    kinds["all brushes"] = summary([x for k, v in ms.items() if k.startswith("brush") for x in v])
+    kinds = summaries(ms, ALL_BRUSHES)
     details = {kind: {"events_median": float(np.median([t.events for t in timed])),
                       "patch_bytes_median": float(np.median([t.nbytes for t in timed]))}
                for kind, timed in samples.items()}

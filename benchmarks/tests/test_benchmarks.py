@@ -256,7 +256,7 @@ def test_deferred_patches_still_give_the_version_and_are_applied_later(tmp_path)
 
     try:
         server.wait_ready(TIMEOUT_S)
-        seen = asyncio.run(brush(sessions.run_beats(sessions.run_path_from_log(server.log()))))
+        seen = asyncio.run(brush(sessions.run_beats(sessions.run_from_log(server.log()))))
     finally:
         server.stop()
     assert seen["version"] != seen["before"] and seen["document"] == seen["before"], seen
