@@ -9,8 +9,7 @@ Each record is scored by a reference trained on the other 21 records' normal (AA
 of any record outside DS1 is refused (DS2 and the other databases are where the product is
 judged). Figures: pooled AUROC of abnormal against normal beats, per AAMI class, the median
 per-record AUROC, the precision of each record's 10 top-ranked beats, and for the calibrated score
-the normal beats at or above the outlier threshold, pooled and per record. ``--write-reference
-PATH`` also trains on all 22 records and writes the reference (the shipped ``reference-v1``).
+the normal beats at or above the outlier threshold, pooled and per record.
 """
 from __future__ import annotations
 
@@ -209,7 +208,6 @@ def markdown(result: dict) -> str:
 def main(argv: list[str] | None = None) -> dict:
     p = report.parser("reference_dev", __doc__)
     p.add_argument("--runs", default=".scratch/ds1-runs", help="folder of the product's DS1 runs")
-    p.add_argument("--write-reference", help="train on all DS1 records and write the reference here (.npz + .json)")
     args = p.parse_args(argv)
     runs = ds1_runs(Path(args.runs))
     cfg = reference.ReferenceConfig()
@@ -228,9 +226,6 @@ def main(argv: list[str] | None = None) -> dict:
     result["majority"] = {"calibrated": majority_stress(runs, refs)}
     full = reference.fit_reference([reference.reference_beats(run, None, cfg) for run in runs.values()], cfg)
     result["speed"] = scoring_speed(full)
-    if args.write_reference:
-        path = reference.save_reference(full, Path(args.write_reference))
-        print(f"wrote {path} ({path.stat().st_size:,} bytes) and {path.with_suffix('.json')}")
     report.write(result, report.paths(args.out, "reference-dev", ""), markdown(result))
     print(markdown(result))
     return result

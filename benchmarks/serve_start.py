@@ -26,7 +26,7 @@ from datetime import date
 from pathlib import Path
 
 from benchmarks import report
-from benchmarks.measure import describe_machine, python_loop_ms
+from benchmarks.measure import describe_machine, python_loop_ms, summary
 from pipeline import backend
 from tests.support.served import CHROMIUM, CHROMIUM_ARGS, ROOT, Server
 
@@ -160,11 +160,10 @@ def main(argv: list[str] | None = None) -> dict:
                 runs = measure(browser)
             finally:
                 browser.close()
-    keys = [key for key in (*NAMES, "client_decode_s", "python_loop_ms") if key in runs[0]]
-    s = {key: {"median": round(statistics.median(r[key] for r in runs), 2), "min": min(r[key] for r in runs),
-               "max": max(r[key] for r in runs)} for key in keys}
-    machine, usable_by = describe_machine(backend.has_gpu()), "pipeline" if args.pipeline else \
-        "protocol" if args.no_browser else "chromium"
+    s = {key: summary([r[key] for r in runs], digits=3) for key in (*NAMES, "client_decode_s", "python_loop_ms")
+         if key in runs[0]}
+    machine = describe_machine(backend.has_gpu())
+    usable_by = "pipeline" if args.pipeline else "protocol" if args.no_browser else "chromium"
     result = {"benchmark": "pipeline_start" if args.pipeline else "serve_start", "date": date.today().isoformat(),
               "machine": machine, "app_args": app_args, "cold": args.cold, "usable_by": usable_by, "runs": runs,
               "summary": s}
@@ -173,7 +172,7 @@ def main(argv: list[str] | None = None) -> dict:
              f"Machine: {report.machine_line(machine)}. App arguments: `{' '.join(app_args) or '(defaults)'}`; "
              f"usable = {usable_by}.", "",
              *report.table(["from the command to", "median (s)", "min", "max"],
-                           [[name, f"{s[k]['median']:.2f}", f"{s[k]['min']:.2f}", f"{s[k]['max']:.2f}"]
+                           [[name, *(f"{s[k][x]:.2f}" for x in ("median", "min", "max"))]
                             for k, name in NAMES.items() if k in s])]
     if args.pipeline and args.cold:
         result["cold_stages_median_s"] = stages = {k: statistics.median(r["stages_s"].get(k, 0.0) for r in runs)

@@ -28,6 +28,7 @@ from pipeline import PipelineWarning, synth, threads
 from pipeline.config import SignalConfig, VAEConfig
 from pipeline.metrics import auroc
 from pipeline.segmentation import segment
+from pipeline.tables import match_labels
 
 TARGETS = (("training (captured, 20M default) <= 1 s", "train_s_median", 1.0, False),
            ("outlier AUROC (synthetic 20M) >= 0.99", "auroc", 0.99, True))
@@ -38,11 +39,7 @@ def synthetic_beats(samples: int, seed: int = 0):
     """Rows (n, width) float32 and each beat's symbol ('' when no injected beat is within 150 ms)."""
     ecg = synth.synthesize(synth.SynthConfig(n_samples=samples, seed=seed))
     beats = segment(ecg.signal, ecg.fs, SignalConfig()).beats
-    right = np.clip(np.searchsorted(ecg.r_peaks, beats.fiducial), 1, len(ecg.r_peaks) - 1)
-    nearest = np.where(np.abs(ecg.r_peaks[right - 1] - beats.fiducial) <= np.abs(ecg.r_peaks[right] - beats.fiducial),
-                       right - 1, right)
-    close = np.abs(ecg.r_peaks[nearest] - beats.fiducial) <= 0.15 * ecg.fs
-    return beats.rows, np.where(close, ecg.symbols[nearest], "")
+    return beats.rows, match_labels(beats.fiducial, ecg.r_peaks, ecg.symbols, int(0.15 * ecg.fs))
 
 
 def make_step(rows, is_train, cfg, capture: bool = False, seed: int = 1):

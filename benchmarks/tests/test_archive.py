@@ -3,22 +3,20 @@ the recordings it writes are the seeded ones, and its results hold every layout,
 target."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from benchmarks import archive
+from pipeline.load import load_ecg
+from pipeline.sidecar import read_annotations
 from pipeline.synth import SynthConfig, synthesize
 
 
 @pytest.mark.slow   # a Dask cluster or several pipeline runs: test-all and CI
 def test_archive_benchmark_writes_results(tmp_path):
-    import json
-
-    from benchmarks import archive
-    from pipeline.load import load_ecg
-    from pipeline.sidecar import read_annotations
-
     data = tmp_path / "data"
     returned = archive.main(["--recordings", "2", "--samples", "20000", "--workers", "1,2", "--repeats", "1",
                              "--epochs", "1", "--device", "cpu", "--threads", "1", "--data-dir", str(data),

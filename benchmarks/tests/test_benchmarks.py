@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks import contenders, recordings, run
+from benchmarks import contenders, interaction, recordings, report, run, sessions
 from dashboard.spec import LINKED
 from pipeline import synth
 from tests.support.bokeh_session import DASHBOARD_MARKER, ProtocolSession
-from tests.support.served import Server
+from tests.support.served import CHROMIUM, Server
 
 CPU_CONTENDERS = {"load/pyarrow", "load/pandas", "segmentation/cpu", "segmentation/neurokit2", "vae/cpu",
                   "end-to-end/cpu"}
@@ -61,8 +61,6 @@ def test_large_recordings_tile_the_chunk_and_its_annotations(tmp_path):
 
 def test_gpu_targets_of_the_pipeline_benchmark():
     """The four GPU targets from a GPU run's rows (made up here: no GPU on the test machine)."""
-    from benchmarks import report
-
     def row(contender, samples, median_s, **extra):
         return {"contender": contender, "samples": samples, "median_s": median_s, "status": "ok", **extra}
 
@@ -74,23 +72,16 @@ def test_gpu_targets_of_the_pipeline_benchmark():
     assert targets[0]["measured"] == 400.0 and targets[3]["note"].startswith("at 20M; most 45.0 B/sample")
 
 
-@pytest.mark.parametrize("text, samples", [("50k", 50_000), ("1M", 1_000_000), ("2.5M", 2_500_000),
-                                           ("200_000_000", 200_000_000)])
-def test_sizes_read_with_suffixes(text, samples):
-    assert recordings.parse_size(text) == samples
-
-
-def test_bad_size_is_refused_with_the_value():
+def test_sizes_read_with_suffixes_and_a_bad_one_is_refused():
+    assert [recordings.parse_size(text) for text in ("50k", "1M", "2.5M", "200_000_000")] == [
+        50_000, 1_000_000, 2_500_000, 200_000_000]
     with pytest.raises(SystemExit):
         run.main(["--sizes", "lots"])
 
 
-def test_unknown_contender_lists_the_valid_ones():
+def test_contenders_unknown_or_needing_a_gpu_are_refused_naming_the_valid_ones():
     with pytest.raises(ValueError, match=r"'segmentaton' matches none of load/cudf, .*segmentation/neurokit2"):
         contenders.select(["segmentaton"], gpu=False)
-
-
-def test_gpu_contender_without_gpu_is_refused():
     with pytest.raises(ValueError, match=r"load/cudf need a GPU"):
         contenders.select(["load"], gpu=False)
     assert [c.id for c in contenders.select(["*/cpu", "load/pandas"], gpu=False)] == [
@@ -122,9 +113,6 @@ def _finite_summary(s: dict, what: str) -> None:
 def test_interaction_benchmark_quick_measures_every_kind(tmp_path):
     """``python -m benchmarks.interaction --quick`` against a real server in headless Chromium, with
     a small load test and soak: every interaction kind has finite times, nothing failed."""
-    from benchmarks import interaction
-    from tests.support.served import CHROMIUM
-
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} not found (apt-get install chromium)")
     pytest.importorskip("playwright.async_api")
@@ -160,21 +148,15 @@ def test_interaction_benchmark_quick_measures_every_kind(tmp_path):
     assert not data["failed"] and all(step["ok"] for step in data["steps"].values()), data["steps"]
 
 
-def test_interaction_benchmark_refuses_bad_options():
-    from benchmarks import interaction
-
+@pytest.mark.parametrize("bad", [["--brushes", "0"], ["--boards", "bokeh,teleport"],
+                                 ["--client", "browser", "--boards", "bokeh,cuxfilter"]])
+def test_interaction_benchmark_refuses_bad_options(bad):
     with pytest.raises(SystemExit):
-        interaction.main(["--brushes", "0"])
-    with pytest.raises(SystemExit):
-        interaction.main(["--boards", "bokeh,teleport"])
-    with pytest.raises(SystemExit):
-        interaction.main(["--client", "browser", "--boards", "bokeh,cuxfilter"])
+        interaction.parse_args(bad)
 
 
 def test_gpu_run_options_parse():
     """What benchmarks/gpu_session.sh asks of the dashboard benchmark on the GPU machine."""
-    from benchmarks import interaction
-
     args = interaction.parse_args(["--device", "gpu", "--client", "bokeh", "--boards", "bokeh,cuxfilter",
                                    "--sessions", "20", "--soak", "200", "--budget-s", "540"])
     assert args.boards == ["bokeh", "cuxfilter"] and args.sessions == 20 and args.soak == 200
@@ -209,8 +191,6 @@ def _dashboard_report() -> dict:
 
 
 def test_gpu_targets_and_report_of_every_section():
-    from benchmarks import interaction, report
-
     data = _dashboard_report()
     rows = {r["target"]: r for r in interaction.targets(data)}
     assert rows["brush, end to end p95"]["status"] == "met"                           # 7.5 ms ≤ 50 ms
@@ -234,8 +214,6 @@ def test_deferred_patches_still_give_the_version_and_are_applied_later(tmp_path)
     """The load test's sessions keep the server's patches unapplied while they brush: the version
     they wait for still follows the answer, the document stays as it was, and once the patches are
     applied it shows the count that the session's brush selects in the run's own table."""
-    from benchmarks import sessions
-
     server = Server([*APP_ARGS, "--out", str(tmp_path / "runs")], tmp_path / "server.log")
 
     async def brush(beats) -> dict:
