@@ -36,8 +36,27 @@
     return null;
   }
 
-  // A chart's plot view, for the gestures of the harness (benchmarks/sessions.py).
+  // What the gestures of the harness (benchmarks/sessions.py) read: a chart's plot view, each linked
+  // chart's brush bounds (its Brush, an argument of its selection callback), where values fall on a
+  // chart's frame, and the times of the page's opening.
   probe.plotView = (name) => firstPlotView(cardView(Bokeh.documents[0].views_manager, name));
+  probe.brushBounds = (names) => Object.fromEntries(names.map((name) => {
+    const args = probe.plotView(name).model.js_event_callbacks["selectiongeometry"][0].args;
+    const brush = args instanceof Map ? args.get("brush") : args.brush;
+    return [name, brush.bounds == null ? null : Array.from(brush.bounds)];
+  }));
+  probe.geometry = (name, xs, ys) => {
+    const frame = probe.plotView(name).frame, box = frame.bbox;
+    return { sx: xs.map((x) => frame.x_scale.compute(x)), sy: ys.map((y) => frame.y_scale.compute(y)),
+             frame: { x: box.x, y: box.y, width: box.width, height: box.height } };
+  };
+  probe.opening = () => {
+    const nav = performance.getEntriesByType("navigation")[0] || {};
+    const paint = Object.fromEntries(performance.getEntriesByType("paint").map((e) => [e.name, e.startTime]));
+    return { probe_error: probe.error || null, response_start: nav.responseStart, response_end: nav.responseEnd,
+             dom_content_loaded: nav.domContentLoadedEventEnd, first_paint: paint["first-paint"],
+             first_contentful_paint: paint["first-contentful-paint"], ...probe.milestones };
+  };
 
   function tableRows(views) {
     const table = views.query_one((v) => v.model.type === "DataTable");

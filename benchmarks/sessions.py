@@ -28,19 +28,6 @@ CHARTS = [name for name, view in VIEWS.items() if view.kind in RENDERED_BY_BOARD
 VIEWPORT = {"width": 1600, "height": 1250}
 ALL_BRUSHES = {"all brushes": lambda kind: kind.startswith("brush")}   # a summary over every chart's brushes
 
-# Each linked chart's brush bounds in the page: its ``Brush``, an argument of its selection callback.
-_BRUSH_BOUNDS_JS = """(linked) => {
-    const out = {};
-    for (const name of linked) {
-        const plot = window.__ecgProbe.plotView(name).model;
-        const callback = plot.js_event_callbacks['selectiongeometry'][0];
-        const args = callback.args;
-        const brush = args instanceof Map ? args.get('brush') : args.brush;
-        out[name] = brush.bounds == null ? null : Array.from(brush.bounds);
-    }
-    return out;
-}"""
-
 
 # --------------------------------------------------------------------------- the run and the plans
 def run_from_log(log: str):
@@ -239,14 +226,7 @@ class BrowserPage:
         await self.page.wait_for_function(
             "() => window.__ecgProbe && (window.__ecgProbe.milestones.populated_painted !== undefined"
             " || window.__ecgProbe.error !== undefined)", timeout=timeout_s * 1000, polling=100)
-        timing = await self.page.evaluate("""() => {
-            const nav = performance.getEntriesByType('navigation')[0] || {};
-            const paint = Object.fromEntries(performance.getEntriesByType('paint').map(e => [e.name, e.startTime]));
-            return {probe_error: window.__ecgProbe.error || null, response_start: nav.responseStart,
-                    response_end: nav.responseEnd, dom_content_loaded: nav.domContentLoadedEventEnd,
-                    first_paint: paint['first-paint'], first_contentful_paint: paint['first-contentful-paint'],
-                    ...window.__ecgProbe.milestones};
-        }""")
+        timing = await self.probe("p.opening()")
         if timing.get("probe_error"):
             raise GestureError(f"the page probe failed: {timing['probe_error']}")
         return timing
@@ -260,7 +240,7 @@ class BrowserPage:
 
     async def brush_bounds(self) -> dict:
         """Each linked chart's brush as the page holds it: ``{view: bounds or None}``."""
-        return await self.page.evaluate(_BRUSH_BOUNDS_JS, list(LINKED))
+        return await self.probe(f"p.brushBounds({json.dumps(list(LINKED))})")
 
     async def canvas_box(self, view: str) -> dict:
         canvas = self.page.locator(f".ecg-view-{view} .bk-Canvas").first
@@ -272,12 +252,7 @@ class BrowserPage:
 
     async def frame_geometry(self, view: str, xs=(), ys=()) -> dict:
         """Where values fall on a chart's canvas (CSS px) and its frame: ``{"sx", "sy", "frame"}``."""
-        return await self.page.evaluate("""([name, xs, ys]) => {
-            const frame = window.__ecgProbe.plotView(name).frame;
-            const box = frame.bbox;
-            return {sx: xs.map(x => frame.x_scale.compute(x)), sy: ys.map(y => frame.y_scale.compute(y)),
-                    frame: {x: box.x, y: box.y, width: box.width, height: box.height}};
-        }""", [view, list(xs), list(ys)])
+        return await self.page.evaluate("(a) => window.__ecgProbe.geometry(...a)", [view, list(xs), list(ys)])
 
     async def _at(self, view: str, *fractions: tuple[float, float]) -> list[tuple[float, float]]:
         """The page coordinates of fractions (fx, fy) of a chart's plot frame."""
@@ -321,9 +296,8 @@ class BrowserPage:
             before = await self.probe("p.versions.length")
             await self._drag([(x0 + (x1 - x0) * k / 8, y0 + (y1 - y0) * k / 8) for k in range(9)])
             try:
-                await self.page.wait_for_function(
-                    f"([name, was]) => JSON.stringify(({_BRUSH_BOUNDS_JS})([name])[name]) !== JSON.stringify(was)",
-                    arg=[view, brushed], timeout=1000, polling="raf")
+                moved = "([n, was]) => JSON.stringify(window.__ecgProbe.brushBounds([n])[n]) !== JSON.stringify(was)"
+                await self.page.wait_for_function(moved, arg=[view, brushed], timeout=1000, polling="raf")
                 break
             except Exception:   # noqa: BLE001 - Playwright's TimeoutError: the brush did not move
                 continue
@@ -427,17 +401,11 @@ def load_shared(app_args: list[str]):
 
 @dataclass
 class Timed:
-    """One interaction: seconds to update every view, to serialize the patch, and its size."""
+    """One interaction: seconds to update every view and serialize the patch, the patch's events and bytes."""
 
-    update_s: float
-    serialize_s: float
+    seconds: float
     events: int
     nbytes: int
-    version: int
-
-    @property
-    def total_s(self) -> float:
-        return self.update_s + self.serialize_s
 
 
 class InProcessSession:
@@ -473,15 +441,14 @@ class InProcessSession:
         with self._curdoc(self.doc):
             started = time.perf_counter()
             change()
-            updated = time.perf_counter()
             events = [e for e in self.events if getattr(e, "model", None) not in sent_by_browser]
             size = 0
             if events:
                 message = Protocol().create("PATCH-DOC", events)
                 size = len(message.header_json) + len(message.metadata_json) + len(message.content_json)
                 size += sum(len(b.to_bytes()) for b in message.buffers)
-            done = time.perf_counter()
-        return Timed(updated - started, done - updated, len(events), size, self.store.selection.version)
+            seconds = time.perf_counter() - started
+        return Timed(seconds, len(events), size)
 
     def brush(self, view: str, bounds: list[float] | None) -> Timed:
         """A box selection, ``[x0, x1]`` or ``[x0, x1, y0, y1]`` (None: cleared); on cuxfilter's board its
@@ -551,7 +518,7 @@ def server_side(shared, n_brushes: int, n_zooms: int, n_sessions: int = 5, seed:
     for kind, lo, hi in zoom_plan(shared.duration_s, n_zooms, rng):
         samples.setdefault(kind, []).append(session.zoom(lo, hi))
     session.close()
-    ms = {kind: [1000 * t.total_s for t in timed] for kind, timed in samples.items()}
+    ms = {kind: [1000 * t.seconds for t in timed] for kind, timed in samples.items()}
     ms["session open"] = [1000 * s.open_s for s in opens]
     kinds = summaries(ms, ALL_BRUSHES)
     details = {kind: {"events_median": float(np.median([t.events for t in timed])),

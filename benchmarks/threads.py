@@ -108,21 +108,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"run {i + 1} {policy:>8} {condition:<5} median step {statistics.median(runs[-1]['step_ms']):7.1f} ms",
                   flush=True)
 
-    print(f"\n{'policy':>8} {'cond':<5} {'threads':>7} {'step ms':>8} {'p95 ms':>8} {'late p95':>8} {'late max':>8}")
     summary = {"machine": machine, "samples": args.samples, "steps": args.steps, "repeats": args.repeats,
                "load_average": {"start": machine["load_average_start"], "end": load_average()}, "cells": []}
-    medians = {}
     for (policy, condition), runs in cells.items():
         per_run, late = [statistics.median(r["step_ms"]) for r in runs], [t for r in runs for t in r["late_ms"]]
-        medians[policy, condition] = statistics.median(per_run)
-        cell = {"policy": policy, "condition": condition, "torch_threads": runs[0]["torch_threads"],
-                "step_ms_median": medians[policy, condition],
-                "step_ms_p95": float(np.percentile([t for r in runs for t in r["step_ms"]], 95)),
-                "step_ms_run_medians": per_run, "late_ms_p95": float(np.percentile(late, 95)) if late else None,
-                "late_ms_max": max(late) if late else None}
-        summary["cells"].append(cell)
-        print(f"{policy:>8} {condition:<5} {cell['torch_threads']:>7} {cell['step_ms_median']:>8.1f} "
-              f"{cell['step_ms_p95']:>8.1f} {cell['late_ms_p95'] or 0:>8.2f} {cell['late_ms_max'] or 0:>8.2f}")
+        summary["cells"].append({
+            "policy": policy, "condition": condition, "torch_threads": runs[0]["torch_threads"],
+            "step_ms_median": statistics.median(per_run),
+            "step_ms_p95": float(np.percentile([t for r in runs for t in r["step_ms"]], 95)),
+            "step_ms_run_medians": per_run, "late_ms_p95": float(np.percentile(late, 95)) if late else None,
+            "late_ms_max": max(late) if late else None})
+    print("\n".join(report.table(["policy", "condition", "threads", "step ms", "p95 ms", "late p95", "late max"], [
+        [c["policy"], c["condition"], c["torch_threads"], f"{c['step_ms_median']:.1f}", f"{c['step_ms_p95']:.1f}",
+         f"{c['late_ms_p95'] or 0:.2f}", f"{c['late_ms_max'] or 0:.2f}"] for c in summary["cells"]])))
+    medians = {(c["policy"], c["condition"]): c["step_ms_median"] for c in summary["cells"]}
     summary["busy_over_idle"] = {p: medians[p, "busy"] / medians[p, "idle"] for p in policies}
     for policy, ratio in summary["busy_over_idle"].items():
         print(f"{policy:>8}: one busy core costs {ratio:.2f}× (target ≤ 1.5×)")
