@@ -143,6 +143,19 @@ def use_rmm_pool(initial_pool_bytes: int | None = None, sharers: int = 1):
     return stats
 
 
+def import_cudf():
+    """cuDF, imported without losing the CuPy block pool of :func:`use_rmm_pool`: importing cuDF
+    makes RMM's allocator CuPy's, which would put a Python call into RMM behind every one of the
+    segmentation's hundreds of small temporary arrays again."""
+    import cudf
+
+    if _CUPY_BLOCKS is not None:
+        import cupy
+
+        cupy.cuda.set_allocator(_CUPY_BLOCKS.malloc)
+    return cudf
+
+
 def free_cached_blocks() -> None:
     """Give the blocks CuPy's pool holds unused back to the RMM pool (see :func:`use_rmm_pool`)."""
     if _CUPY_BLOCKS is not None:
@@ -293,8 +306,12 @@ def as_kernel_array(x):
     if is_cupy_array(x):
         import numba.cuda
 
-        out = numba.cuda.as_cuda_array(x)
-        _record("cupy", "numba.cuda", "__cuda_array_interface__", x.nbytes, _data_pointer(out) == x.data.ptr)
+        # No stream synchronisation on import: CuPy queues its work on the legacy default stream
+        # and Numba launches there too, so the stream itself orders them; the synchronisation
+        # that the array interface asks for by default would stall the host at every launch.
+        out = numba.cuda.as_cuda_array(x, sync=False)
+        if _LEDGER is not None:
+            _record("cupy", "numba.cuda", "__cuda_array_interface__", x.nbytes, _data_pointer(out) == x.data.ptr)
         return out
     _record("numpy", "numba", "ndarray buffer", x.nbytes, True)
     return x

@@ -125,7 +125,9 @@ def polarity_of(signal, positions, fs: float, share: float = 0.8, reach_s: float
     polarity: beats of both kinds, or none)."""
     if positions.shape[0] == 0:
         return 0.0
-    up = float((_deflection(signal, positions, fs, reach_s) >= 0).mean())      # host sync: one number
+    # The share is taken on the host (a copy of ~1000 flags, where one number would sync anyway):
+    # CuPy's mean of them needs a kernel that the warm-up's recording did not load.
+    up = float(backend.to_host(_deflection(signal, positions, fs, reach_s) >= 0).mean())
     return 1.0 if up >= share else -1.0 if up <= 1.0 - share else 0.0
 
 

@@ -223,7 +223,7 @@ def _read_csv_pyarrow(path, index, layout: _Layout):
 
 def _read_csv_cudf(path, index, layout: _Layout):
     """Parse on the GPU straight to float32; nulls are either empty cells (gaps) or text."""
-    import cudf
+    cudf = backend.import_cudf()
 
     has_header = layout.header is not None
     options = dict(sep=layout.delimiter, header=0 if has_header else None, usecols=[index], skip_blank_lines=False)

@@ -316,9 +316,9 @@ def _describe_device(device: str, torch_version: str) -> dict:
             "cpu_threads": {"torch": torch.get_num_threads(), "numba": numba.get_num_threads(),
                             "available": threads.available_cpus()}}
     if device == "gpu":
-        import cudf
         import cupy
 
+        cudf = backend.import_cudf()
         props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
         info.update(gpu=props["name"].decode(), cupy=cupy.__version__, cudf=cudf.__version__)
     return info

@@ -412,6 +412,46 @@ def test_rmm_is_the_allocator(library):
     del buffer
 
 
+POOL_AFTER_CUDF = """
+import sys
+import cupy
+import rmm
+from pipeline import backend, load
+
+backend.use_rmm_pool()
+load.load_ecg(sys.argv[1], device="gpu")            # the first cuDF import of the process
+stats = rmm.mr.get_current_device_resource()
+
+
+def allocations():
+    counts = stats.allocation_counts
+    return int(counts["total_count"] if isinstance(counts, dict) else counts.total_count)
+
+
+block = cupy.empty(1 << 20, dtype=cupy.float32)
+del block
+before = allocations()
+for _ in range(20):
+    block = cupy.empty(1 << 20, dtype=cupy.float32)  # the same size again and again
+    del block
+print(allocations() - before)
+"""
+
+
+def test_cupy_keeps_its_block_pool_after_cudf_is_imported(small_csv):
+    """Importing cuDF makes RMM's allocator CuPy's; the pipeline imports it through
+    backend.import_cudf, which puts CuPy's block pool back: a freed block is handed out again
+    without a new allocation from RMM. A fresh process, so that cuDF's import comes after the pool."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    result = subprocess.run([sys.executable, "-c", POOL_AFTER_CUDF, str(small_csv)], capture_output=True,
+                            text=True, timeout=300, cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout.strip().splitlines()[-1]) == 0, "CuPy allocated from RMM again: its pool is gone"
+
+
 def test_torch_keeps_its_own_allocator():
     """PyTorch allocates through its caching allocator, not RMM: CUDA graph capture needs its
     graph-private pools (backend.use_rmm_pool says why)."""
