@@ -45,16 +45,25 @@ def warm_up(device: str, request: RunRequest, input_path: Path) -> None:
 
 def _stress_signal(xp, fs: float):
     """2.3 h of pulses (~10,000 beats) with what takes the segmentation's every path, so that none
-    compiles its kernels inside the run: small pulses between the large ones (the second look),
-    10 s of a 4.5 Hz sine (flutter), 2 s of noise and 3 s of pulses at a tenth of their size (the
-    search inside a long RR gap)."""
+    loads a kernel inside the run (CuPy compiles a kernel for each array layout, and a path that
+    meets one gap or none uses other layouts than one that meets several): small pulses between
+    the large ones (the second look), 10 s of a 4.5 Hz sine (flutter), 2 s of noise, three
+    stretches of 3 s of pulses at a tenth of their size (the search inside long RR gaps), 20 s of
+    tall, broad T waves (the T-wave filter and its early-beat test) and three sharp P waves taller
+    than their QRS (a beat moved to its rival deflection)."""
     t = xp.arange(1 << 21, dtype=xp.float64) / fs
-    signal = xp.exp(-((t % 0.8) - 0.4) ** 2 / 2e-4) + 0.2 * xp.exp(-((t % 0.8) - 0.8) ** 2 / 2e-4)
+    phase = t % 0.8
+    signal = xp.exp(-(phase - 0.4) ** 2 / 2e-4) + 0.2 * xp.exp(-(phase - 0.8) ** 2 / 2e-4)
     flutter = (t > 600) & (t < 610)
     signal[flutter] = xp.sin(2 * xp.pi * 4.5 * t[flutter])
     noisy = (t > 1200) & (t < 1202)
     signal[noisy] += xp.random.RandomState(0).standard_normal(int(noisy.sum()))
-    signal[(t > 1800) & (t < 1803)] *= 0.1
+    for start in (1800, 3000, 4200):
+        signal[(t > start) & (t < start + 3)] *= 0.1
+    tall_t = (t > 2400) & (t < 2420)
+    signal[tall_t] = xp.exp(-(phase[tall_t] - 0.4) ** 2 / 2e-4) + xp.exp(-(phase[tall_t] - 0.68) ** 2 / 4e-3)
+    for r_wave in (5000.4, 5004.4, 5008.4):
+        signal += 1.15 * xp.exp(-(t - (r_wave - 0.2)) ** 2 / 2e-4)
     return signal.astype(xp.float32)
 
 
