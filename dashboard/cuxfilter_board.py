@@ -39,7 +39,6 @@ from dashboard.figures import LOG_FLOOR, version_marker
 from dashboard.recording_view import SignalChart, TachogramChart, other_leads, signal_raster
 from dashboard.shared_run import BRUSH_COLUMNS
 from dashboard.spec import LINKED, OUTLIER_COLOR, SCORE_CMAP, SIGNAL_COLOR, VIEWS, ViewSpec
-from pipeline import backend
 
 hv.renderer("bokeh")  # loads HoloViews' Bokeh backend and its options (cuxfilter's charts are HoloViews)
 
@@ -86,7 +85,8 @@ def use_node() -> str | None:
 def prepare(shared) -> None:
     """Once per process (in the pipeline's thread): cuDF frames of the beats and the signal."""
     use_node()
-    cudf = backend.import_cudf()
+    import cudf
+
     import cuxfilter  # noqa: F401  (registers its Bokeh models now, before pages are built)
 
     beats = shared.beats[CHART_COLUMNS].copy()

@@ -224,7 +224,9 @@ def _frame(columns: dict):
     """The columns as the frame Datashader draws from: cuDF for CuPy arrays (imported here, at the
     first render, which the page's first drawing does not wait for), else pandas."""
     if backend.is_cupy_array(next(iter(columns.values()))):
-        return backend.import_cudf().DataFrame(columns)
+        import cudf
+
+        return cudf.DataFrame(columns)
     import pandas as pd
 
     return pd.DataFrame(columns)
