@@ -86,6 +86,22 @@ def fft_module(xp):
     return cupyx.scipy.fft
 
 
+def ndimage_of(x):
+    """scipy.ndimage for a NumPy array, cupyx.scipy.ndimage for a CuPy one."""
+    if is_cupy_array(x):
+        from cupyx.scipy import ndimage
+    else:
+        from scipy import ndimage
+    return ndimage
+
+
+def running_median(values, half: int):
+    """For each i, the median of ``values[i - half : i + half + 1]``, the ends repeated (the
+    median of a clipped gather of ``2 half + 1`` columns, in one filter pass instead of a gather
+    and a sort)."""
+    return ndimage_of(values).median_filter(values, size=2 * half + 1, mode="nearest")
+
+
 def to_host(x) -> np.ndarray:
     """Copy a device array to host memory (a no-op for NumPy input). Synchronises the device."""
     return x.get() if is_cupy_array(x) else np.asarray(x)

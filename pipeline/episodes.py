@@ -279,7 +279,8 @@ def flutter_features(signal, fs: float, *, window_s: float = 2.0, hop_s: float =
     n_fft = 1 << int(math.ceil(math.log2(2 * length)))
     step = rate / n_fft
     low, high = int(math.ceil(total_hz[0] / step)), int(total_hz[1] / step)
-    spectrum = frames @ xp.asarray(_dft_basis(length, n_fft, low, high))  # a small host → device copy
+    basis = _dft_basis(length, n_fft, low, high) if xp is np else _dft_basis_on_gpu(length, n_fft, low, high)
+    spectrum = frames @ basis
     bins = high - low + 1
     power = spectrum[:, :bins] ** 2 + spectrum[:, bins:] ** 2
     freqs = (xp.arange(low, high + 1) * step).astype(xp.float32)
@@ -304,6 +305,15 @@ def flutter_features(signal, fs: float, *, window_s: float = 2.0, hop_s: float =
     return {"dominant_hz": dominant.astype(xp.float32), "concentration": concentration.astype(xp.float32),
             "off_baseline": off_baseline, "sine_ratio": (mean_hz / dominant).astype(xp.float32),
             "subharmonic": subharmonic.astype(xp.float32), "centre_s": centre}
+
+
+@functools.lru_cache(maxsize=8)
+def _dft_basis_on_gpu(length: int, n_fft: int, low: int, high: int):
+    """:func:`_dft_basis` copied to the GPU once: a copy from pageable host memory waits for all
+    the work queued before it, a stall in the middle of the segmentation."""
+    import cupy
+
+    return cupy.asarray(_dft_basis(length, n_fft, low, high))
 
 
 @functools.lru_cache(maxsize=8)

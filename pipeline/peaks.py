@@ -8,6 +8,7 @@ pipeline.embed.embed_beats : the next step.
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 from pipeline import _kernels, backend
@@ -24,6 +25,14 @@ def adaptive_threshold(env, fs: float, relative: float, block_s: float, n_blocks
     The median over several seconds follows slow amplitude changes (electrode contact, posture)
     but ignores a single huge beat or a short noise burst. Returns (thresholds, block length).
     """
+    level, block = block_levels(env, fs, block_s, n_blocks)
+    return (relative * level).astype(env.dtype), block
+
+
+def block_levels(env, fs: float, block_s: float, n_blocks: int):
+    """The level :func:`adaptive_threshold` takes a fraction of: for each block of ``block_s``,
+    the median of the maxima of ``env`` over the ``n_blocks`` blocks around it. Returns (levels,
+    block length)."""
     xp = backend.xp_of(env)
     block = max(1, int(round(block_s * fs)))
     n = env.shape[0]
@@ -31,10 +40,7 @@ def adaptive_threshold(env, fs: float, relative: float, block_s: float, n_blocks
     padded = xp.zeros(count * block, dtype=env.dtype)
     padded[:n] = env
     maxima = padded.reshape(count, block).max(axis=1)
-    half = n_blocks // 2
-    neighbours = xp.clip(xp.arange(count)[:, None] + xp.arange(-half, half + 1)[None, :], 0, count - 1)
-    level = xp.median(maxima[neighbours], axis=1)
-    return (relative * level).astype(env.dtype), block
+    return backend.running_median(maxima, n_blocks // 2), block
 
 
 def nms_gate(env, thresholds, block: int, half_window: int):
@@ -212,7 +218,8 @@ def find_beats(response, signal, fs: float, cfg):
     :class:`pipeline.config.SignalConfig`."""
     xp = backend.xp_of(response)
     env = envelope(response)
-    thresholds, block = adaptive_threshold(env, fs, cfg.threshold, cfg.level_block_s, cfg.level_blocks)
+    level, block = block_levels(env, fs, cfg.level_block_s, cfg.level_blocks)
+    thresholds = (cfg.threshold * level).astype(env.dtype)
     candidates = xp.flatnonzero(nms_gate(env, thresholds, block, max(1, int(round(cfg.refractory_s * fs)))))
     candidates = candidates.astype(xp.int64)
     # Up to ~1000 of them snapped to their largest deflection first, to learn the beats' usual
@@ -226,7 +233,7 @@ def find_beats(response, signal, fs: float, cfg):
                              flat_slope_ratio=cfg.twave_flat_slope_ratio, step_slope_ratio=cfg.step_slope_ratio,
                              early_beat_height=cfg.early_beat_height, early_beat_gap_rr=cfg.early_beat_gap_rr)
     positions = keep_the_rhythm(env, thresholds, block, signal, positions, fs, cfg, polarity)
-    positions = second_look(response, signal, positions, fs, cfg, polarity)
+    positions = second_look(env, level, block, signal, positions, fs, cfg, polarity)
     return search_back(response, signal, positions, fs, cfg, polarity)
 
 
@@ -287,37 +294,38 @@ def keep_the_rhythm(env, thresholds, block: int, signal, positions, fs: float, c
     if which.shape[0] == 0:                         # host sync: one number
         return positions
     moved = _refine(signal, rival[which], fs, cfg, polarity)
-    _, width, slope = qrs_shape(signal, positions[which], fs, despike_s=cfg.despike_s,
-                                width_cap_s=cfg.max_qrs_width_s)
-    _, moved_width, moved_slope = qrs_shape(signal, moved, fs, despike_s=cfg.despike_s,
-                                            width_cap_s=cfg.max_qrs_width_s)
+    (_, slope), (moved_width, moved_slope), (typical, _) = _shapes(signal, [positions[which], moved, _spread(positions)],
+                                                                   fs, cfg)
     swap = ((xp.abs(moved - positions[which]) >= near)      # still another deflection, not the beat's own
             & (moved_slope >= cfg.rival_slope * slope)
-            & (moved_width <= cfg.search_back_width * _typical_width(signal, positions, fs, cfg)))
+            & (moved_width <= cfg.search_back_width * xp.median(typical)))
     positions = positions.copy()
     positions[which[swap]] = moved[swap]
     return xp.unique(positions)
 
 
-def _typical_width(signal, positions, fs: float, cfg):
-    """The beats' median QRS width at half height (samples), from up to ~1000 of them evenly spread."""
-    xp = backend.xp_of(positions)
-    _, width, _ = qrs_shape(signal, _spread(positions), fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
-    return xp.median(width)
+def _shapes(signal, groups, fs: float, cfg):
+    """[(width, slope)] of each of ``groups`` of positions (:func:`qrs_shape` with ``cfg``'s
+    settings), from one kernel launch over all of them: a launch costs the host more than a few
+    thousand more candidates cost the GPU. The beats' typical width is the median of the widths of
+    ``_spread(positions)``, up to ~1000 of them evenly spread."""
+    xp = backend.xp_of(signal)
+    bounds = list(itertools.accumulate(int(g.shape[0]) for g in groups))[:-1]
+    _, width, slope = qrs_shape(signal, xp.concatenate(groups), fs, despike_s=cfg.despike_s,
+                                width_cap_s=cfg.max_qrs_width_s)
+    return list(zip(xp.split(width, bounds), xp.split(slope, bounds)))
 
 
 def _local_rr(positions):
     """The local rhythm: for each RR interval of ``positions``, the median of the nine around it."""
     xp = backend.xp_of(positions)
-    rr = xp.diff(positions)
-    around = xp.clip(xp.arange(rr.shape[0])[:, None] + xp.arange(-4, 5)[None, :], 0, rr.shape[0] - 1)
-    return xp.median(rr[around].astype(xp.float64), axis=1)
+    return backend.running_median(xp.diff(positions).astype(xp.float64), 4)
 
 
-def second_look(response, signal, positions, fs: float, cfg, polarity: float = 0.0):
+def second_look(env, level, block: int, signal, positions, fs: float, cfg, polarity: float = 0.0):
     """Add the small beats the threshold missed: candidates above ``cfg.second_look_threshold`` ×
-    the threshold, at least ``cfg.second_look_gap_s`` from every beat found (past any T wave's
-    peak), kept when their deflection is as narrow as a QRS complex (at most 1.5 × the beats'
+    the threshold (on the envelope ``env`` and its :func:`block_levels` ``level``), at least
+    ``cfg.second_look_gap_s`` from every beat found (past any T wave's peak), kept when their deflection is as narrow as a QRS complex (at most 1.5 × the beats'
     median width) and at least ``cfg.second_look_slope`` × as steep as the beats' median. In
     bigeminy the median block maximum is a large ventricular beat's, and a small normal beat
     between two of them stays under a quarter of it; Pan & Tompkins' search-back looks again
@@ -325,16 +333,15 @@ def second_look(response, signal, positions, fs: float, cfg, polarity: float = 0
     xp = backend.xp_of(positions)
     if positions.shape[0] < 3:
         return positions
-    extra = fiducials(response, fs, refractory_s=cfg.refractory_s, threshold=cfg.threshold * cfg.second_look_threshold,
-                      level_block_s=cfg.level_block_s, level_blocks=cfg.level_blocks)
+    lower = (cfg.threshold * cfg.second_look_threshold * level).astype(env.dtype)
+    extra = xp.flatnonzero(nms_gate(env, lower, block, max(1, int(round(cfg.refractory_s * fs))))).astype(xp.int64)
     extra = _refine(signal, extra, fs, cfg, polarity)
     after = xp.clip(xp.searchsorted(positions, extra), 1, positions.shape[0] - 1)
     gap = xp.minimum(xp.abs(extra - positions[after - 1]), xp.abs(positions[after] - extra))
     extra = extra[gap >= cfg.second_look_gap_s * fs]
     if extra.shape[0] == 0:
         return positions
-    _, width, slope = qrs_shape(signal, positions, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
-    _, extra_width, extra_slope = qrs_shape(signal, extra, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
+    (width, slope), (extra_width, extra_slope) = _shapes(signal, [positions, extra], fs, cfg)
     narrow_and_steep = ((extra_width <= 1.5 * xp.median(width))
                         & (extra_slope >= cfg.second_look_slope * xp.median(slope)))
     return xp.unique(xp.concatenate([positions, extra[narrow_and_steep]]))
@@ -388,8 +395,8 @@ def search_back(response, signal, positions, fs: float, cfg, polarity: float = 0
     if extra.shape[0] == 0:
         return positions
     extra = _refine(signal, xp.sort(extra).astype(xp.int64), fs, cfg, polarity)
-    _, extra_width, _ = qrs_shape(signal, extra, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
-    narrow = extra_width <= cfg.search_back_width * _typical_width(signal, positions, fs, cfg)
+    (extra_width, _), (typical, _) = _shapes(signal, [extra, _spread(positions)], fs, cfg)
+    narrow = extra_width <= cfg.search_back_width * xp.median(typical)
     return xp.unique(xp.concatenate([positions, extra[narrow]]))
 
 
@@ -410,9 +417,12 @@ def _gap_peaks(response, first, stop, block: int, reach: int, span: int, level: 
     floor = xp.nanmedian(xp.where(inside, maxima, xp.nan), axis=1)
     edge = xp.full((maxima.shape[0], reach), -xp.inf, dtype=maxima.dtype)
     padded = xp.concatenate([edge, maxima, edge], axis=1)
-    peak = inside & (maxima > level * floor[:, None])
-    for k in range(1, reach + 1):                   # a few shifts, each over the gaps' blocks
-        peak &= (maxima > padded[:, reach - k:reach - k + span]) & (maxima >= padded[:, reach + k:reach + k + span])
+    # The largest of the ``reach`` blocks before and of those after each block, from one running
+    # maximum of the padded rows (window c - reach // 2 .. c - reach // 2 + reach - 1 at column c).
+    running = backend.ndimage_of(padded).maximum_filter1d(padded, size=reach, axis=1, mode="nearest")
+    before = running[:, reach // 2:reach // 2 + span]
+    after = running[:, reach + 1 + reach // 2:reach + 1 + reach // 2 + span]
+    peak = inside & (maxima > level * floor[:, None]) & (maxima > before) & (maxima >= after)
     gap, at = xp.nonzero(peak)
     return samples[gap, at, env[gap, at].argmax(axis=1)]
 

@@ -138,9 +138,7 @@ def quality_measures(signal, positions, fs: float, *, half_qrs_s: float = 0.06, 
                           int(round(template_s[0] * fs)), int(round(template_s[1] * fs)), max(1, int(fs // 125)),
                           int(neighbours),
                           out["amp"], out["hf"], out["shift"], out["corr"], out["best"])
-    around = xp.clip(xp.arange(count)[:, None] + xp.arange(-amplitude_neighbours, amplitude_neighbours + 1)[None, :],
-                     0, count - 1)
-    local = xp.median(out["amp"][around], axis=1)
+    local = backend.running_median(out["amp"], amplitude_neighbours)
     local = xp.maximum(local, xp.float32(1e-12))
     return {"hf": (out["hf"] / local).astype(xp.float32), "shift": (out["shift"] / local).astype(xp.float32),
             "amplitude": (out["amp"] / local).astype(xp.float32),

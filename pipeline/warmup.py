@@ -49,8 +49,10 @@ def _stress_signal(xp, fs: float):
     meets one gap or none uses other layouts than one that meets several): small pulses between
     the large ones (the second look), 10 s of a 4.5 Hz sine (flutter), 2 s of noise, three
     stretches of 3 s of pulses at a tenth of their size (the search inside long RR gaps), 20 s of
-    tall, broad T waves (the T-wave filter and its early-beat test) and three sharp P waves taller
-    than their QRS (a beat moved to its rival deflection)."""
+    tall, broad T waves (the T-wave filter and its early-beat test), three sharp P waves taller
+    than their QRS (a beat moved to its rival deflection) and a 2-s pause (a long RR gap of its
+    own length: the search inside gaps reads gaps of like length together, and a group of one
+    gap takes other layouts than one of several)."""
     t = xp.arange(1 << 21, dtype=xp.float64) / fs
     phase = t % 0.8
     signal = xp.exp(-(phase - 0.4) ** 2 / 2e-4) + 0.2 * xp.exp(-(phase - 0.8) ** 2 / 2e-4)
@@ -62,6 +64,7 @@ def _stress_signal(xp, fs: float):
         signal[(t > start) & (t < start + 3)] *= 0.1
     tall_t = (t > 2400) & (t < 2420)
     signal[tall_t] = xp.exp(-(phase[tall_t] - 0.4) ** 2 / 2e-4) + xp.exp(-(phase[tall_t] - 0.68) ** 2 / 4e-3)
+    signal[(t > 4800) & (t < 4802)] = 0.0
     for r_wave in (5000.4, 5004.4, 5008.4):
         signal += 1.15 * xp.exp(-(t - (r_wave - 0.2)) ** 2 / 2e-4)
     return signal.astype(xp.float32)
