@@ -209,20 +209,37 @@ def rescue_suppressed(env, thresholds, block: int, signal, candidates, refined, 
     moved = _refine(signal, peak, fs, cfg, polarity)
     k = xp.searchsorted(positions, moved)
     previous, following = positions[xp.clip(k - 1, 0, count - 1)], positions[xp.clip(k, 0, count - 1)]
-    placed = (k > 0) & (k < count) & (moved - previous >= cfg.second_look_gap_s * fs) & (following - moved >= half)
+    which = xp.flatnonzero((k > 0) & (k < count) & (moved - previous >= cfg.second_look_gap_s * fs)
+                           & (following - moved >= half))
+    if which.shape[0] == 0:                         # most recordings: the beats' measures are not needed
+        return positions
     sample = qrs.spread(positions)
     _, width, slope = qrs.qrs_shape(signal, sample, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
-    _, moved_width, moved_slope = qrs.qrs_shape(signal, moved, fs, despike_s=cfg.despike_s,
+    _, moved_width, moved_slope = qrs.qrs_shape(signal, moved[which], fs, despike_s=cfg.despike_s,
                                                 width_cap_s=cfg.max_qrs_width_s)
-    which = xp.flatnonzero(placed & (moved_width <= cfg.search_back_width * xp.median(width))
-                           & (moved_slope >= cfg.second_look_slope * xp.median(slope)))
+    which = which[(moved_width <= cfg.search_back_width * xp.median(width))
+                  & (moved_slope >= cfg.second_look_slope * xp.median(slope))]
     if which.shape[0] == 0:
         return positions
     which = which[qrs.likeness(signal, moved[which], sample, fs, cfg.rescue_likeness_s) >= cfg.rescue_likeness]
-    sparse = xp.zeros_like(env)
-    sparse[peak[which]] = env[peak[which]]
-    won = nms_gate(sparse, thresholds, block, half)[peak[which]] > 0
+    if which.shape[0] == 0:
+        return positions
+    won = _suppress_among(peak[which], env[peak[which]], half)
     return xp.unique(xp.concatenate([positions, moved[which[won]]]))
+
+
+def _suppress_among(at, value, half: int):
+    """The non-maximum suppression among the sorted peaks ``at`` alone (their envelope ``value``):
+    whether each is the largest of them within ±``half`` samples, ties going to the earlier, as
+    :func:`nms_gate` rules. A few shifts, as many as the most peaks within ``half`` of one."""
+    xp = backend.xp_of(at)
+    within = int((xp.searchsorted(at, at + half, side="right") - xp.arange(at.shape[0])).max()) - 1  # host sync
+    keep = xp.ones(at.shape[0], dtype=bool)
+    for k in range(1, within + 1):
+        near = at[k:] - at[:-k] <= half
+        keep[:-k] &= ~(near & (value[k:] > value[:-k]))
+        keep[k:] &= ~(near & (value[:-k] >= value[k:]))
+    return keep
 
 
 def keep_the_rhythm(env, thresholds, block: int, signal, positions, fs: float, cfg, polarity: float = 0.0):

@@ -68,6 +68,22 @@ def test_nms_gate_threshold_is_strict_and_per_block(xp):
     np.testing.assert_array_equal(np.flatnonzero(_host(gate)), [15, 25, 35])  # 0.5 is not > 0.5
 
 
+def test_suppression_among_peaks_equals_the_gate_on_a_sparse_envelope(xp):
+    """peaks._suppress_among (the rescue's second suppression) against nms_gate on an envelope
+    that holds only those peaks: the same winners, ties included."""
+    from pipeline.peaks import _suppress_among
+
+    rng = np.random.default_rng(4)
+    for _ in range(50):
+        at = np.sort(rng.choice(2000, int(rng.integers(1, 60)), replace=False)).astype(np.int64)
+        value = rng.integers(1, 6, at.size).astype(np.float32)      # small integers: many ties
+        half = int(rng.integers(1, 200))
+        sparse = np.zeros(2000, np.float32)
+        sparse[at] = value
+        expected = np.flatnonzero(_host(nms_gate(xp.asarray(sparse), xp.zeros(1, dtype=xp.float32), 2000, half)))
+        np.testing.assert_array_equal(at[_host(_suppress_among(xp.asarray(at), xp.asarray(value), half))], expected)
+
+
 # --------------------------------------------------------------------------- adaptive threshold
 @pytest.mark.parametrize("n, fs, n_blocks", [(100_000, 250.0, 9), (12_345, 360.0, 5), (700, 250.0, 9), (50_000, 500.0, 1)])
 def test_adaptive_threshold_equals_numpy(n, fs, n_blocks, xp):
