@@ -204,14 +204,14 @@ def rescue_suppressed(env, thresholds, block: int, signal, candidates, refined, 
                  | ((after - peak <= half) & (after >= peak) & (env[after] > value)))
     j = xp.clip(xp.searchsorted(candidates, peak), 0, candidates.shape[0] - 1)
     peak = peak[~by_a_beat & (candidates[j] != peak)]
-    if peak.shape[0] == 0:
+    if peak.shape[0] == 0:                          # host sync: one number (the mask's count)
         return positions
     moved = _refine(signal, peak, fs, cfg, polarity)
     k = xp.searchsorted(positions, moved)
     previous, following = positions[xp.clip(k - 1, 0, count - 1)], positions[xp.clip(k, 0, count - 1)]
     which = xp.flatnonzero((k > 0) & (k < count) & (moved - previous >= cfg.second_look_gap_s * fs)
                            & (following - moved >= half))
-    if which.shape[0] == 0:                         # most recordings: the beats' measures are not needed
+    if which.shape[0] == 0:                         # host sync; most recordings stop here
         return positions
     sample = qrs.spread(positions)
     _, width, slope = qrs.qrs_shape(signal, sample, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
@@ -219,10 +219,10 @@ def rescue_suppressed(env, thresholds, block: int, signal, candidates, refined, 
                                                 width_cap_s=cfg.max_qrs_width_s)
     which = which[(moved_width <= cfg.search_back_width * xp.median(width))
                   & (moved_slope >= cfg.second_look_slope * xp.median(slope))]
-    if which.shape[0] == 0:
+    if which.shape[0] == 0:                         # host sync: one number
         return positions
     which = which[qrs.likeness(signal, moved[which], sample, fs, cfg.rescue_likeness_s) >= cfg.rescue_likeness]
-    if which.shape[0] == 0:
+    if which.shape[0] == 0:                         # host sync: one number
         return positions
     won = _suppress_among(peak[which], env[peak[which]], half)
     return xp.unique(xp.concatenate([positions, moved[which[won]]]))
@@ -235,7 +235,9 @@ def _suppress_among(at, value, half: int):
     xp = backend.xp_of(at)
     within = int((xp.searchsorted(at, at + half, side="right") - xp.arange(at.shape[0])).max()) - 1  # host sync
     keep = xp.ones(at.shape[0], dtype=bool)
-    for k in range(1, within + 1):
+    # At least one shift, even where no two peaks are that near: the warm-up then loads these
+    # kernels, and the run does not.
+    for k in range(1, max(within, 1) + 1):
         near = at[k:] - at[:-k] <= half
         keep[:-k] &= ~(near & (value[k:] > value[:-k]))
         keep[k:] &= ~(near & (value[:-k] >= value[k:]))

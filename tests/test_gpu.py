@@ -74,7 +74,7 @@ def test_parity_on_stress_cases(case):
 def test_parity_where_t_waves_hide_beats(fs):
     """The rescue of the QRS complexes that a ventricular beat's tall T wave hid from the
     suppression (peaks.rescue_suppressed: the envelope's peaks, the likeness's matrix product, the
-    suppression run again on a sparse envelope): the GPU finds the CPU's beats, every hidden one
+    suppression run again among the peaks that pass): the GPU finds the CPU's beats, every hidden one
     among them."""
     import cupy
 
