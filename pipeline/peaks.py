@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import math
 
-from pipeline import _kernels, backend
+from pipeline import _kernels, backend, qrs
 
 
 def envelope(response):
@@ -72,84 +72,6 @@ def fiducials(response, fs: float, *, refractory_s: float = 0.25, threshold: flo
     return xp.flatnonzero(gate).astype(xp.int64)
 
 
-def qrs_shape(signal, positions, fs: float, *, search_s: float = 0.0, baseline_s: float = 0.15,
-              despike_s: float = 0.006, width_cap_s: float = 0.15, slope_step_s: float = 0.008,
-              slope_reach_s: float = 0.06, polarity: float = 0.0, rival: float = 1.0):
-    """Per candidate: the QRS point near it, the width and the steepest slope of its deflection.
-
-    All three are measured on the ECG with spikes removed: a running median over ±``despike_s``
-    (5 samples at 250–360 Hz) erases pacing spikes, which are narrower, and keeps the QRS.
-    Numba kernel (one thread per candidate), CUDA or CPU by the input's type.
-
-    Returns
-    -------
-    refined : int64 array
-        The sample within ±``search_s`` farthest from the mean over ±``baseline_s``; with
-        ``polarity`` ±1, a deflection of the other sign must be ``rival`` × farther to win.
-    width : int32 array
-        Samples around it that stay beyond half of that deflection (capped at ±``width_cap_s``):
-        about 20 ms for a narrow QRS, 60–100 ms for a ventricular beat, 100 ms or more for a T wave.
-    slope : float32 array
-        The largest rise over 2 × ``slope_step_s`` within ±``slope_reach_s`` (signal units).
-    """
-    xp = backend.xp_of(signal)
-    # Contiguous, as the kernel was compiled (and warmed up) for: a strided view such as every
-    # n-th beat would compile it again for that layout, seconds inside the run.
-    positions = xp.ascontiguousarray(positions)
-    count = int(positions.shape[0])
-    refined = xp.empty(count, dtype=xp.int64)
-    width = xp.empty(count, dtype=xp.int32)
-    slope = xp.empty(count, dtype=xp.float32)
-    samples = [max(0, int(round(v * fs))) for v in (search_s, baseline_s, width_cap_s, slope_reach_s)]
-    despike = min(7, max(1, int(round(despike_s * fs))))  # the median's cost grows with its square
-    step = max(1, int(round(slope_step_s * fs)))
-    search, base, cap, reach = samples
-    _kernels.launch("qrs_shape", count, signal, positions, search, base, despike, cap, step, reach,
-                    float(polarity), float(rival), refined, width, slope)
-    return refined, width, slope
-
-
-def refine_to_extremum(signal, positions, fs: float, *, search_s: float = 0.05, baseline_s: float = 0.15,
-                       despike_s: float = 0.006, polarity: float = 0.0, rival: float = 1.0):
-    """Move each fiducial to the largest deflection of the ECG itself within ±``search_s``.
-
-    The envelope peak marks the QRS complex; the R (or, for a downward beat, S/QS) extremum is
-    where annotators put the beat. The deflection is measured from the mean over ±``baseline_s``,
-    so baseline wander does not pull the point, and on the ECG with spikes removed (see
-    :func:`qrs_shape`), so a pacing spike is never taken for the R wave. With ``polarity`` ±1
-    (:func:`polarity_of`), a deflection of the other sign wins only when ``rival`` × larger.
-    """
-    if positions.shape[0] == 0:
-        return positions
-    return qrs_shape(signal, positions, fs, search_s=search_s, baseline_s=baseline_s, despike_s=despike_s,
-                     polarity=polarity, rival=rival)[0]
-
-
-def polarity_of(signal, positions, fs: float, share: float = 0.8, reach_s: float = 0.1) -> float:
-    """+1 when at least ``share`` of the beats' fiducials are upward deflections (against the mean
-    of the ECG ``reach_s`` before and after them), -1 when that share is downward, else 0 (no usual
-    polarity: beats of both kinds, or none)."""
-    if positions.shape[0] == 0:
-        return 0.0
-    # The share is taken on the host (a copy of ~1000 flags, where one number would sync anyway):
-    # CuPy's mean of them needs a kernel that the warm-up's recording did not load.
-    up = float(backend.to_host(_deflection(signal, positions, fs, reach_s) >= 0).mean())
-    return 1.0 if up >= share else -1.0 if up <= 1.0 - share else 0.0
-
-
-def _deflection(signal, positions, fs: float, reach_s: float):
-    """The ECG at each position less the mean of its values ``reach_s`` before and after (signed)."""
-    xp = backend.xp_of(signal)
-    reach, last = max(1, int(round(reach_s * fs))), signal.shape[0] - 1
-    return signal[positions] - 0.5 * (signal[xp.clip(positions - reach, 0, last)]
-                                      + signal[xp.clip(positions + reach, 0, last)])
-
-
-def _spread(positions, count: int = 1000):
-    """Up to about ``count`` of ``positions``, evenly spread (every n-th)."""
-    return positions[::max(1, positions.shape[0] // count)]
-
-
 def drop_non_qrs(signal, positions, fs: float, *, window_s: float = 0.38, width_ratio: float = 2.0,
                  slope_ratio: float = 0.8, window_rr_fraction: float = 0.6, max_width_s: float = 0.15,
                  despike_s: float = 0.006, flat_slope_ratio: float = 0.35, step_slope_ratio: float = 0.5,
@@ -179,7 +101,7 @@ def drop_non_qrs(signal, positions, fs: float, *, window_s: float = 0.38, width_
     xp = backend.xp_of(positions)
     if positions.shape[0] == 0:
         return positions
-    _, width, slope = qrs_shape(signal, positions, fs, despike_s=despike_s, width_cap_s=max_width_s)
+    _, width, slope = qrs.qrs_shape(signal, positions, fs, despike_s=despike_s, width_cap_s=max_width_s)
     wide = width > max_width_s * fs
     steep = slope >= step_slope_ratio * xp.median(slope)
     keep = ~wide | steep
@@ -202,7 +124,7 @@ def _early_beats(signal, positions, wide_and_slow, fs: float, height_ratio: floa
     xp = backend.xp_of(positions)
     if not bool(wide_and_slow.any()):                  # host sync: one number
         return wide_and_slow
-    height = xp.abs(_deflection(signal, positions, fs, 0.15))
+    height = xp.abs(qrs.deflection(signal, positions, fs, 0.15))
     others = positions[xp.concatenate([xp.ones(1, dtype=bool), ~wide_and_slow])]
     rr = float(xp.median(xp.diff(others))) if others.shape[0] > 1 else float("inf")   # host sync
     between = xp.concatenate([(positions[2:] - positions[:-2]).astype(xp.float64), xp.zeros(1)])
@@ -212,7 +134,8 @@ def _early_beats(signal, positions, wide_and_slow, fs: float, height_ratio: floa
 def find_beats(response, signal, fs: float, cfg):
     """The fiducials of the heartbeats in ``signal`` from its Ricker ``response``: the adaptive
     threshold with non-maximum suppression (:func:`fiducials`), each point moved to the QRS
-    extremum, T waves and baseline steps removed, a rival deflection preferred where it keeps the
+    extremum, T waves and baseline steps removed, the QRS complexes those waves hid from the
+    suppression rescued (:func:`rescue_suppressed`), a rival deflection preferred where it keeps the
     rhythm (:func:`keep_the_rhythm`), then a second look for small beats (:func:`second_look`) and
     a search inside long RR gaps (:func:`search_back`). ``cfg`` is a
     :class:`pipeline.config.SignalConfig`."""
@@ -225,13 +148,14 @@ def find_beats(response, signal, fs: float, cfg):
     # Up to ~1000 of them snapped to their largest deflection first, to learn the beats' usual
     # polarity, then all of them preferring it: where R and S are near equal (a wide complex, a low
     # sampling rate that blunts the R) the fiducial stays on the same wave in every beat.
-    polarity = polarity_of(signal, _refine(signal, _spread(candidates), fs, cfg), fs, cfg.polarity_share)
-    positions = _refine(signal, candidates, fs, cfg, polarity)
-    positions = drop_non_qrs(signal, positions, fs, window_s=cfg.twave_window_s, width_ratio=cfg.twave_width_ratio,
+    polarity = qrs.polarity_of(signal, _refine(signal, qrs.spread(candidates), fs, cfg), fs, cfg.polarity_share)
+    refined = _refine(signal, candidates, fs, cfg, polarity)
+    positions = drop_non_qrs(signal, refined, fs, window_s=cfg.twave_window_s, width_ratio=cfg.twave_width_ratio,
                              slope_ratio=cfg.twave_slope_ratio, window_rr_fraction=cfg.twave_rr_fraction,
                              max_width_s=cfg.max_qrs_width_s, despike_s=cfg.despike_s,
                              flat_slope_ratio=cfg.twave_flat_slope_ratio, step_slope_ratio=cfg.step_slope_ratio,
                              early_beat_height=cfg.early_beat_height, early_beat_gap_rr=cfg.early_beat_gap_rr)
+    positions = rescue_suppressed(env, thresholds, block, signal, candidates, refined, positions, fs, cfg, polarity)
     positions = keep_the_rhythm(env, thresholds, block, signal, positions, fs, cfg, polarity)
     positions = second_look(env, level, block, signal, positions, fs, cfg, polarity)
     return search_back(response, signal, positions, fs, cfg, polarity)
@@ -239,8 +163,90 @@ def find_beats(response, signal, fs: float, cfg):
 
 def _refine(signal, positions, fs: float, cfg, polarity: float = 0.0):
     """:func:`refine_to_extremum` with ``cfg``'s settings."""
-    return refine_to_extremum(signal, positions, fs, search_s=cfg.refine_s, despike_s=cfg.despike_s,
-                              polarity=polarity, rival=cfg.refine_rival)
+    return qrs.refine_to_extremum(signal, positions, fs, search_s=cfg.refine_s, despike_s=cfg.despike_s,
+                                  polarity=polarity, rival=cfg.refine_rival)
+
+
+def rescue_suppressed(env, thresholds, block: int, signal, candidates, refined, positions, fs: float, cfg,
+                      polarity: float = 0.0):
+    """Add the QRS complexes that a wave which did not become a beat hid from the non-maximum
+    suppression.
+
+    The suppression keeps the largest response within ±``cfg.refractory_s``. A ventricular beat's
+    tall T wave (150–250 ms after it), or the broad response of a ventricular beat that follows
+    close behind, can outgrow a real QRS complex 300–450 ms after the beat before: the wave takes
+    the suppression, is itself no beat (it is left out or taken for a T wave), and the QRS is lost
+    with it. Here the envelope's peaks above the threshold that no beat's own peak suppressed (none
+    at least as large within ±``cfg.refractory_s``), and that were no candidate themselves, are
+    looked at again: each moved to its QRS extremum, it passes when it lies between two beats, at
+    least ``cfg.second_look_gap_s`` after the one before (past its T wave) and ``cfg.refractory_s``
+    before the next; when its deflection is as narrow as a QRS complex (at most
+    ``cfg.search_back_width`` × the beats' median width) and at least ``cfg.second_look_slope`` ×
+    as steep as their median; and when its ECG within ±``cfg.rescue_likeness_s`` correlates at
+    least ``cfg.rescue_likeness`` with that of one of the recording's beats (up to ~1000 of them,
+    :func:`pipeline.qrs.likeness`): a T wave, a baseline swing or noise seldom does. The
+    suppression then runs again among the peaks that pass, so that a wave that is no QRS complex
+    cannot hide one a second time, and its winners become beats.
+
+    ``candidates`` are the suppression's winners, ``refined`` the same moved to their extrema,
+    ``positions`` those of them kept as beats (:func:`drop_non_qrs`). One elementwise pass over the
+    envelope for its peaks, then per-peak work on the few that qualify. Returns the positions with
+    the rescued beats, sorted.
+    """
+    xp = backend.xp_of(positions)
+    count, n = positions.shape[0], env.shape[0]
+    if count < 3 or n < 3:
+        return positions
+    half = max(1, int(round(cfg.refractory_s * fs)))
+    inner = env[1:-1]
+    # The leftmost sample of a plateau, as the suppression takes it.
+    peak = xp.flatnonzero((inner > env[:-2]) & (inner >= env[2:]) & (inner > xp.repeat(thresholds, block)[1:n - 1])) + 1
+    at = xp.searchsorted(positions, refined)
+    own = candidates[positions[xp.clip(at, 0, count - 1)] == refined]       # the beats' own peaks
+    i, last = xp.searchsorted(own, peak), own.shape[0] - 1
+    before, after, value = own[xp.clip(i - 1, 0, last)], own[xp.clip(i, 0, last)], env[peak]
+    # The suppression's rule: ties go to the earlier sample. At most one beat's peak lies within
+    # ±half on each side (the winners are more than half apart).
+    by_a_beat = (((peak - before <= half) & (peak >= before) & (env[before] >= value))
+                 | ((after - peak <= half) & (after >= peak) & (env[after] > value)))
+    j = xp.clip(xp.searchsorted(candidates, peak), 0, candidates.shape[0] - 1)
+    peak = peak[~by_a_beat & (candidates[j] != peak)]
+    if peak.shape[0] == 0:                          # host sync: one number (the mask's count)
+        return positions
+    moved = _refine(signal, peak, fs, cfg, polarity)
+    k = xp.searchsorted(positions, moved)
+    previous, following = positions[xp.clip(k - 1, 0, count - 1)], positions[xp.clip(k, 0, count - 1)]
+    which = xp.flatnonzero((k > 0) & (k < count) & (moved - previous >= cfg.second_look_gap_s * fs)
+                           & (following - moved >= half))
+    if which.shape[0] == 0:                         # host sync; most recordings stop here
+        return positions
+    sample = qrs.spread(positions)
+    (width, slope), (moved_width, moved_slope) = _shapes(signal, [sample, moved[which]], fs, cfg)
+    which = which[(moved_width <= cfg.search_back_width * xp.median(width))
+                  & (moved_slope >= cfg.second_look_slope * xp.median(slope))]
+    if which.shape[0] == 0:                         # host sync: one number
+        return positions
+    which = which[qrs.likeness(signal, moved[which], sample, fs, cfg.rescue_likeness_s) >= cfg.rescue_likeness]
+    if which.shape[0] == 0:                         # host sync: one number
+        return positions
+    won = _suppress_among(peak[which], env[peak[which]], half)
+    return xp.unique(xp.concatenate([positions, moved[which[won]]]))
+
+
+def _suppress_among(at, value, half: int):
+    """The non-maximum suppression among the sorted peaks ``at`` alone (their envelope ``value``):
+    whether each is the largest of them within ±``half`` samples, ties going to the earlier, as
+    :func:`nms_gate` rules. A few shifts, as many as the most peaks within ``half`` of one."""
+    xp = backend.xp_of(at)
+    within = int((xp.searchsorted(at, at + half, side="right") - xp.arange(at.shape[0])).max()) - 1  # host sync
+    keep = xp.ones(at.shape[0], dtype=bool)
+    # At least one shift, even where no two peaks are that near: the warm-up then loads these
+    # kernels, and the run does not.
+    for k in range(1, max(within, 1) + 1):
+        near = at[k:] - at[:-k] <= half
+        keep[:-k] &= ~(near & (value[k:] > value[:-k]))
+        keep[k:] &= ~(near & (value[:-k] >= value[k:]))
+    return keep
 
 
 def keep_the_rhythm(env, thresholds, block: int, signal, positions, fs: float, cfg, polarity: float = 0.0):
@@ -294,7 +300,7 @@ def keep_the_rhythm(env, thresholds, block: int, signal, positions, fs: float, c
     if which.shape[0] == 0:                         # host sync: one number
         return positions
     moved = _refine(signal, rival[which], fs, cfg, polarity)
-    (_, slope), (moved_width, moved_slope), (typical, _) = _shapes(signal, [positions[which], moved, _spread(positions)],
+    (_, slope), (moved_width, moved_slope), (typical, _) = _shapes(signal, [positions[which], moved, qrs.spread(positions)],
                                                                    fs, cfg)
     swap = ((xp.abs(moved - positions[which]) >= near)      # still another deflection, not the beat's own
             & (moved_slope >= cfg.rival_slope * slope)
@@ -305,14 +311,14 @@ def keep_the_rhythm(env, thresholds, block: int, signal, positions, fs: float, c
 
 
 def _shapes(signal, groups, fs: float, cfg):
-    """[(width, slope)] of each of ``groups`` of positions (:func:`qrs_shape` with ``cfg``'s
-    settings), from one kernel launch over all of them: a launch costs the host more than a few
-    thousand more candidates cost the GPU. The beats' typical width is the median of the widths of
-    ``_spread(positions)``, up to ~1000 of them evenly spread."""
+    """[(width, slope)] of each of ``groups`` of positions (:func:`pipeline.qrs.qrs_shape` with
+    ``cfg``'s settings), from one kernel launch over all of them: a launch costs the host more than
+    a few thousand more candidates cost the GPU. The beats' typical width is the median of the
+    widths of ``qrs.spread(positions)``, up to ~1000 of them evenly spread."""
     xp = backend.xp_of(signal)
     bounds = list(itertools.accumulate(int(g.shape[0]) for g in groups))[:-1]
-    _, width, slope = qrs_shape(signal, xp.concatenate(groups), fs, despike_s=cfg.despike_s,
-                                width_cap_s=cfg.max_qrs_width_s)
+    _, width, slope = qrs.qrs_shape(signal, xp.concatenate(groups), fs, despike_s=cfg.despike_s,
+                                    width_cap_s=cfg.max_qrs_width_s)
     return list(zip(xp.split(width, bounds), xp.split(slope, bounds)))
 
 
@@ -325,8 +331,9 @@ def _local_rr(positions):
 def second_look(env, level, block: int, signal, positions, fs: float, cfg, polarity: float = 0.0):
     """Add the small beats the threshold missed: candidates above ``cfg.second_look_threshold`` ×
     the threshold (on the envelope ``env`` and its :func:`block_levels` ``level``), at least
-    ``cfg.second_look_gap_s`` from every beat found (past any T wave's peak), kept when their deflection is as narrow as a QRS complex (at most 1.5 × the beats'
-    median width) and at least ``cfg.second_look_slope`` × as steep as the beats' median. In
+    ``cfg.second_look_gap_s`` from every beat found (past any T wave's peak), kept when their
+    deflection is as narrow as a QRS complex (at most 1.5 × the beats' median width) and at least
+    ``cfg.second_look_slope`` × as steep as the beats' median. In
     bigeminy the median block maximum is a large ventricular beat's, and a small normal beat
     between two of them stays under a quarter of it; Pan & Tompkins' search-back looks again
     with half the threshold for the same reason."""
@@ -395,7 +402,7 @@ def search_back(response, signal, positions, fs: float, cfg, polarity: float = 0
     if extra.shape[0] == 0:
         return positions
     extra = _refine(signal, xp.sort(extra).astype(xp.int64), fs, cfg, polarity)
-    (extra_width, _), (typical, _) = _shapes(signal, [extra, _spread(positions)], fs, cfg)
+    (extra_width, _), (typical, _) = _shapes(signal, [extra, qrs.spread(positions)], fs, cfg)
     narrow = extra_width <= cfg.search_back_width * xp.median(typical)
     return xp.unique(xp.concatenate([positions, extra[narrow]]))
 

@@ -49,10 +49,11 @@ def _stress_signal(xp, fs: float):
     meets one gap or none uses other layouts than one that meets several): small pulses between
     the large ones (the second look), 10 s of a 4.5 Hz sine (flutter), 2 s of noise, three
     stretches of 3 s of pulses at a tenth of their size (the search inside long RR gaps), 20 s of
-    tall, broad T waves (the T-wave filter and its early-beat test), three sharp P waves taller
-    than their QRS (a beat moved to its rival deflection) and a 2-s pause (a long RR gap of its
-    own length: the search inside gaps reads gaps of like length together, and a group of one
-    gap takes other layouts than one of several)."""
+    tall, broad T waves (the T-wave filter and its early-beat test), 30 s of wide beats whose tall
+    T wave hides the narrow QRS 360 ms after them from the suppression (the rescue of the peaks it
+    suppressed), three sharp P waves taller than their QRS (a beat moved to its rival deflection)
+    and a 2-s pause (a long RR gap of its own length: the search inside gaps reads gaps of like
+    length together, and a group of one gap takes other layouts than one of several)."""
     t = xp.arange(1 << 21, dtype=xp.float64) / fs
     phase = t % 0.8
     signal = xp.exp(-(phase - 0.4) ** 2 / 2e-4) + 0.2 * xp.exp(-(phase - 0.8) ** 2 / 2e-4)
@@ -64,6 +65,10 @@ def _stress_signal(xp, fs: float):
         signal[(t > start) & (t < start + 3)] *= 0.1
     tall_t = (t > 2400) & (t < 2420)
     signal[tall_t] = xp.exp(-(phase[tall_t] - 0.4) ** 2 / 2e-4) + xp.exp(-(phase[tall_t] - 0.68) ** 2 / 4e-3)
+    hidden = (t > 2600) & (t < 2630)
+    cycle = t[hidden] % 1.6                         # a wide beat, its T wave, two narrow beats
+    signal[hidden] = (1.5 * xp.exp(-(cycle - 0.4) ** 2 / 1.8e-3) - 1.5 * xp.exp(-(cycle - 0.6) ** 2 / 2.45e-3)
+                      + xp.exp(-(cycle - 0.76) ** 2 / 2e-4) + xp.exp(-(cycle - 1.56) ** 2 / 2e-4))
     signal[(t > 4800) & (t < 4802)] = 0.0
     for r_wave in (5000.4, 5004.4, 5008.4):
         signal += 1.15 * xp.exp(-(t - (r_wave - 0.2)) ** 2 / 2e-4)

@@ -19,13 +19,13 @@ ABNORMAL = ("V", "A", "Q")
 def synthetic_beats(synthetic_ecg):
     """Embedded beats of the synthetic ECG (pipeline front end, default settings) and the true symbol
     of each (the nearest injected beat within 150 ms, '' when none)."""
-    from pipeline import embed, peaks, wavelet
+    from pipeline import embed, peaks, qrs, wavelet
 
     cfg, ecg = SignalConfig(), synthetic_ecg
     response = wavelet.ricker_response(ecg.signal, ecg.fs, cfg.ricker_width_s)
     positions = peaks.fiducials(response, ecg.fs, refractory_s=cfg.refractory_s, threshold=cfg.threshold,
                                 level_block_s=cfg.level_block_s, level_blocks=cfg.level_blocks)
-    positions = peaks.refine_to_extremum(ecg.signal, positions, ecg.fs, search_s=cfg.refine_s)
+    positions = qrs.refine_to_extremum(ecg.signal, positions, ecg.fs, search_s=cfg.refine_s)
     beats = embed.embed_beats(ecg.signal, positions, ecg.fs, width=cfg.window(ecg.fs))
     distance = np.abs(beats.fiducial[:, None] - ecg.r_peaks[None, :])
     nearest = distance.argmin(axis=1)

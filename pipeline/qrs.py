@@ -1,0 +1,116 @@
+"""Measures of the ECG itself at candidate beats: where the QRS extremum lies, how wide and steep
+its deflection is, the beats' usual polarity, and how like the recording's beats a candidate looks.
+
+The beat detector (:mod:`pipeline.peaks`) finds candidates on the Ricker response; every one of
+its checks (T wave or QRS, baseline step, rival deflection, small or hidden beat) then asks these
+questions of the ECG at the candidates. Per-candidate work: one Numba kernel (CUDA or CPU by the
+input's type) or a few gathers, on the input's device.
+
+See Also
+--------
+pipeline.peaks : the detector these measures serve.
+"""
+from __future__ import annotations
+
+from pipeline import _kernels, backend
+
+
+def qrs_shape(signal, positions, fs: float, *, search_s: float = 0.0, baseline_s: float = 0.15,
+              despike_s: float = 0.006, width_cap_s: float = 0.15, slope_step_s: float = 0.008,
+              slope_reach_s: float = 0.06, polarity: float = 0.0, rival: float = 1.0):
+    """Per candidate: the QRS point near it, the width and the steepest slope of its deflection.
+
+    All three are measured on the ECG with spikes removed: a running median over ±``despike_s``
+    (5 samples at 250–360 Hz) erases pacing spikes, which are narrower, and keeps the QRS.
+    Numba kernel (one thread per candidate), CUDA or CPU by the input's type.
+
+    Returns
+    -------
+    refined : int64 array
+        The sample within ±``search_s`` farthest from the mean over ±``baseline_s``; with
+        ``polarity`` ±1, a deflection of the other sign must be ``rival`` × farther to win.
+    width : int32 array
+        Samples around it that stay beyond half of that deflection (capped at ±``width_cap_s``):
+        about 20 ms for a narrow QRS, 60–100 ms for a ventricular beat, 100 ms or more for a T wave.
+    slope : float32 array
+        The largest rise over 2 × ``slope_step_s`` within ±``slope_reach_s`` (signal units).
+    """
+    xp = backend.xp_of(signal)
+    # Contiguous, as the kernel was compiled (and warmed up) for: a strided view such as every
+    # n-th beat would compile it again for that layout, seconds inside the run.
+    positions = xp.ascontiguousarray(positions)
+    count = int(positions.shape[0])
+    refined = xp.empty(count, dtype=xp.int64)
+    width = xp.empty(count, dtype=xp.int32)
+    slope = xp.empty(count, dtype=xp.float32)
+    samples = [max(0, int(round(v * fs))) for v in (search_s, baseline_s, width_cap_s, slope_reach_s)]
+    despike = min(7, max(1, int(round(despike_s * fs))))  # the median's cost grows with its square
+    step = max(1, int(round(slope_step_s * fs)))
+    search, base, cap, reach = samples
+    _kernels.launch("qrs_shape", count, signal, positions, search, base, despike, cap, step, reach,
+                    float(polarity), float(rival), refined, width, slope)
+    return refined, width, slope
+
+
+def refine_to_extremum(signal, positions, fs: float, *, search_s: float = 0.05, baseline_s: float = 0.15,
+                       despike_s: float = 0.006, polarity: float = 0.0, rival: float = 1.0):
+    """Move each fiducial to the largest deflection of the ECG itself within ±``search_s``.
+
+    The envelope peak marks the QRS complex; the R (or, for a downward beat, S/QS) extremum is
+    where annotators put the beat. The deflection is measured from the mean over ±``baseline_s``,
+    so baseline wander does not pull the point, and on the ECG with spikes removed (see
+    :func:`qrs_shape`), so a pacing spike is never taken for the R wave. With ``polarity`` ±1
+    (:func:`polarity_of`), a deflection of the other sign wins only when ``rival`` × larger.
+    """
+    if positions.shape[0] == 0:
+        return positions
+    return qrs_shape(signal, positions, fs, search_s=search_s, baseline_s=baseline_s, despike_s=despike_s,
+                     polarity=polarity, rival=rival)[0]
+
+
+def polarity_of(signal, positions, fs: float, share: float = 0.8, reach_s: float = 0.1) -> float:
+    """+1 when at least ``share`` of the beats' fiducials are upward deflections (against the mean
+    of the ECG ``reach_s`` before and after them), -1 when that share is downward, else 0 (no usual
+    polarity: beats of both kinds, or none)."""
+    if positions.shape[0] == 0:
+        return 0.0
+    # The share is taken on the host (a copy of ~1000 flags, where one number would sync anyway):
+    # CuPy's mean of them needs a kernel that the warm-up's recording did not load.
+    up = float(backend.to_host(deflection(signal, positions, fs, reach_s) >= 0).mean())
+    return 1.0 if up >= share else -1.0 if up <= 1.0 - share else 0.0
+
+
+def deflection(signal, positions, fs: float, reach_s: float):
+    """The ECG at each position less the mean of its values ``reach_s`` before and after (signed)."""
+    xp = backend.xp_of(signal)
+    reach, last = max(1, int(round(reach_s * fs))), signal.shape[0] - 1
+    return signal[positions] - 0.5 * (signal[xp.clip(positions - reach, 0, last)]
+                                      + signal[xp.clip(positions + reach, 0, last)])
+
+
+def spread(positions, count: int = 1000):
+    """Up to about ``count`` of ``positions``, evenly spread (every n-th)."""
+    return positions[::max(1, positions.shape[0] // count)]
+
+
+def likeness(signal, positions, examples, fs: float, reach_s: float = 0.06):
+    """Per position, the largest correlation of the ECG within ±``reach_s`` of it with the ECG
+    within ±``reach_s`` of any of ``examples`` (the fiducials of beats of the same recording).
+
+    The Pearson correlation of the two stretches, each less its mean: 1 for the same shape at any
+    size or baseline. One gather per set and one matrix product (positions × examples), so keep
+    ``examples`` to a sample (:func:`spread`) and ``positions`` to the few candidates in question.
+    """
+    xp = backend.xp_of(signal)
+    if positions.shape[0] == 0 or examples.shape[0] == 0:
+        return xp.zeros(positions.shape[0], dtype=xp.float32)
+    reach, last = max(1, int(round(reach_s * fs))), signal.shape[0] - 1
+    offsets = xp.arange(-reach, reach + 1)
+
+    def unit_rows(at):
+        rows = signal[xp.clip(at[:, None] + offsets[None, :], 0, last)].astype(xp.float32)
+        rows -= rows.mean(axis=1, keepdims=True)
+        # A flat stretch (all zeros less its mean) correlates with nothing, not NaN.
+        return rows / xp.maximum(xp.sqrt((rows * rows).sum(axis=1, keepdims=True)), xp.float32(1e-12))
+
+    return (unit_rows(positions) @ unit_rows(examples).T).max(axis=1)

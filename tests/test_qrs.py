@@ -1,0 +1,123 @@
+"""Tests of pipeline.qrs: the refinement against a plain loop, the QRS width and slope against
+the formulas of Gaussian deflections, the kernels' median against NumPy's, and the likeness
+against NumPy's correlation."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline import backend
+from pipeline.qrs import likeness, qrs_shape, refine_to_extremum
+
+
+def _host(x) -> np.ndarray:
+    return backend.to_host(x)
+
+
+# --------------------------------------------------------------------------- refinement
+def _refine_reference(signal, positions, fs, search_s=0.05, baseline_s=0.15, despike_s=0.006):
+    """Per beat: the sample within ±search whose running median (SciPy, edges repeated) lies farthest
+    from the mean over ±baseline (first of equals), then the raw extremum of the same sign within
+    ±despike of it; windows are clipped to the recording by repeating its edge samples."""
+    from scipy.ndimage import median_filter
+
+    search, base, half = round(search_s * fs), round(baseline_s * fs), max(1, round(despike_s * fs))
+    smooth = median_filter(signal, size=2 * half + 1, mode="nearest")
+    last = len(signal) - 1
+    out = []
+    for p in positions:
+        baseline = np.mean([signal[min(max(k, 0), last)] for k in range(p - base, p + base + 1)])
+        candidates = [min(max(k, 0), last) for k in range(p - search, p + search + 1)]
+        deviation = [abs(float(smooth[k]) - baseline) for k in candidates]
+        best = candidates[int(np.argmax(deviation))]
+        sign = 1.0 if smooth[best] >= baseline else -1.0
+        near = list(range(max(best - half, 0), min(best + half, last) + 1))
+        out.append(near[int(np.argmax([sign * signal[k] for k in near]))])
+    return np.array(out, dtype=np.int64)
+
+
+@pytest.mark.parametrize("fs", [250.0, 360.0])
+def test_refine_to_extremum_equals_a_loop(fs, xp):
+    rng = np.random.default_rng(int(fs))
+    signal = np.cumsum(rng.standard_normal(20_000)).astype(np.float32)
+    positions = np.concatenate([[3, 20], np.sort(rng.choice(np.arange(100, 19_900), 60, replace=False)), [19_990]])
+    refined = refine_to_extremum(xp.asarray(signal), xp.asarray(positions.astype(np.int64)), fs)
+    assert isinstance(refined, xp.ndarray) and refined.dtype == xp.int64
+    np.testing.assert_array_equal(_host(refined), _refine_reference(signal, positions, fs))
+    assert np.all(np.abs(_host(refined) - positions) <= round(0.05 * fs) + round(0.006 * fs))
+
+
+def test_refine_moves_to_the_r_peak_of_either_polarity(xp):
+    fs = 250.0
+    t = np.arange(3000)
+    signal = (1.5 * np.exp(-0.5 * ((t - 1000) / 2.5) ** 2) - 2.0 * np.exp(-0.5 * ((t - 2000) / 4.0) ** 2)).astype(np.float32)
+    refined = refine_to_extremum(xp.asarray(signal), xp.asarray(np.array([995, 2008], np.int64)), fs)
+    np.testing.assert_array_equal(_host(refined), [1000, 2000])  # an upward R and a downward QS deflection
+    empty = refine_to_extremum(xp.asarray(signal), xp.zeros(0, dtype=xp.int64), fs)
+    assert empty.shape == (0,)
+
+
+def test_refine_skips_a_pacing_spike(xp):
+    """A spike of one or two samples, taller than the QRS and inside the search window, is not the R."""
+    fs = 360.0
+    t = np.arange(4000)
+    signal = (1.0 * np.exp(-0.5 * ((t - 2000) / 4.0) ** 2)).astype(np.float32)
+    signal[1985:1987] = [4.0, 2.5]  # 40 ms before the R wave
+    refined = refine_to_extremum(xp.asarray(signal), xp.asarray(np.array([1990], np.int64)), fs)
+    np.testing.assert_array_equal(_host(refined), [2000])
+
+
+@pytest.mark.parametrize("first, last", [(0, 0), (3, 9), (-4, 2), (95, 103), (10, 24), (-3, -1)])
+def test_median_of_equals_a_clipped_numpy_median(first, last):
+    """The one device median of the QRS-shape and noise kernels: indices clipped to the array, as
+    a clipped gather would repeat the end values (odd counts; for even ones, one of the two middles)."""
+    from pipeline import _kernels
+
+    values = np.random.default_rng(abs(first * 31 + last)).standard_normal(100).astype(np.float32)
+    window = values[np.clip(np.arange(first, last + 1), 0, 99)]
+    got = _kernels._median_of_cpu(values, first, last)
+    if window.size % 2:
+        assert got == np.median(window)
+    else:
+        middle = np.sort(window)[window.size // 2 - 1:window.size // 2 + 1]
+        assert got in middle
+
+
+def test_qrs_shape_width_and_slope(xp):
+    """Width at half height and the steepest rise of Gaussian deflections, against their formulas."""
+    fs = 500.0
+    t = np.arange(10_000)
+    sigmas = {2000: 5.0, 5000: 20.0, 8000: 45.0}  # 10 ms (an R wave), 40 ms, 90 ms (a T wave)
+    signal = sum(np.exp(-0.5 * ((t - c) / s) ** 2) for c, s in sigmas.items()).astype(np.float32)
+    positions = np.array(list(sigmas), np.int64)
+    refined, width, slope = qrs_shape(xp.asarray(signal), xp.asarray(positions), fs, baseline_s=0.5)
+    np.testing.assert_array_equal(_host(refined), positions)
+    for w, sigma in zip(_host(width), sigmas.values()):
+        expected = 2 * np.sqrt(2 * np.log(2)) * sigma  # FWHM, measured from a baseline a little above 0
+        assert abs(w - expected) <= 0.15 * expected + 2, (w, expected)
+    step = round(0.008 * fs)
+    for s_, (c, sigma) in zip(_host(slope), sigmas.items()):
+        x = np.arange(c - round(0.06 * fs), c + round(0.06 * fs) + 1)  # the default reach, ±60 ms
+        expected = np.max(np.abs(np.exp(-0.5 * ((x + step - c) / sigma) ** 2) - np.exp(-0.5 * ((x - step - c) / sigma) ** 2)))
+        assert s_ == pytest.approx(expected, rel=0.02)
+
+
+# --------------------------------------------------------------------------- likeness
+def test_likeness_is_the_best_correlation_with_the_examples(xp):
+    """Against np.corrcoef of the same stretches: the best over the examples, whatever a beat's
+    size and baseline; a flat stretch correlates with nothing (0, not NaN)."""
+    fs = 250.0
+    rng = np.random.default_rng(3)
+    signal = np.cumsum(rng.standard_normal(5000)).astype(np.float32)
+    signal[4000:4100] = 2.0                                       # flat
+    examples = np.array([500, 1200, 2100, 3300], np.int64)
+    positions = np.array([700, 1200, 2900, 4050], np.int64)
+    signal[2900 - 15:2900 + 16] = 3 * signal[2100 - 15:2100 + 16] + 7     # a copy of an example, larger and higher
+    got = _host(likeness(xp.asarray(signal), xp.asarray(positions), xp.asarray(examples), fs, 0.06))
+    reach = round(0.06 * fs)
+    rows = lambda at: signal[at - reach:at + reach + 1]
+    for value, p in zip(got, positions):
+        expected = max(np.corrcoef(rows(p), rows(e))[0, 1] for e in examples) if p != 4050 else 0.0
+        assert value == pytest.approx(expected, abs=1e-5), (p, value, expected)
+    assert got[1] == pytest.approx(1.0) and got[2] == pytest.approx(1.0)
+    assert _host(likeness(xp.asarray(signal), xp.zeros(0, dtype=xp.int64), xp.asarray(examples), fs)).shape == (0,)
