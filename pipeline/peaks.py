@@ -222,8 +222,8 @@ def rescue_suppressed(env, thresholds, block: int, signal, candidates, refined, 
         return positions
     sample = qrs.spread(positions)
     (width, slope), (moved_width, moved_slope) = _shapes(signal, [sample, moved[which]], fs, cfg)
-    which = which[(moved_width <= cfg.search_back_width * xp.median(width))
-                  & (moved_slope >= cfg.second_look_slope * xp.median(slope))]
+    which = which[(moved_width <= cfg.search_back_width * qrs.sample_median(width))
+                  & (moved_slope >= cfg.second_look_slope * qrs.sample_median(slope))]
     if which.shape[0] == 0:                         # host sync: one number
         return positions
     which = which[qrs.likeness(signal, moved[which], sample, fs, cfg.rescue_likeness_s) >= cfg.rescue_likeness]
@@ -304,7 +304,7 @@ def keep_the_rhythm(env, thresholds, block: int, signal, positions, fs: float, c
                                                                    fs, cfg)
     swap = ((xp.abs(moved - positions[which]) >= near)      # still another deflection, not the beat's own
             & (moved_slope >= cfg.rival_slope * slope)
-            & (moved_width <= cfg.search_back_width * xp.median(typical)))
+            & (moved_width <= cfg.search_back_width * qrs.sample_median(typical)))
     positions = positions.copy()
     positions[which[swap]] = moved[swap]
     return xp.unique(positions)
@@ -403,7 +403,7 @@ def search_back(response, signal, positions, fs: float, cfg, polarity: float = 0
         return positions
     extra = _refine(signal, xp.sort(extra).astype(xp.int64), fs, cfg, polarity)
     (extra_width, _), (typical, _) = _shapes(signal, [extra, qrs.spread(positions)], fs, cfg)
-    narrow = extra_width <= cfg.search_back_width * xp.median(typical)
+    narrow = extra_width <= cfg.search_back_width * qrs.sample_median(typical)
     return xp.unique(xp.concatenate([positions, extra[narrow]]))
 
 
