@@ -51,9 +51,10 @@ def _stress_signal(xp, fs: float):
     stretches of 3 s of pulses at a tenth of their size (the search inside long RR gaps), 20 s of
     tall, broad T waves (the T-wave filter and its early-beat test), 30 s of wide beats whose tall
     T wave hides the narrow QRS 360 ms after them from the suppression (the rescue of the peaks it
-    suppressed), three sharp P waves taller than their QRS (a beat moved to its rival deflection)
-    and a 2-s pause (a long RR gap of its own length: the search inside gaps reads gaps of like
-    length together, and a group of one gap takes other layouts than one of several)."""
+    suppressed), three sharp P waves taller than their QRS (a beat moved to its rival deflection),
+    a 2-s pause (a long RR gap of its own length: the search inside gaps reads gaps of like
+    length together, and a group of one gap takes other layouts than one of several) and 30 s of
+    bigeminy whose small beats only the second look finds."""
     t = xp.arange(1 << 21, dtype=xp.float64) / fs
     phase = t % 0.8
     signal = xp.exp(-(phase - 0.4) ** 2 / 2e-4) + 0.2 * xp.exp(-(phase - 0.8) ** 2 / 2e-4)
@@ -70,6 +71,9 @@ def _stress_signal(xp, fs: float):
     signal[hidden] = (1.5 * xp.exp(-(cycle - 0.4) ** 2 / 1.8e-3) - 1.5 * xp.exp(-(cycle - 0.6) ** 2 / 2.45e-3)
                       + xp.exp(-(cycle - 0.76) ** 2 / 2e-4) + xp.exp(-(cycle - 1.56) ** 2 / 2e-4))
     signal[(t > 4800) & (t < 4802)] = 0.0
+    bigeminy = (t > 5100) & (t < 5130)
+    cycle = t[bigeminy] % 1.6                       # a large beat, then a small one under the threshold
+    signal[bigeminy] = 4.0 * xp.exp(-(cycle - 0.4) ** 2 / 2e-4) + 0.8 * xp.exp(-(cycle - 1.2) ** 2 / 2e-4)
     for r_wave in (5000.4, 5004.4, 5008.4):
         signal += 1.15 * xp.exp(-(t - (r_wave - 0.2)) ** 2 / 2e-4)
     return signal.astype(xp.float32)
