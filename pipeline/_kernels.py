@@ -59,18 +59,16 @@ def _embed_one(i, signal, positions, pre, out):
 
 
 def _median_of(values, first, last):
-    """Median of values[first : last+1] (indices clipped to the array, as a clipped gather would
-    repeat the end values) without an array: the element with at most count // 2 smaller and at
-    most count // 2 larger ones (for an even count, the first such in order). O(count²), fine for
-    the 3–15 values it is used with. The one median of the QRS-shape and noise kernels.
-
-    The QRS-shape kernel takes ~100 medians of 3 or 5 values per candidate (the despiking window
-    at 128–375 Hz); for those the median comes from a few min/max of values read once, not from
-    count² reads: an odd count has one median value, so the result is the same."""
+    """Median of values[first : last+1] (indices clipped to the array, as a clipped gather repeats
+    the end values) without an array. Of 3 or 5 values (the QRS-shape kernel's despiking window at
+    128–375 Hz, ~100 medians a candidate): min/max of the values read once. Otherwise the element
+    with at most count // 2 smaller and at most count // 2 larger ones (for an even count, the first
+    such in order): O(count²), fine for the up to 15 values it meets. The one median of the
+    QRS-shape and noise kernels."""
     n = values.shape[0]
     count = last - first + 1
     if count == 3 or count == 5:
-        lo = np.int64(first)  # a CPU caller's prange index is unsigned: mixed with ints, Numba makes it a float
+        lo = np.int64(first)  # a CPU prange index is unsigned: Numba mixes it with ints as a float
         v0 = values[min(max(lo, 0), n - 1)]
         v1 = values[min(max(lo + 1, 0), n - 1)]
         v2 = values[min(max(lo + 2, 0), n - 1)]

@@ -68,6 +68,21 @@ def test_nms_gate_threshold_is_strict_and_per_block(xp):
     np.testing.assert_array_equal(np.flatnonzero(_host(gate)), [15, 25, 35])  # 0.5 is not > 0.5
 
 
+
+@pytest.mark.parametrize("n", [1, 2, 9, 100, 4097])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_running_median_equals_the_median_of_a_clipped_gather(n, dtype, xp):
+    """backend.running_median (one median filter) against the gather it replaces: for each i the
+    NumPy median of the 2 half + 1 values around it, the indices clipped (the ends repeated)."""
+    rng = np.random.default_rng(n)
+    values = rng.integers(0, 6, n).astype(dtype)        # small integers: many ties
+    for half in (4, 8):
+        around = np.clip(np.arange(n)[:, None] + np.arange(-half, half + 1)[None, :], 0, n - 1)
+        got = _host(backend.running_median(xp.asarray(values), half))
+        assert got.dtype == dtype
+        np.testing.assert_array_equal(got, np.median(values[around], axis=1))
+
+
 def test_suppression_among_peaks_equals_the_gate_on_a_sparse_envelope(xp):
     """peaks._suppress_among (the rescue's second suppression) against nms_gate on an envelope
     that holds only those peaks: the same winners, ties included."""

@@ -67,7 +67,8 @@ def test_refine_skips_a_pacing_spike(xp):
     np.testing.assert_array_equal(_host(refined), [2000])
 
 
-@pytest.mark.parametrize("first, last", [(0, 0), (3, 9), (-4, 2), (95, 103), (10, 24), (-3, -1)])
+@pytest.mark.parametrize("first, last", [(0, 0), (3, 9), (-4, 2), (95, 103), (10, 24), (-3, -1), (40, 42),
+                                         (50, 54), (-2, 2), (97, 101), (98, 102)])
 def test_median_of_equals_a_clipped_numpy_median(first, last):
     """The one device median of the QRS-shape and noise kernels: indices clipped to the array, as
     a clipped gather would repeat the end values (odd counts; for even ones, one of the two middles)."""
@@ -81,6 +82,20 @@ def test_median_of_equals_a_clipped_numpy_median(first, last):
     else:
         middle = np.sort(window)[window.size // 2 - 1:window.size // 2 + 1]
         assert got in middle
+
+
+
+@pytest.mark.parametrize("count", [3, 5])
+def test_median_of_few_values_holds_with_ties(count):
+    """Of 3 and 5 values the median comes from min/max, not from counting: every arrangement of
+    the values 0..3 (ties of every kind) gives NumPy's median."""
+    import itertools
+
+    from pipeline import _kernels
+
+    for values in itertools.product(range(4), repeat=count):
+        array = np.array(values, dtype=np.float32)
+        assert _kernels._median_of_cpu(array, 0, count - 1) == np.median(array), values
 
 
 def test_qrs_shape_width_and_slope(xp):
