@@ -12,6 +12,7 @@ pipeline.tables.beats_table : stores the calibrated score and its components (th
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from dataclasses import dataclass
@@ -90,8 +91,9 @@ def resample_rows(rows, fs: float, pre: int, cfg: ReferenceConfig = ReferenceCon
         raise ValueError(f"pre must be a column of the rows (0 to {rows.shape[1] - 1}); got {pre}")
     matrix = xp.asarray(_interpolation_matrix(int(rows.shape[1]), int(pre), float(fs), cfg.width, cfg.pre,
                                               float(cfg.fs), float(cfg.lowpass_hz)))
-    out = xp.concatenate([chunk @ matrix for chunk in _chunks(rows, batch)]) if rows.shape[0] else \
-        xp.zeros((0, cfg.width), dtype=xp.float32)
+    with _one_blas_thread(xp):
+        out = xp.concatenate([chunk @ matrix for chunk in _chunks(rows, batch)]) if rows.shape[0] else \
+            xp.zeros((0, cfg.width), dtype=xp.float32)
     if out.shape[0]:
         scale = float(xp.median(out.max(axis=1) - out.min(axis=1)))  # sync point
         out /= scale if scale > 0 else 1.0
@@ -100,6 +102,17 @@ def resample_rows(rows, fs: float, pre: int, cfg: ReferenceConfig = ReferenceCon
 
 def _chunks(rows, batch: int):
     return [rows[start:start + batch] for start in range(0, int(rows.shape[0]), batch)]
+
+
+def _one_blas_thread(xp):
+    """On the CPU, BLAS on one thread for the products here: OpenBLAS splits a product among its
+    threads in ways that round the last bit differently, and a reference must come out the same,
+    bit for bit, trained in one process (every CPU) or on a cluster's workers (their share)."""
+    if xp is not np:
+        return contextlib.nullcontext()
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="blas")
 
 
 # --------------------------------------------------------------------------- statistics
@@ -112,8 +125,9 @@ def population_distance(rows, centroids, *, batch: int = 16384):
         raise ValueError(f"rows must have the reference's width {c.shape[1]}; got {rows.shape[1]} "
                          "(resample them with resample_rows first)")
     c2 = (c * c).sum(axis=1)
-    parts = [xp.maximum((chunk * chunk).sum(axis=1) + (c2[None, :] - 2.0 * (chunk @ c.T)).min(axis=1), 0.0)
-             for chunk in _chunks(rows, batch)]
+    with _one_blas_thread(xp):
+        parts = [xp.maximum((chunk * chunk).sum(axis=1) + (c2[None, :] - 2.0 * (chunk @ c.T)).min(axis=1), 0.0)
+                 for chunk in _chunks(rows, batch)]
     return (xp.concatenate(parts) if parts else xp.zeros(0, dtype=xp.float32)).astype(xp.float32)
 
 
