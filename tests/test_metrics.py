@@ -21,6 +21,19 @@ def test_ec57_counts_leave_flutter_out_of_both_sides():
     assert strict == {"tp_4": 1, "fn_4": 3, "fp_4": 3}             # only 102 is within 4 ms (of 100)
 
 
+
+@pytest.mark.parametrize("fs, tolerance_s, inside", [(360.0, 0.15, 54), (360.0, 0.05, 18), (128.0, 0.05, 6),
+                                                     (128.0, 0.15, 19), (250.0, 0.05, 12)])
+def test_a_beat_exactly_at_the_tolerance_matches_and_one_sample_more_does_not(fs, tolerance_s, inside):
+    """EC57's window holds every beat within the tolerance: ``inside`` is the most whole samples in
+    it (150 ms at 360 Hz is 54 samples; 50 ms at 128 Hz is 6.4, so 6)."""
+    assert inside / fs <= tolerance_s + 1e-12 < (inside + 1) / fs
+    ms = int(round(tolerance_s * 1000))
+    for offset, matched in ((inside, 1), (-inside, 1), (inside + 1, 0), (-inside - 1, 0)):
+        counts = ec57_counts(np.array([10_000]), np.array([10_000 + offset]), fs, tolerances_s=(tolerance_s,))
+        assert counts[f"tp_{ms}"] == matched, offset
+
+
 def test_outside_keeps_episode_ends_out():
     np.testing.assert_array_equal(outside(np.arange(10), np.array([[2, 4], [7, 7]])), [0, 1, 5, 6, 8, 9])
 
