@@ -300,8 +300,8 @@ def keep_the_rhythm(env, thresholds, block: int, signal, positions, fs: float, c
     if which.shape[0] == 0:                         # host sync: one number
         return positions
     moved = _refine(signal, rival[which], fs, cfg, polarity)
-    (_, slope), (moved_width, moved_slope), (typical, _) = _shapes(signal, [positions[which], moved, qrs.spread(positions)],
-                                                                   fs, cfg)
+    shapes = _shapes(signal, [positions[which], moved, qrs.spread(positions)], fs, cfg)
+    (_, slope), (moved_width, moved_slope), (typical, _) = shapes
     swap = ((xp.abs(moved - positions[which]) >= near)      # still another deflection, not the beat's own
             & (moved_slope >= cfg.rival_slope * slope)
             & (moved_width <= cfg.search_back_width * qrs.sample_median(typical)))
