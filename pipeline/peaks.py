@@ -156,6 +156,7 @@ def find_beats(response, signal, fs: float, cfg):
                              flat_slope_ratio=cfg.twave_flat_slope_ratio, step_slope_ratio=cfg.step_slope_ratio,
                              early_beat_height=cfg.early_beat_height, early_beat_gap_rr=cfg.early_beat_gap_rr)
     positions = rescue_suppressed(env, thresholds, block, signal, candidates, refined, positions, fs, cfg, polarity)
+    positions = off_own_t_waves(env, thresholds, block, signal, positions, fs, cfg, polarity)
     positions = keep_the_rhythm(env, thresholds, block, signal, positions, fs, cfg, polarity)
     positions = second_look(env, level, block, signal, positions, fs, cfg, polarity)
     return search_back(response, signal, positions, fs, cfg, polarity)
@@ -247,6 +248,48 @@ def _suppress_among(at, value, half: int):
         keep[:-k] &= ~(near & (value[k:] > value[:-k]))
         keep[k:] &= ~(near & (value[:-k] >= value[k:]))
     return keep
+
+
+def off_own_t_waves(env, thresholds, block: int, signal, positions, fs: float, cfg, polarity: float = 0.0):
+    """Move a beat marked on a T wave to the QRS complex whose T wave it is.
+
+    A ventricular beat can be small and wide on the analysed lead and its T wave tall: the T
+    wave's Ricker response outgrows that of the QRS 150–250 ms before it, the suppression keeps
+    the T wave, and the beat is marked there. :func:`drop_non_qrs` cannot tell: the QRS it
+    follows never became a candidate. A beat is taken for such a T wave when its deflection is
+    as wide as no QRS complex the other checks accept (over ``cfg.search_back_width`` × the
+    beats' median width) and slow (under ``cfg.step_slope_ratio`` × their median slope, as
+    :func:`drop_non_qrs` tells a slow wave from a wide ventricular beat), and the largest
+    response between ``cfg.rival_min_s`` and ``cfg.refractory_s`` before it passes the
+    threshold and, moved to its extremum, is narrower and steeper than the beat (within one
+    heartbeat the QRS complex is the narrowest and steepest wave) and more than
+    ``cfg.refractory_s`` after the beat before (no beat of its own). One gather of the envelope
+    before every beat; shapes are measured only where the response before passes the threshold.
+    Returns the positions, still sorted.
+    """
+    xp = backend.xp_of(positions)
+    count = positions.shape[0]
+    if count < 3:
+        return positions
+    near, far = max(1, int(round(cfg.rival_min_s * fs))), max(1, int(round(cfg.refractory_s * fs)))
+    around = xp.clip(positions[1:, None] - xp.arange(near, far + 1)[None, :], 0, env.shape[0] - 1)
+    rival = around[xp.arange(count - 1), env[around].argmax(axis=1)]
+    which = xp.flatnonzero(env[rival] > thresholds[rival // block]) + 1
+    if which.shape[0] == 0:                         # host sync: one number
+        return positions
+    sample = qrs.spread(positions)
+    (width, slope), (typical_width, typical_slope) = _shapes(signal, [positions[which], sample], fs, cfg)
+    t_like = ((width > cfg.search_back_width * qrs.sample_median(typical_width))
+              & (slope < cfg.step_slope_ratio * qrs.sample_median(typical_slope)))
+    which, width, slope = which[t_like], width[t_like], slope[t_like]
+    if which.shape[0] == 0:                         # host sync: one number
+        return positions
+    moved = _refine(signal, rival[which - 1], fs, cfg, polarity)
+    ((moved_width, moved_slope),) = _shapes(signal, [moved], fs, cfg)
+    swap = (moved_width < width) & (moved_slope > slope) & (moved - positions[which - 1] > far)
+    positions = positions.copy()
+    positions[which[swap]] = moved[swap]             # still in order: between the beat before and the T wave
+    return positions
 
 
 def keep_the_rhythm(env, thresholds, block: int, signal, positions, fs: float, cfg, polarity: float = 0.0):
