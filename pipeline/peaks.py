@@ -135,9 +135,10 @@ def find_beats(response, signal, fs: float, cfg):
     """The fiducials of the heartbeats in ``signal`` from its Ricker ``response``: the adaptive
     threshold with non-maximum suppression (:func:`fiducials`), each point moved to the QRS
     extremum, T waves and baseline steps removed, the QRS complexes those waves hid from the
-    suppression rescued (:func:`rescue_suppressed`), a rival deflection preferred where it keeps the
-    rhythm (:func:`keep_the_rhythm`), then a second look for small beats (:func:`second_look`) and
-    a search inside long RR gaps (:func:`search_back`). ``cfg`` is a
+    suppression rescued (:func:`rescue_suppressed`), a beat on its own T wave moved to its QRS
+    (:func:`off_own_t_waves`), a rival deflection preferred where it keeps the rhythm
+    (:func:`keep_the_rhythm`), then a second look for small beats (:func:`second_look`) and a
+    search inside long RR gaps (:func:`search_back`). ``cfg`` is a
     :class:`pipeline.config.SignalConfig`."""
     xp = backend.xp_of(response)
     env = envelope(response)
@@ -253,32 +254,27 @@ def _suppress_among(at, value, half: int):
 def off_own_t_waves(env, thresholds, block: int, signal, positions, fs: float, cfg, polarity: float = 0.0):
     """Move a beat marked on a T wave to the QRS complex whose T wave it is.
 
-    A ventricular beat can be small and wide on the analysed lead and its T wave tall: the T
-    wave's Ricker response outgrows that of the QRS 150–250 ms before it, the suppression keeps
-    the T wave, and the beat is marked there. :func:`drop_non_qrs` cannot tell: the QRS it
-    follows never became a candidate. A beat is taken for such a T wave when its deflection is
-    as wide as no QRS complex the other checks accept (over ``cfg.search_back_width`` × the
-    beats' median width) and slow (under ``cfg.step_slope_ratio`` × their median slope, as
-    :func:`drop_non_qrs` tells a slow wave from a wide ventricular beat), and the largest
-    response between ``cfg.rival_min_s`` and ``cfg.refractory_s`` before it passes the
-    threshold and, moved to its extremum, is narrower and steeper than the beat (within one
-    heartbeat the QRS complex is the narrowest and steepest wave) and more than
-    ``cfg.refractory_s`` after the beat before (no beat of its own). One gather of the envelope
-    before every beat; shapes are measured only where the response before passes the threshold.
-    Returns the positions, still sorted.
+    A small, wide ventricular beat's tall T wave can outgrow, in the Ricker response, the QRS
+    150–250 ms before it: the suppression keeps the T wave, and :func:`drop_non_qrs` cannot tell,
+    the QRS it follows being no candidate. A beat is such a T wave when it is wider than a QRS
+    complex (``cfg.search_back_width`` × the beats' median width) and slow (under
+    ``cfg.step_slope_ratio`` × their median slope, as :func:`drop_non_qrs` tells a slow wave from a
+    wide ventricular beat), and the largest response ``cfg.rival_min_s``–``cfg.refractory_s``
+    before it passes the threshold and, moved to its extremum, is narrower and steeper than the
+    beat (within a heartbeat the QRS is the narrowest and steepest wave) and more than
+    ``cfg.refractory_s`` after the beat before. One gather before every beat; shapes are measured
+    only where that response passes. Returns the positions, still sorted.
     """
     xp = backend.xp_of(positions)
-    count = positions.shape[0]
-    if count < 3:
+    if positions.shape[0] < 3:
         return positions
     near, far = max(1, int(round(cfg.rival_min_s * fs))), max(1, int(round(cfg.refractory_s * fs)))
     around = xp.clip(positions[1:, None] - xp.arange(near, far + 1)[None, :], 0, env.shape[0] - 1)
-    rival = around[xp.arange(count - 1), env[around].argmax(axis=1)]
+    rival = around[xp.arange(around.shape[0]), env[around].argmax(axis=1)]
     which = xp.flatnonzero(env[rival] > thresholds[rival // block]) + 1
     if which.shape[0] == 0:                         # host sync: one number
         return positions
-    sample = qrs.spread(positions)
-    (width, slope), (typical_width, typical_slope) = _shapes(signal, [positions[which], sample], fs, cfg)
+    (width, slope), (typical_width, typical_slope) = _shapes(signal, [positions[which], qrs.spread(positions)], fs, cfg)
     t_like = ((width > cfg.search_back_width * qrs.sample_median(typical_width))
               & (slope < cfg.step_slope_ratio * qrs.sample_median(typical_slope)))
     which, width, slope = which[t_like], width[t_like], slope[t_like]

@@ -305,6 +305,40 @@ def test_find_beats_rescues_the_qrs_a_ventricular_t_wave_hid(fs, xp):
     assert found.size == beats.size and error.max() <= 2, (found.size, beats.size, error.max())
 
 
+@pytest.mark.parametrize("fs", [128.0, 360.0])
+def test_find_beats_moves_a_beat_off_its_own_t_wave(fs, xp):
+    """Narrow QRS complexes 0.8 s apart; every fourth beat is early, small and wider (sigma 12 ms),
+    with a tall, broad T wave (sigma 45 ms) 190 ms after it whose Ricker response outgrows the
+    beat's own: the suppression keeps the T wave, and no T-wave check sees it (the QRS before it
+    never became a candidate). Every such beat ends on its QRS complex, the narrower and steeper
+    deflection before the T wave, and the other beats stay where they are."""
+    from pipeline.peaks import find_beats
+    from pipeline.wavelet import ricker_response
+
+    cfg = SignalConfig()
+    n = int(60 * fs)
+    # Three sinus beats 0.8 s apart, an early beat 0.5 s after the third, 1.4 s before the next.
+    cycle = 1.0 + 3.5 * np.arange(16)
+    normal = np.round(np.concatenate([cycle, cycle + 0.8, cycle + 1.6]) * fs).astype(np.int64)
+    normal = np.sort(normal[normal < 58 * fs])
+    wide = np.round((cycle + 2.1) * fs).astype(np.int64)
+    wide = wide[wide < 58 * fs]
+    signal = _spikes(fs, n, normal, np.full(normal.size, 1.5), sigma_s=0.008)
+    signal += _spikes(fs, n, normal + int(0.3 * fs), np.full(normal.size, 0.2), sigma_s=0.04)
+    signal += _spikes(fs, n, wide, np.full(wide.size, 0.6), sigma_s=0.012)
+    t_waves = wide + int(0.19 * fs)
+    signal += _spikes(fs, n, t_waves, np.full(wide.size, 1.5), sigma_s=0.045)
+    signal = xp.asarray((signal + 0.01 * np.random.default_rng(7).standard_normal(n)).astype(np.float32))
+    response = ricker_response(signal, fs, cfg.ricker_width_s)
+    assert float(xp.abs(response[t_waves[0] - 3:t_waves[0] + 4]).max()) > float(xp.abs(response[wide[0]]))
+    beats = np.sort(np.concatenate([normal, wide]))
+    found = _host(find_beats(response, signal, fs, cfg))
+    found = found[found < beats[-1] + 0.5 * fs]       # the synthetic recording's last half second aside
+    on_t_wave = np.abs(t_waves[:, None] - found[None, :]).min(axis=1) <= 2
+    assert not on_t_wave.any(), f"{on_t_wave.sum()} of {wide.size} beats marked on their T wave"
+    error = np.abs(found[:, None] - beats[None, :]).min(axis=1)
+    assert found.size == beats.size and error.max() <= 2, (found.size, beats.size, error.max())
+
 def test_search_back_finds_small_beats_in_a_long_gap_but_nothing_in_a_pause(xp):
     """Beats every 0.8 s; in one stretch of 4.8 s they are a tenth of their size (an amplifier
     recovering), and elsewhere a sinus pause of 3.2 s holds only noise and a P wave (wide). The
