@@ -51,7 +51,8 @@ def _stress_signal(xp, fs: float):
     stretches of 3 s of pulses at a tenth of their size (the search inside long RR gaps), 20 s of
     tall, broad T waves (the T-wave filter and its early-beat test), 30 s of wide beats whose tall
     T wave hides the narrow QRS 360 ms after them from the suppression (the rescue of the peaks it
-    suppressed), three sharp P waves taller than their QRS (a beat moved to its rival deflection),
+    suppressed), 35 s of small wide beats whose tall T wave outgrows them (a beat moved off its own
+    T wave), three sharp P waves taller than their QRS (a beat moved to its rival deflection),
     a 2-s pause (a long RR gap of its own length: the search inside gaps reads gaps of like
     length together, and a group of one gap takes other layouts than one of several) and 30 s of
     bigeminy whose small beats only the second look finds."""
@@ -70,6 +71,11 @@ def _stress_signal(xp, fs: float):
     cycle = t[hidden] % 1.6                         # a wide beat, its T wave, two narrow beats
     signal[hidden] = (1.5 * xp.exp(-(cycle - 0.4) ** 2 / 1.8e-3) - 1.5 * xp.exp(-(cycle - 0.6) ** 2 / 2.45e-3)
                       + xp.exp(-(cycle - 0.76) ** 2 / 2e-4) + xp.exp(-(cycle - 1.56) ** 2 / 2e-4))
+    on_t = (t > 3300) & (t < 3335)
+    cycle = t[on_t] % 3.5                           # three narrow beats, a small wide one, its tall T wave
+    signal[on_t] = (xp.exp(-(cycle - 0.4) ** 2 / 1.28e-4) + xp.exp(-(cycle - 1.2) ** 2 / 1.28e-4)
+                    + xp.exp(-(cycle - 2.0) ** 2 / 1.28e-4) + 0.4 * xp.exp(-(cycle - 2.5) ** 2 / 2.88e-4)
+                    + xp.exp(-(cycle - 2.69) ** 2 / 4.05e-3))
     signal[(t > 4800) & (t < 4802)] = 0.0
     bigeminy = (t > 5100) & (t < 5130)
     cycle = t[bigeminy] % 1.6                       # a large beat, then a small one under the threshold
