@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import threading
 import weakref
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -182,21 +183,31 @@ class DataStore(pn.viewable.Viewer):
 
     def _follow_labels(self, doc) -> None:
         """Show every saved change of the reviewer's labels: this session's own at once, another
-        session's on this session's next tick (their selections stay theirs)."""
+        session's or another server's on this session's next tick (their selections stay theirs).
+
+        Another server's change is told on the labels' watcher thread, where ``pn.state.curdoc``
+        is the document of whichever callback the server's thread is running (Bokeh's current
+        document is one for the whole process): this session's, whenever it is busy. So only the
+        server's thread, inside this session's callback, updates the store at once; every other
+        call is handed over through the server's event loop (:func:`in_session`). A store updated
+        from two threads at once can stop calling its watchers for good (param's batch flag,
+        saved and restored by each thread, is left set): its page no longer follows the labels."""
         labels = self.shared.review_labels()
         self.labels_version = labels.version
         # Weak references: the shared labels outlive every session, and must not keep a closed
         # session's store or document alive when no session-destroyed hook ran (close() below).
         store_ref, doc_ref = weakref.ref(self), (weakref.ref(doc) if doc is not None else None)
+        schedule = in_session(doc) if doc is not None else None
+        server_thread = threading.get_ident()       # the one that builds sessions and runs their callbacks
 
         def changed(version: int) -> None:
             store, session_doc = store_ref(), (doc_ref() if doc_ref else None)
             if store is None or (doc_ref is not None and session_doc is None):
                 labels.unsubscribe(token)
-            elif session_doc is None or pn.state.curdoc is session_doc:
+            elif session_doc is None or (threading.get_ident() == server_thread and pn.state.curdoc is session_doc):
                 store.param.update(labels_version=version)
             else:
-                session_doc.add_next_tick_callback(lambda: store.update(labels_version=version))
+                schedule(lambda: store.update(labels_version=version))
 
         token = self._labels_token = labels.subscribe(changed)
         if doc is not None:

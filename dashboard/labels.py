@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import itertools
 import logging
 import os
 import sqlite3
@@ -127,6 +128,7 @@ class ReviewLabels:
         self._announced = 0
         self._frame: tuple[int, pd.DataFrame] | None = None
         self._listeners: dict[int, Callable[[int], None]] = {}
+        self._tokens = itertools.count(1)
         self._watcher: threading.Thread | None = None
         self._closed = threading.Event()
         self._last_warning = ""
@@ -407,8 +409,10 @@ class ReviewLabels:
     def subscribe(self, listener: Callable[[int], None]) -> int:
         """Call ``listener(version)`` after every change: this process's from the thread that made
         it, another process's from a watcher thread within ``WATCH_S`` (listeners are in-process:
-        another server's sessions are told by that server). Returns a token for :meth:`unsubscribe`."""
-        token = id(listener)
+        another server's sessions are told by that server). Returns a token for :meth:`unsubscribe`,
+        never given again (not the listener's ``id``, which a later listener may reuse once this one
+        is gone: a store closed twice would then take another session's listener away)."""
+        token = next(self._tokens)
         with self._lock:
             self._listeners[token] = listener
             if (self._watcher is None or not self._watcher.is_alive()) and self._con is not None:

@@ -184,10 +184,14 @@ class SharedRun:
     def review_of_beats(self) -> np.ndarray:
         """Each beat's review label ('' for none), for the labels' current version."""
         labels = self.review_labels()
-        version, values = self._review_cache
-        if version != labels.version or values is None:
+        # The version is read before the labels: another server's change committed while they are
+        # read then gives a newer version at the next call, which reads them again. (Read after
+        # them, a newer version would be kept with older labels, and every later call take those.)
+        version = labels.version
+        kept, values = self._review_cache
+        if kept != version or values is None:
             values = labels.labels_of(self.beats["fiducial"].to_numpy())
-            self._review_cache = (labels.version, values)
+            self._review_cache = (version, values)
         return values
 
     # ------------------------------------------------------------------ the model (CPU)

@@ -1,7 +1,8 @@
 """Tests of the dashboard without a server: DataStore selections, the linked charts' counts against
 independent NumPy histograms (crossfilter semantics), brushes from the browser's model, the
 recording's raster against Datashader on the raw samples, the startup job's progress states and
-the error page.
+the error page; and one session in a Bokeh server of this process, told of another server's label
+while it is busy.
 
 One tiny pipeline run (300k samples, 3 epochs, in a temporary folder) is shared by the module.
 """
@@ -795,6 +796,115 @@ def test_labels_reach_the_table_other_sessions_and_undo(review_page, page):
     assert (review_page.review_of_beats()[(review_page.beats["family"] == family).to_numpy()] == "N").all()
     panel.apply("  ")
     assert "label must be" in panel.status.object
+
+
+def test_another_servers_label_committed_while_the_labels_are_read_is_shown_next(review_page, monkeypatch):
+    """Another server commits a label while this one reads the beats' labels: the next read shows
+    it (the labels read are kept under the version read before them, never under a newer one)."""
+    from dashboard.labels import ReviewLabels
+
+    labels = review_page.review_labels()
+    other_server = ReviewLabels(labels.path, review_page.fs)
+    fiducial = review_page.beats["fiducial"].to_numpy()
+    review_page.review_of_beats()
+    labels.set([int(fiducial[1])], "N")          # a change here: the next call reads the labels again
+    read = labels.labels_of
+
+    def read_while_the_other_server_commits(fiducials):
+        found = read(fiducials)
+        monkeypatch.setattr(labels, "labels_of", read)
+        other_server.set([int(fiducial[0])], "V")
+        return found
+
+    monkeypatch.setattr(labels, "labels_of", read_while_the_other_server_commits)
+    assert review_page.review_of_beats()[:2].tolist() == ["", "N"]
+    assert review_page.review_of_beats()[:2].tolist() == ["V", "N"]
+
+
+SERVER_THREAD = "test-bokeh-server"
+
+
+@pytest.fixture
+def served_session(review_page):
+    """One session of the dashboard (store and views) in a Bokeh server of this process, whose
+    thread (``SERVER_THREAD``) is kept busy in one of that session's callbacks until ``release``
+    is set, as a server is while it handles a click; yields ``(store, views, release)``."""
+    import asyncio
+    import urllib.request
+
+    from bokeh.application import Application
+    from bokeh.application.handlers.function import FunctionHandler
+    from bokeh.server.server import Server
+    from tornado.ioloop import IOLoop
+
+    from dashboard.app import make_board
+    from dashboard.page import layout
+
+    built, busy, release, up = {}, threading.Event(), threading.Event(), threading.Event()
+
+    def make_doc(doc) -> None:
+        with set_curdoc(doc):
+            store = DataStore(review_page)
+            body, views = layout(store, make_board(store))
+            doc.add_root(body.get_root(doc))
+        built.update(store=store, views=views)
+
+        def busy_callback() -> None:
+            busy.set()
+            release.wait(60)
+        doc.add_next_tick_callback(busy_callback)
+
+    def serve() -> None:
+        asyncio.set_event_loop(asyncio.new_event_loop())
+        built["server"] = Server({"/": Application(FunctionHandler(make_doc))}, io_loop=IOLoop.current(),
+                                 address="127.0.0.1", port=0)
+        built["server"].start()
+        up.set()
+        IOLoop.current().start()
+
+    thread = threading.Thread(target=serve, name=SERVER_THREAD, daemon=True)
+    thread.start()
+    assert up.wait(30)
+    server = built["server"]
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{server.port}/", timeout=60).read()   # opens a session
+        assert busy.wait(30), "the session's callback never ran"
+        yield built["store"], built["views"], release
+    finally:
+        release.set()
+        server.io_loop.add_callback(server.stop)
+        server.io_loop.add_callback(server.io_loop.stop)
+        thread.join(30)
+
+
+def test_another_servers_label_reaches_a_busy_session_on_the_servers_thread(review_page, served_session):
+    """Another server's label, told by the labels' watcher thread while this server's thread runs
+    one of the session's callbacks, changes the session's store and table on the server's thread
+    once that callback ends, never on the watcher thread (where it raced the session's own
+    callback and could leave the store calling no watcher again: a page that stopped following
+    the other server's labels)."""
+    from dashboard.labels import WATCH_S, ReviewLabels
+
+    store, views, release = served_session
+    labels = review_page.review_labels()
+    changes = []
+    store.param.watch(lambda event: changes.append((event.new, threading.current_thread().name)), "labels_version")
+    told = threading.Event()
+    token = labels.subscribe(lambda version: told.set())    # after the session's: told after it
+    try:
+        beat = int(store.selection.outliers["beat_id"].iloc[0])
+        other_server = ReviewLabels(labels.path, review_page.fs)
+        other_server.set([int(review_page.beats["fiducial"].iloc[beat])], "V")
+        assert told.wait(10 * WATCH_S), "the watcher never told of the other server's label"
+        assert changes == [], "the session's store changed off the server's thread, during its callback"
+        release.set()
+        deadline = time.monotonic() + 30
+        while not changes and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert changes == [(labels.version, SERVER_THREAD)]
+        assert views["outliers"].source.data["review"][0] == "V"
+    finally:
+        labels.unsubscribe(token)
 
 
 def test_strip_is_at_paper_speed_with_labels_and_intervals(review_page, page):

@@ -217,6 +217,23 @@ def test_another_processs_change_is_seen_and_told(path):
     assert told and told[-1] == mine.version and mine.frame()["label"].tolist() == ["V", "V", "N"]
 
 
+def test_a_listener_unsubscribed_twice_leaves_the_next_one_subscribed(path):
+    """A session's store is closed when it opens another recording and again when the session
+    ends; the second time must not take away a listener subscribed since (by another session)."""
+    labels = ReviewLabels(path, fs=250.0)
+    told = []
+
+    def follow(into: list) -> int:
+        return labels.subscribe(lambda version: into.append(version))
+
+    first = follow([])
+    labels.unsubscribe(first)
+    follow(told)                      # its listener may sit where the first one was
+    labels.unsubscribe(first)
+    labels.set([1000], "V")
+    assert told == [labels.version]
+
+
 def test_undo_puts_back_only_what_its_own_change_wrote(path):
     mine, theirs = ReviewLabels(path, fs=250.0), ReviewLabels(path, fs=250.0)
     theirs.set([4000], "S")
