@@ -229,12 +229,26 @@ def _fresh_step(rows, is_train, cfg, capture, adam=None):
     return model, step, plan
 
 
-def test_captured_step_equals_plain_steps(beats_and_cpu_model):
+@pytest.fixture
+def full_float32():
+    """cuDNN and cuBLAS in full float32 for the test: with TF32 (PyTorch's default for cuDNN's
+    convolutions) two plain trainings of the same batches part by ~2e-5 after one step and, Adam
+    scaling every gradient to ~lr, by ~1e-3 after six; without it they stay within ~1e-7."""
+    import torch
+
+    flags = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = flags
+
+
+def test_captured_step_equals_plain_steps(beats_and_cpu_model, full_float32):
     """Replaying the captured graphs does what the plain step does: the same weights after the
     same batches and noise draws, the last, shorter batch of the epoch included (each replay reads the
     new indices, gradients are not accumulated across replays, Adam counts its steps), up to the
-    order of cuDNN's floating-point sums. Only the steps hold the optimisers (as in ``_fresh_step``):
-    a step that let its optimiser go would replay into freed memory, here the batches' indices."""
+    order of floating-point sums (in full float32: TF32's differ from run to run). Only the steps
+    hold the optimisers (as in ``_fresh_step``): a step that let its optimiser go would replay into
+    freed memory, here the batches' indices."""
     import torch
 
     from pipeline.train import epoch_batches
