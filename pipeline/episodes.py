@@ -46,6 +46,7 @@ import functools
 import math
 import numbers
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -258,6 +259,14 @@ def flutter_features(signal, fs: float, *, window_s: float = 2.0, hop_s: float =
     if count <= 0:
         return {"dominant_hz": empty, "concentration": empty, "off_baseline": empty, "sine_ratio": empty,
                 "subharmonic": empty, "centre_s": np.zeros(0)}
+    # The Hann-windowed spectrum on the grid of a transform zero-padded to a power of two (~0.2 Hz
+    # for the peak and its ±1 Hz), only at the ~100 frequencies of total_hz: one matrix product
+    # with their cosines and sines, cheaper than the whole transform of every window.
+    n_fft = 1 << int(math.ceil(math.log2(2 * length)))
+    step = rate / n_fft
+    low, high = int(math.ceil(total_hz[0] / step)), int(total_hz[1] / step)
+    c = (_window_constants(length, n_fft, low, high, step) if xp is np
+         else _window_constants_on_gpu(length, n_fft, low, high, step, xp.cuda.runtime.getDevice()))
     # Block means as q strided sums, and row sums as matrix products: NumPy reduces a short last
     # axis slowly, BLAS does not.
     blocks = signal[: m * q].reshape(m, q)
@@ -265,29 +274,21 @@ def flutter_features(signal, fs: float, *, window_s: float = 2.0, hop_s: float =
     for j in range(1, q):
         decimated += blocks[:, j]
     decimated /= q
-    frames = decimated[xp.arange(count)[:, None] * hop + xp.arange(length)[None, :]]
-    t = xp.arange(length, dtype=xp.float32) - (length - 1) / 2.0
-    ones = xp.ones(length, dtype=xp.float32)
-    frames -= (frames @ (ones / length))[:, None]
-    frames -= (frames @ (t / float((length * (length * length - 1)) / 12.0)))[:, None] * t[None, :]
+    # The windows as one strided view of the decimated ECG, copied once (they are detrended in place).
+    frames = xp.lib.stride_tricks.as_strided(decimated, shape=(count, length),
+                                             strides=(hop * decimated.itemsize, decimated.itemsize)).copy()
+    frames -= (frames @ c.mean)[:, None]
+    frames -= (frames @ c.trend)[:, None] * c.t[None, :]
     magnitude = xp.abs(frames)
     peak = magnitude.max(axis=1, keepdims=True)
-    off_baseline = (magnitude > 0.2 * peak).astype(xp.float32) @ (ones / length)
-    # The Hann-windowed spectrum on the grid of a transform zero-padded to a power of two (~0.2 Hz
-    # for the peak and its ±1 Hz), only at the ~100 frequencies of total_hz: one matrix product
-    # with their cosines and sines, cheaper than the whole transform of every window.
-    n_fft = 1 << int(math.ceil(math.log2(2 * length)))
-    step = rate / n_fft
-    low, high = int(math.ceil(total_hz[0] / step)), int(total_hz[1] / step)
-    basis = _dft_basis(length, n_fft, low, high) if xp is np else _dft_basis_on_gpu(length, n_fft, low, high)
-    spectrum = frames @ basis
+    off_baseline = (magnitude > 0.2 * peak).astype(xp.float32) @ c.mean
+    spectrum = frames @ c.basis
     bins = high - low + 1
     power = spectrum[:, :bins] ** 2 + spectrum[:, bins:] ** 2
-    freqs = (xp.arange(low, high + 1) * step).astype(xp.float32)
     first, last = int(math.ceil(search_hz[0] / step)) - low, int(search_hz[1] / step) - low
     peak_bin = xp.argmax(power[:, first:last + 1], axis=1) + first
-    dominant = freqs[peak_bin]
-    total = xp.maximum(power @ xp.ones(bins, dtype=xp.float32), xp.finfo(xp.float32).tiny)
+    dominant = c.freqs[peak_bin]
+    total = xp.maximum(power @ c.ones_bins, xp.finfo(xp.float32).tiny)
 
     def around(centre_bin, reach_hz):
         """Power within ±reach_hz of each row's centre_bin (bins outside total_hz count 0)."""
@@ -300,20 +301,49 @@ def flutter_features(signal, fs: float, *, window_s: float = 2.0, hop_s: float =
     concentration = around(peak_bin, near_hz) / total
     half_bin = (peak_bin + low) // 2 - low  # the subharmonic, fdom / 2
     subharmonic = around(half_bin, near_hz / 2) / xp.maximum(around(peak_bin, near_hz / 2), xp.finfo(xp.float32).tiny)
-    mean_hz = xp.sqrt(power @ (freqs * freqs) / total)
+    mean_hz = xp.sqrt(power @ c.freqs_squared / total)
     centre = (np.arange(count) * hop + length / 2.0) * q / fs
     return {"dominant_hz": dominant.astype(xp.float32), "concentration": concentration.astype(xp.float32),
             "off_baseline": off_baseline, "sine_ratio": (mean_hz / dominant).astype(xp.float32),
             "subharmonic": subharmonic.astype(xp.float32), "centre_s": centre}
 
 
+class _WindowConstants(NamedTuple):
+    """What :func:`flutter_features` multiplies every window by, made once per window layout."""
+
+    mean: Any           # (length,) 1 / length: a window's mean as a matrix product
+    trend: Any          # (length,) t / sum(t²): a window's linear trend's slope
+    t: Any              # (length,) the samples' times from the window's centre
+    basis: Any          # (length, 2 bins): :func:`_dft_basis`
+    freqs: Any          # (bins,) the bins' frequencies (Hz)
+    freqs_squared: Any  # (bins,)
+    ones_bins: Any      # (bins,) a row's total power as a matrix product
+
+
 @functools.lru_cache(maxsize=8)
-def _dft_basis_on_gpu(length: int, n_fft: int, low: int, high: int):
-    """:func:`_dft_basis` copied to the GPU once: a copy from pageable host memory waits for all
-    the work queued before it, a stall in the middle of the segmentation."""
+def _window_constants(length: int, n_fft: int, low: int, high: int, step: float) -> _WindowConstants:
+    """The constants of :func:`flutter_features` for windows of ``length`` samples and bins
+    ``low``..``high`` of an ``n_fft``-point transform (``step`` Hz apart), float32, read-only."""
+    t = np.arange(length, dtype=np.float32) - (length - 1) / 2.0
+    freqs = (np.arange(low, high + 1) * step).astype(np.float32)
+    made = _WindowConstants(np.ones(length, dtype=np.float32) / length,
+                            t / float((length * (length * length - 1)) / 12.0), t,
+                            _dft_basis(length, n_fft, low, high), freqs, freqs * freqs,
+                            np.ones(high - low + 1, dtype=np.float32))
+    for array in made:
+        array.flags.writeable = False  # shared by every call
+    return made
+
+
+@functools.lru_cache(maxsize=8)
+def _window_constants_on_gpu(length: int, n_fft: int, low: int, high: int, step: float,
+                             device: int) -> _WindowConstants:
+    """:func:`_window_constants` copied to GPU ``device`` once: made there they are a dozen tiny kernels
+    a call, and a copy from pageable host memory waits for all the work queued before it, a stall
+    in the middle of the segmentation."""
     import cupy
 
-    return cupy.asarray(_dft_basis(length, n_fft, low, high))
+    return _WindowConstants(*(cupy.asarray(array) for array in _window_constants(length, n_fft, low, high, step)))
 
 
 @functools.lru_cache(maxsize=8)

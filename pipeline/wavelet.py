@@ -11,7 +11,10 @@ pipeline.peaks.fiducials : the next step.
 """
 from __future__ import annotations
 
+import functools
 import math
+
+import numpy as np
 
 from pipeline import backend
 
@@ -21,8 +24,6 @@ def ricker(points: int, a: float, xp=None):
 
     ``psi(t) = 2 / (sqrt(3 a) pi^(1/4)) * (1 - (t/a)^2) * exp(-t^2 / (2 a^2))``
     """
-    import numpy as np
-
     xp = xp or np
     if points < 1 or a <= 0:
         raise ValueError(f"ricker needs points >= 1 and a > 0; got points={points}, a={a}")
@@ -43,7 +44,7 @@ def ricker_response(signal, fs: float, width_s: float):
     fft = backend.fft_module(xp)
     a = width_s * fs
     points = int(2 * math.ceil(5 * a) + 1)  # ±5a: the tails are below 1e-5 of the peak
-    wavelet = ricker(points, a, xp)
+    wavelet = ricker(points, a) if xp is np else _ricker_on_gpu(points, a, xp.cuda.runtime.getDevice())
     n = signal.shape[0]
     nfft = fft.next_fast_len(n + points - 1, real=True)
     # One zero-padded, mean-free copy of the signal; spectra are multiplied in place, so that at
@@ -58,3 +59,13 @@ def ricker_response(signal, fs: float, width_s: float):
     del spectrum
     start = (points - 1) // 2
     return xp.ascontiguousarray(response[start:start + n], dtype=xp.float32)
+
+
+@functools.lru_cache(maxsize=8)
+def _ricker_on_gpu(points: int, a: float, device: int):
+    """:func:`ricker` made on the host and copied to GPU ``device`` once. Made there, it is eleven
+    tiny kernels a call, in a segmentation whose time goes to issuing kernels, not to running
+    them. Shared between calls: never written to."""
+    import cupy
+
+    return cupy.asarray(ricker(points, a))
