@@ -33,12 +33,21 @@ def ricker(points: int, a: float, xp=None):
     return (amplitude * (1.0 - x2) * xp.exp(-x2 / 2.0)).astype(xp.float32)
 
 
+# A long recording is convolved in blocks of BLOCK samples, BATCH blocks a transform: cuFFT makes a
+# plan for each transform length and batch, and a plan made inside the run costs milliseconds. With
+# one layout for every long recording, the warm-up's recording makes the run's plan; the blocks
+# also keep the transforms' buffers small (a 200M-sample recording's spectrum would be 1.6 GB).
+BLOCK = 1 << 20
+BATCH = 8
+
+
 def ricker_response(signal, fs: float, width_s: float):
     """Convolve ``signal`` with a Ricker wavelet of width ``width_s`` seconds (mode 'same').
 
-    One real FFT of the padded signal and the wavelet, multiplied and inverted; the wavelet is
-    symmetric, so convolution and correlation agree and the output is aligned with the input.
-    Returns a float32 array of the input's type and length.
+    One real FFT of the padded, mean-free signal and the wavelet, multiplied and inverted; longer
+    than a block, overlap-save in blocks of :data:`BLOCK` samples. The wavelet is symmetric, so
+    convolution and correlation agree and the output is aligned with the input. Returns a float32
+    array of the input's type and length.
     """
     xp = backend.xp_of(signal)
     fft = backend.fft_module(xp)
@@ -46,12 +55,13 @@ def ricker_response(signal, fs: float, width_s: float):
     points = int(2 * math.ceil(5 * a) + 1)  # ±5a: the tails are below 1e-5 of the peak
     wavelet = ricker(points, a) if xp is np else _ricker_on_gpu(points, a, xp.cuda.runtime.getDevice())
     n = signal.shape[0]
+    mean = signal.mean(dtype=xp.float64).astype(xp.float32)
+    if n + points - 1 > BLOCK:
+        return _in_blocks(signal, mean, wavelet, xp, fft)
     nfft = fft.next_fast_len(n + points - 1, real=True)
-    # One zero-padded, mean-free copy of the signal; spectra are multiplied in place, so that at
-    # most three signal-sized buffers are alive at once (memory, not time, limits 200M samples).
     padded = xp.zeros(nfft, dtype=xp.float32)
     padded[:n] = signal
-    padded[:n] -= signal.mean(dtype=xp.float64).astype(xp.float32)
+    padded[:n] -= mean
     spectrum = fft.rfft(padded)
     del padded
     spectrum *= fft.rfft(wavelet, nfft)
@@ -59,6 +69,31 @@ def ricker_response(signal, fs: float, width_s: float):
     del spectrum
     start = (points - 1) // 2
     return xp.ascontiguousarray(response[start:start + n], dtype=xp.float32)
+
+
+def _in_blocks(signal, mean, wavelet, xp, fft):
+    """:func:`ricker_response` by overlap-save: the mean-free signal, led by half the wavelet's
+    length of zeros, cut into blocks of :data:`BLOCK` samples that overlap by the wavelet's length
+    less one; each block's circular convolution is the linear one past that overlap, and those
+    parts, one after another, are the response. :data:`BATCH` blocks a transform, the last batch
+    filled with zeros."""
+    n, points = signal.shape[0], wavelet.shape[0]
+    hop = BLOCK - (points - 1)
+    batches = math.ceil(n / (hop * BATCH))
+    lead = (points - 1) - (points - 1) // 2
+    padded = xp.zeros(batches * BATCH * hop + points - 1, dtype=xp.float32)
+    padded[lead:lead + n] = signal
+    padded[lead:lead + n] -= mean
+    kernel = fft.rfft(wavelet, BLOCK)
+    response = xp.empty(batches * BATCH * hop, dtype=xp.float32)
+    for b in range(batches):
+        at = b * BATCH * hop
+        blocks = xp.lib.stride_tricks.as_strided(padded[at:], shape=(BATCH, BLOCK),
+                                                 strides=(hop * padded.itemsize, padded.itemsize))
+        spectrum = fft.rfft(blocks, axis=-1)
+        spectrum *= kernel
+        response[at:at + BATCH * hop] = fft.irfft(spectrum, BLOCK, axis=-1)[:, points - 1:].reshape(-1)
+    return response[:n]
 
 
 @functools.lru_cache(maxsize=8)
