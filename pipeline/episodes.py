@@ -50,7 +50,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from pipeline import _kernels, backend
+from pipeline import _episode_kernels, backend
 
 KINDS = ("flutter", "noise")
 
@@ -412,13 +412,13 @@ def noise_severity(signal, fs: float, positions=None, *, tick_s: float = 0.1, hf
     low, high = float(signal.min()), float(signal.max())  # two syncs: the rails of a clipped amplifier
     margin = 1e-3 * (high - low)
     stats = xp.empty((count, 5), dtype=xp.float32)
-    _kernels.launch("block_stats", count, signal, tick, max(1, int(round(fs / 100.0))), low + margin,
+    _episode_kernels.launch("block_stats", count, signal, tick, max(1, int(round(fs / 100.0))), low + margin,
                           high - margin, stats)
     half = max(1, int(round(0.5 / tick_s)))
     few = max(3, int(round(0.5 / tick_s)) | 1)
     measures = xp.empty((count, 6), dtype=xp.float32)
     means = xp.ascontiguousarray(stats[:, 3])          # the kernels' one median reads a 1-D array
-    _kernels.launch("tick_measures", count, stats, means, half, few, measures)
+    _episode_kernels.launch("tick_measures", count, stats, means, half, few, measures)
     ranges, short_ranges = measures[:, 0], measures[:, 1]
     amplitude = _typical_amplitude(signal, positions, fs, ranges)
     severity = xp.maximum(xp.sqrt(measures[:, 2]) / (hf_ratio * amplitude), ranges / (range_ratio * amplitude))

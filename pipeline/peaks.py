@@ -300,8 +300,11 @@ def keep_the_rhythm(env, thresholds, block: int, signal, positions, fs: float, c
     takes the beat's place when it brings the RR intervals before and after closer to the local
     rhythm (the median of the nine RR intervals around) by ``cfg.rival_gain`` × that RR, its
     deflection is at least ``cfg.rival_slope`` × as steep as the beat's, and it is as narrow as a
-    QRS complex (at most ``cfg.search_back_width`` × the beats' median width). One gather of the
-    envelope around every beat; shapes are measured only for the few beats that qualify.
+    QRS complex (at most ``cfg.search_back_width`` × the beats' median width). Two beats in a row
+    on the wrong wave keep each other's error (the RR between them looks right): they are judged
+    together, over the three RR intervals around them. One kernel searches and judges the rivals
+    of all beats (on the GPU one launch instead of dozens of small operations over the beats);
+    shapes are measured only for the few beats that qualify.
     Returns the positions, sorted.
     """
     xp = backend.xp_of(positions)
@@ -309,32 +312,10 @@ def keep_the_rhythm(env, thresholds, block: int, signal, positions, fs: float, c
     if count < 3:
         return positions
     near, far = max(1, int(round(cfg.rival_min_s * fs))), max(1, int(round(cfg.refractory_s * fs)))
-    offsets = xp.concatenate([xp.arange(-far, -near + 1), xp.arange(near, far + 1)])
-    around = xp.clip(positions[:, None] + offsets[None, :], 0, env.shape[0] - 1)
-    best = env[around].argmax(axis=1)
-    rival = around[xp.arange(count), best]
-    local = _local_rr(positions)
-    before = xp.concatenate([local[:1], local])     # the typical RR ending at each beat
-    after = xp.concatenate([local, local[-1:]])     # and starting at it
-    previous = xp.concatenate([positions[:1] - before[:1], positions[:-1].astype(xp.float64)])
-    following = xp.concatenate([positions[1:].astype(xp.float64), positions[-1:] + after[-1:]])
-
-    def off_rhythm(at):
-        return xp.abs(at - previous - before) + xp.abs(following - at - after)
-
-    passes = env[rival] > thresholds[rival // block]
-    better = passes & (off_rhythm(rival) < off_rhythm(positions) - cfg.rival_gain * after)
-    # Two beats in a row on the wrong wave keep each other's error (the RR between them looks
-    # right): judged together, over the three RR intervals around them.
-    as_found = (xp.abs(positions[:-1] - previous[:-1] - before[:-1])
-                + xp.abs(positions[1:] - positions[:-1] - after[:-1]) + xp.abs(following[1:] - positions[1:] - after[1:]))
-    as_rivals = (xp.abs(rival[:-1] - previous[:-1] - before[:-1])
-                 + xp.abs(rival[1:] - rival[:-1] - after[:-1]) + xp.abs(following[1:] - rival[1:] - after[1:]))
-    pair = (passes[:-1] & passes[1:] & ~better[:-1] & ~better[1:]
-            & (as_rivals < as_found - cfg.rival_gain * after[:-1]))
-    better[:-1] |= pair
-    better[1:] |= pair
-    better[0] = better[-1] = False                  # one neighbour only: no rhythm to keep
+    rival = xp.empty(count, dtype=xp.int64)
+    better = xp.empty(count, dtype=xp.bool_)
+    _kernels.launch("rival", count, env, thresholds, block, positions, _local_rr(positions), near, far,
+                    float(cfg.rival_gain), rival, better)
     which = xp.flatnonzero(better)
     if which.shape[0] == 0:                         # host sync: one number
         return positions

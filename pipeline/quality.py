@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 import numbers
 
-from pipeline import _kernels, backend
+from pipeline import _episode_kernels, backend
 
 #: A beat whose quality is below this is "low quality". A beat in muscle noise as large as a tenth
 #: of the QRS complexes scores ~0.5; clean beats, premature ones included, score 1 or ≥ 0.6.
@@ -133,11 +133,11 @@ def quality_measures(signal, positions, fs: float, *, half_qrs_s: float = 0.06, 
         return max(1, int(round(seconds * fs)))
 
     positions = positions.astype(xp.int64, copy=False)
-    _kernels.launch("beat_stats", count, signal, positions, samples(half_qrs_s), samples(before_s),
-                          samples(after_s), max(1, int(round(fs / 100.0))), samples(edge_s),
-                          int(round(template_s[0] * fs)), int(round(template_s[1] * fs)), max(1, int(fs // 125)),
-                          int(neighbours),
-                          out["amp"], out["hf"], out["shift"], out["corr"], out["best"])
+    _episode_kernels.launch("beat_stats", count, signal, positions, samples(half_qrs_s), samples(before_s),
+                            samples(after_s), max(1, int(round(fs / 100.0))), samples(edge_s),
+                            int(round(template_s[0] * fs)), int(round(template_s[1] * fs)), max(1, int(fs // 125)),
+                            int(neighbours),
+                            out["amp"], out["hf"], out["shift"], out["corr"], out["best"])
     local = backend.running_median(out["amp"], amplitude_neighbours)
     local = xp.maximum(local, xp.float32(1e-12))
     return {"hf": (out["hf"] / local).astype(xp.float32), "shift": (out["shift"] / local).astype(xp.float32),

@@ -92,6 +92,55 @@ def test_parity_where_t_waves_hide_beats(fs):
     _assert_parity(signal, fs)
 
 
+def test_keep_the_rhythm_parity():
+    """peaks.keep_the_rhythm on the GPU (the rival kernel, then the shapes of the beats that may
+    move) moves the same beats to the same samples as on the CPU: beats on a tall P wave, one
+    alone and two in a row, back to their QRS complex."""
+    import cupy
+
+    from pipeline import peaks
+    from tests.support.wrong_waves import on_the_wrong_wave
+
+    fs, cfg = 360.0, SignalConfig()
+    signal, env, thresholds, block, positions, beats = on_the_wrong_wave(fs)
+    cpu = peaks.keep_the_rhythm(env, thresholds, block, signal, positions, fs, cfg)
+    gpu = peaks.keep_the_rhythm(cupy.asarray(env), cupy.asarray(thresholds), block, cupy.asarray(signal),
+                                cupy.asarray(positions), fs, cfg)
+    assert backend.is_cupy_array(gpu)
+    np.testing.assert_array_equal(backend.to_host(gpu), cpu)
+    assert np.abs(cpu - beats).max() <= 2
+
+
+@pytest.mark.parametrize("case", ["wrong_wave", "tied"])
+def test_rival_kernel_parity(case):
+    """The rival kernel's CUDA twin gives every beat the CPU twin's rival and verdict: where beats
+    move alone and in pairs, and on an envelope full of ties (the first maximum in the search's
+    order), with the search clipped at both ends."""
+    import cupy
+
+    from pipeline import _kernels, peaks
+    from tests.support.wrong_waves import on_the_wrong_wave, tied_envelope
+
+    fs, cfg = 360.0, SignalConfig()
+    if case == "wrong_wave":
+        _, env, thresholds, block, positions, _ = on_the_wrong_wave(fs)
+    else:
+        env, thresholds, block, positions = tied_envelope()
+    near, far = int(round(cfg.rival_min_s * fs)), int(round(cfg.refractory_s * fs))
+    count = positions.shape[0]
+    results = []
+    for xp in (np, cupy):
+        rival, better = xp.empty(count, dtype=xp.int64), xp.empty(count, dtype=xp.bool_)
+        on_device = xp.asarray(positions)
+        _kernels.launch("rival", count, xp.asarray(env), xp.asarray(thresholds), block, on_device,
+                        peaks._local_rr(on_device), near, far, float(cfg.rival_gain), rival, better)
+        results.append((backend.to_host(rival), backend.to_host(better)))
+    (cpu_rival, cpu_better), (gpu_rival, gpu_better) = results
+    np.testing.assert_array_equal(gpu_rival, cpu_rival)
+    np.testing.assert_array_equal(gpu_better, cpu_better)
+    assert cpu_better.any()
+
+
 def test_qrs_shape_kernel_parity(synthetic_ecg):
     """The QRS-shape kernel (despiked refinement, width, slope) gives the same numbers on both devices."""
     import cupy
@@ -505,14 +554,16 @@ def test_torch_keeps_its_own_allocator():
 CACHE_SCRIPT = """
 import json
 import cupy
-from pipeline import _kernels, embed, peaks, wavelet
+from pipeline import _episode_kernels, _kernels, embed, episodes, peaks, quality, wavelet
 fs = 250.0
 t = cupy.arange(60 * 250) / fs
 signal = cupy.exp(-((t % 0.8) - 0.4) ** 2 / 2e-4).astype(cupy.float32)
 from pipeline.config import SignalConfig
 positions = peaks.find_beats(wavelet.ricker_response(signal, fs, 0.025), signal, fs, SignalConfig())
 embed.embed_beats(signal, positions, fs, width=256)
-kernels = _kernels._cuda_kernels()
+episodes.find_episodes(signal, fs, positions)
+quality.beat_quality(signal, positions, fs)
+kernels = {**_kernels._cuda_kernels(), **_episode_kernels._episode_cuda_kernels()}
 print(json.dumps({name: [sum(k._cache_hits.values()), sum(k._cache_misses.values())] for name, k in kernels.items()}))
 """
 
@@ -533,7 +584,8 @@ def test_cuda_kernels_come_from_the_disk_cache_in_a_new_process():
 
     counts()
     second = counts()
-    assert second == {"nms": [1, 0], "embed": [1, 0], "qrs_shape": [1, 0]}, second
+    assert second == {name: [1, 0] for name in ("nms", "embed", "qrs_shape", "rival", "block_stats", "beat_stats",
+                                                "tick_measures")}, second
 
 
 # --------------------------------------------------------------------------- the two dashboard boards

@@ -264,21 +264,93 @@ def test_find_beats_keeps_the_rhythm_over_a_tall_p_wave(xp):
     RR intervals keep the rhythm, and the QRS is as steep and narrow as a QRS should be."""
     from pipeline.peaks import find_beats
     from pipeline.wavelet import ricker_response
+    from tests.support.wrong_waves import tall_p_waves
 
     fs, cfg = 360.0, SignalConfig()
-    n = int(60 * fs)
-    beats = np.arange(int(1.0 * fs), int(58 * fs), int(0.9 * fs))
-    tall = np.isin(np.arange(beats.size), [10, 30, 31])
-    signal = _spikes(fs, n, beats, np.ones(beats.size), sigma_s=0.006)
-    signal += _spikes(fs, n, beats - int(0.2 * fs), np.where(tall, 0.9, 0.25), sigma_s=0.02)
-    signal = xp.asarray((signal + 0.01 * np.random.default_rng(5).standard_normal(n)).astype(np.float32))
+    signal, beats, p_waves = tall_p_waves(fs)
+    signal = xp.asarray(signal)
     response = ricker_response(signal, fs, cfg.ricker_width_s)
-    p_wave = beats[10] - int(0.2 * fs)
+    p_wave = p_waves[10]
     assert float(xp.abs(response[p_wave - 5:p_wave + 6]).max()) > float(xp.abs(response[beats[10]]))
     found = _host(find_beats(response, signal, fs, cfg))
     found = found[found < beats[-1] + 0.5 * fs]       # the synthetic recording's last half second aside
     error = np.abs(found[:, None] - beats[None, :]).min(axis=1)
     assert found.size == beats.size and error.max() <= 2, (found.size, beats.size, error.max())
+
+
+def _rivals_as_vectorised(env, thresholds, block, positions, near, far, gain):
+    """keep_the_rhythm's rival search and rules as they were written before the kernel, NumPy over
+    all beats at once: the reference the kernel must equal exactly (the first of equal maxima in
+    the gather's order, indices clipped to the envelope, the same float64 arithmetic)."""
+    from pipeline.peaks import _local_rr
+
+    count = positions.shape[0]
+    offsets = np.concatenate([np.arange(-far, -near + 1), np.arange(near, far + 1)])
+    around = np.clip(positions[:, None] + offsets[None, :], 0, env.shape[0] - 1)
+    rival = around[np.arange(count), env[around].argmax(axis=1)]
+    local = _local_rr(positions)
+    before = np.concatenate([local[:1], local])
+    after = np.concatenate([local, local[-1:]])
+    previous = np.concatenate([positions[:1] - before[:1], positions[:-1].astype(np.float64)])
+    following = np.concatenate([positions[1:].astype(np.float64), positions[-1:] + after[-1:]])
+
+    def off_rhythm(at):
+        return np.abs(at - previous - before) + np.abs(following - at - after)
+
+    passes = env[rival] > thresholds[rival // block]
+    better = passes & (off_rhythm(rival) < off_rhythm(positions) - gain * after)
+    as_found = (np.abs(positions[:-1] - previous[:-1] - before[:-1])
+                + np.abs(positions[1:] - positions[:-1] - after[:-1])
+                + np.abs(following[1:] - positions[1:] - after[1:]))
+    as_rivals = (np.abs(rival[:-1] - previous[:-1] - before[:-1]) + np.abs(rival[1:] - rival[:-1] - after[:-1])
+                 + np.abs(following[1:] - rival[1:] - after[1:]))
+    pair = passes[:-1] & passes[1:] & ~better[:-1] & ~better[1:] & (as_rivals < as_found - gain * after[:-1])
+    better[:-1] |= pair
+    better[1:] |= pair
+    better[0] = better[-1] = False
+    return rival, better
+
+
+@pytest.mark.parametrize("case", ["wrong_wave", "tied"])
+def test_rival_kernel_equals_the_vectorised_formula(case, xp):
+    """The rival kernel gives every beat the rival and the verdict of the vectorised formula it
+    replaced, where beats move alone (beat 10) and only as a pair (beats 30 and 31: moved alone,
+    either one would break the rhythm the other keeps), and on an envelope full of ties."""
+    from pipeline import _kernels
+    from pipeline.peaks import _local_rr
+    from tests.support.wrong_waves import on_the_wrong_wave, tied_envelope
+
+    fs, cfg = 360.0, SignalConfig()
+    if case == "wrong_wave":
+        _, env, thresholds, block, positions, _ = on_the_wrong_wave(fs)
+    else:
+        env, thresholds, block, positions = tied_envelope()
+    near, far = int(round(cfg.rival_min_s * fs)), int(round(cfg.refractory_s * fs))
+    expected = _rivals_as_vectorised(env, thresholds, block, positions, near, far, cfg.rival_gain)
+    count = positions.shape[0]
+    rival, better = xp.empty(count, dtype=xp.int64), xp.empty(count, dtype=xp.bool_)
+    on_device = xp.asarray(positions)
+    _kernels.launch("rival", count, xp.asarray(env), xp.asarray(thresholds), block, on_device, _local_rr(on_device),
+                    near, far, float(cfg.rival_gain), rival, better)
+    np.testing.assert_array_equal(_host(rival), expected[0])
+    np.testing.assert_array_equal(_host(better), expected[1])
+    if case == "wrong_wave":
+        np.testing.assert_array_equal(np.flatnonzero(expected[1]), [10, 30, 31])
+    else:
+        assert 10 < expected[1].sum() < count - 10, expected[1].sum()
+
+
+def test_keep_the_rhythm_moves_beats_off_tall_p_waves(xp):
+    """The beats marked on a tall P wave, one alone and two in a row, move to their QRS complex;
+    the others stay."""
+    from pipeline.peaks import keep_the_rhythm
+    from tests.support.wrong_waves import on_the_wrong_wave
+
+    fs, cfg = 360.0, SignalConfig()
+    signal, env, thresholds, block, positions, beats = on_the_wrong_wave(fs)
+    moved = _host(keep_the_rhythm(*map(xp.asarray, (env, thresholds)), block, xp.asarray(signal),
+                                  xp.asarray(positions), fs, cfg))
+    assert moved.shape == beats.shape and np.abs(moved - beats).max() <= 2, np.abs(moved - beats).max()
 
 
 @pytest.mark.parametrize("fs", [128.0, 360.0])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline import _kernels, backend, stress
+from pipeline import _episode_kernels, backend, stress
 from pipeline.quality import LOW_QUALITY, beat_quality, low_quality, quality_measures
 
 # Tolerances: beats inside noise are low quality, clean beats (normal or not) are not.
@@ -134,10 +134,10 @@ def test_kernel_equals_numpy(xp):
     count = positions.shape[0]
     out = [xp.empty(count, dtype=xp.float32) for _ in range(5)]
     fs = case.fs
-    _kernels.launch("beat_stats", count, xp.asarray(signal), xp.asarray(positions), int(round(0.06 * fs)),
-                          int(round(0.35 * fs)), int(round(0.5 * fs)), max(1, int(round(fs / 100))),
-                          int(round(0.04 * fs)), int(round(-0.1 * fs)), int(round(0.15 * fs)), max(1, int(fs // 125)), 4,
-                          *out)
+    _episode_kernels.launch("beat_stats", count, xp.asarray(signal), xp.asarray(positions), int(round(0.06 * fs)),
+                            int(round(0.35 * fs)), int(round(0.5 * fs)), max(1, int(round(fs / 100))),
+                            int(round(0.04 * fs)), int(round(-0.1 * fs)), int(round(0.15 * fs)), max(1, int(fs // 125)), 4,
+                            *out)
     for key, values in zip(("amp", "hf", "shift", "corr", "best"), out):
         np.testing.assert_allclose(backend.to_host(values), expected[key], rtol=1e-4, atol=1e-5, err_msg=key)
 

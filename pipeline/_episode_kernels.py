@@ -1,0 +1,277 @@
+"""Numba kernels of the episodes (:mod:`pipeline.episodes`) and of the beats' quality
+(:mod:`pipeline.quality`), twinned as in :mod:`pipeline._kernels`: each written once as a per-index
+body, compiled with ``numba.njit`` inside a parallel loop on the CPU and with ``numba.cuda.jit``
+(one thread per index) on the GPU, the twin chosen from the array type. They keep their own table
+of CUDA twins, compiled when one of them is first needed.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numba
+
+from pipeline import _kernels
+
+
+def _block_stats_one(k, signal, size, step, low_rail, high_rail, out):
+    """Statistics of block k, ``signal[k size : (k+1) size]``, written to ``out[k]``:
+    0 the mean square of the second difference ``x[i-step] - 2 x[i] + x[i+step]`` (high-frequency
+    content: its gain is 0 at 0 Hz and peaks at fs / (2 step)), 1 the minimum, 2 the maximum,
+    3 the mean, 4 the number of samples at or beyond the rails (a clipped amplifier)."""
+    n = signal.shape[0]
+    start = k * size
+    low = signal[start]
+    high = low
+    total = 0.0
+    energy = 0.0
+    rail = 0
+    for i in range(start, start + size):
+        value = signal[i]
+        total += value
+        low = min(low, value)
+        high = max(high, value)
+        if value >= high_rail or value <= low_rail:
+            rail += 1
+        if i >= step and i + step < n:
+            d = signal[i - step] - 2.0 * value + signal[i + step]
+            energy += d * d
+    out[k, 0] = energy / size
+    out[k, 1] = low
+    out[k, 2] = high
+    out[k, 3] = total / size
+    out[k, 4] = rail
+
+
+def _beat_stats_one(i, signal, positions, half_qrs, before, after, step, edge, t_lo, t_hi, t_step, k,
+                    amp, hf, shift, corr, best):
+    """Noise and shape measures of beat i (fiducial ``p = positions[i]``).
+
+    amp[i]: peak-to-peak within ±``half_qrs`` of p (the QRS amplitude). The beat's window runs from
+    p - ``before`` to p + ``after``, cut short ``half_qrs`` before the neighbouring fiducials so that
+    no other QRS enters it. hf[i]: RMS of the second difference (step ``step``) over that window
+    outside the beat's own QRS: muscle noise and mains, not the QRS. shift[i]: |mean of the window's
+    last ``edge`` samples - mean of its first ``edge``|: a baseline step or fast wander across the
+    beat. corr[i]: Pearson correlation, over offsets ``t_lo..t_hi`` from p (every ``t_step``-th: a
+    QRS needs no more than ~125 samples a second), with the local template: at each offset the mean
+    of the 2k neighbouring beats (i excluded; shifted inward at the recording's ends) without their
+    highest and lowest value, so that one ectopic or noisy neighbour does not bend it. best[i]: the
+    highest correlation with any one of those neighbours (a PVC among PVCs resembles one of them).
+    corr and best are 1 where no neighbour exists."""
+    n = signal.shape[0]
+    m = positions.shape[0]
+    p = positions[i]
+    low = signal[min(max(p - half_qrs, 0), n - 1)]
+    high = low
+    for j in range(max(p - half_qrs, 0), min(p + half_qrs + 1, n)):
+        low = min(low, signal[j])
+        high = max(high, signal[j])
+    amp[i] = high - low
+
+    start = p - before
+    if i > 0:
+        start = max(start, positions[i - 1] + half_qrs + 1)
+    stop = p + after
+    if i + 1 < m:
+        stop = min(stop, positions[i + 1] - half_qrs - 1)
+    start = max(start, step)
+    stop = min(stop, n - 1 - step)
+    energy = 0.0
+    count = 0
+    for j in range(start, stop + 1):
+        if j < p - half_qrs or j > p + half_qrs:
+            d = signal[j - step] - 2.0 * signal[j] + signal[j + step]
+            energy += d * d
+            count += 1
+    hf[i] = math.sqrt(energy / count) if count > 0 else 0.0
+    g = min(edge, (stop - start + 1) // 2)
+    if g > 0:
+        first = 0.0
+        last = 0.0
+        for j in range(g):
+            first += signal[start + j]
+            last += signal[stop - j]
+        shift[i] = abs(last - first) / g
+    else:
+        shift[i] = 0.0
+
+    others = min(2 * k, m - 1)
+    if others <= 0:
+        corr[i] = 1.0
+        best[i] = 1.0
+        return
+    lo = min(max(i - k, 0), m - 1 - others)
+    sr = 0.0
+    srr = 0.0
+    st = 0.0
+    stt = 0.0
+    srt = 0.0
+    w = (t_hi - t_lo) // t_step + 1
+    for t in range(t_lo, t_hi + 1, t_step):
+        r = signal[min(max(p + t, 0), n - 1)]
+        total = 0.0
+        low = r
+        high = r
+        seen = 0
+        for a in range(lo, lo + others + 1):
+            if a == i:
+                continue
+            v = signal[min(max(positions[a] + t, 0), n - 1)]
+            if seen == 0:
+                low = v
+                high = v
+            low = min(low, v)
+            high = max(high, v)
+            total += v
+            seen += 1
+        template = (total - low - high) / (others - 2) if others > 2 else total / others
+        sr += r
+        srr += r * r
+        st += template
+        stt += template * template
+        srt += r * template
+    var_r = srr - sr * sr / w
+    var_t = stt - st * st / w
+    corr[i] = (srt - sr * st / w) / math.sqrt(var_r * var_t) if var_r > 0.0 and var_t > 0.0 else 0.0
+    top = -1.0
+    for a in range(lo, lo + others + 1):
+        if a == i:
+            continue
+        sn = 0.0
+        snn = 0.0
+        srn = 0.0
+        for t in range(t_lo, t_hi + 1, t_step):
+            r = signal[min(max(p + t, 0), n - 1)]
+            v = signal[min(max(positions[a] + t, 0), n - 1)]
+            sn += v
+            snn += v * v
+            srn += r * v
+        var_n = snn - sn * sn / w
+        if var_r > 0.0 and var_n > 0.0:
+            top = max(top, (srn - sr * sn / w) / math.sqrt(var_r * var_n))
+    best[i] = top
+
+
+def _tick_measures_body(median_of):
+    """The per-tick body of the noise measures, closed over ``median_of`` (the CPU or CUDA twin of
+    :func:`pipeline._kernels._median_of`)."""
+
+    def tick_measures_one(k, stats, means, half, few, out):
+        """From the block statistics of :func:`_block_stats_one` (one block a tick), the measures
+        of tick k: out[k] = (range over the ticks k-half..k+half-1, range over the ``few`` ticks
+        centred on k, second-lowest mean square of the second difference over those ``few``,
+        median block mean of the ``half`` ticks before k, of the ``half`` ticks from k on, rail
+        samples over the ticks k-half..k+half-1). ``means`` is column 3 of ``stats`` as its own
+        1-D array, for the median. Indices are clipped to the recording."""
+        count = stats.shape[0]
+        low = stats[min(max(k - half, 0), count - 1), 1]
+        high = stats[min(max(k - half, 0), count - 1), 2]
+        rails = 0.0
+        for j in range(k - half, k + half):
+            jj = min(max(j, 0), count - 1)
+            low = min(low, stats[jj, 1])
+            high = max(high, stats[jj, 2])
+            rails += stats[jj, 4]
+        near_first = k - few // 2
+        near_low = stats[min(max(near_first, 0), count - 1), 1]
+        near_high = stats[min(max(near_first, 0), count - 1), 2]
+        lowest = stats[min(max(near_first, 0), count - 1), 0]
+        second = lowest
+        seen = 0
+        for j in range(near_first, near_first + few):
+            jj = min(max(j, 0), count - 1)
+            near_low = min(near_low, stats[jj, 1])
+            near_high = max(near_high, stats[jj, 2])
+            value = stats[jj, 0]
+            if seen == 0:
+                lowest = value
+            elif seen == 1:
+                second = max(value, lowest)
+                lowest = min(value, lowest)
+            elif value < lowest:
+                second = lowest
+                lowest = value
+            elif value < second:
+                second = value
+            seen += 1
+        out[k, 0] = high - low
+        out[k, 1] = near_high - near_low
+        out[k, 2] = second
+        out[k, 3] = median_of(means, k - half, k - 1)
+        out[k, 4] = median_of(means, k, k + half - 1)
+        out[k, 5] = rails
+
+    return tick_measures_one
+
+
+_block_stats_cpu_body = numba.njit(_block_stats_one, cache=True)
+_beat_stats_cpu_body = numba.njit(_beat_stats_one, cache=True)
+_tick_measures_cpu_body = numba.njit(_tick_measures_body(_kernels._median_of_cpu), cache=True)
+
+
+@numba.njit(parallel=True, cache=True)
+def _block_stats_cpu(n, signal, size, step, low_rail, high_rail, out):
+    for k in numba.prange(n):
+        _block_stats_cpu_body(k, signal, size, step, low_rail, high_rail, out)
+
+
+@numba.njit(parallel=True, cache=True)
+def _beat_stats_cpu(n, signal, positions, half_qrs, before, after, step, edge, t_lo, t_hi, t_step, k,
+                    amp, hf, shift, corr, best):
+    for i in numba.prange(n):
+        _beat_stats_cpu_body(i, signal, positions, half_qrs, before, after, step, edge, t_lo, t_hi, t_step, k,
+                             amp, hf, shift, corr, best)
+
+
+@numba.njit(parallel=True, cache=True)
+def _tick_measures_cpu(n, stats, means, half, few, out):
+    for k in numba.prange(n):
+        _tick_measures_cpu_body(k, stats, means, half, few, out)
+
+
+# Set by _episode_cuda_kernels() on the GPU path only, as in pipeline._kernels: the CUDA wrappers
+# reach numba.cuda and the device bodies as module globals rather than closure cells, so that their
+# on-disk cache key is the same in every process.
+cuda = _block_stats_cuda_body = _beat_stats_cuda_body = _tick_measures_cuda_body = None
+
+
+@functools.cache
+def _episode_cuda_kernels() -> dict:
+    """CUDA twins of this module's kernels, compiled on first use and cached on disk like
+    :func:`pipeline._kernels._cuda_kernels` (numba.cuda and the device bodies reached as module
+    globals, so that the cache key is the same in every process)."""
+    global cuda, _block_stats_cuda_body, _beat_stats_cuda_body, _tick_measures_cuda_body
+    from numba import cuda
+
+    _block_stats_cuda_body = cuda.jit(device=True)(_block_stats_one)
+    _beat_stats_cuda_body = cuda.jit(device=True)(_beat_stats_one)
+    _tick_measures_cuda_body = cuda.jit(device=True)(_tick_measures_body(_kernels._median_of_cuda()))
+
+    def block_stats(n, signal, size, step, low_rail, high_rail, out):
+        k = cuda.grid(1)
+        if k < n:
+            _block_stats_cuda_body(k, signal, size, step, low_rail, high_rail, out)
+
+    def beat_stats(n, signal, positions, half_qrs, before, after, step, edge, t_lo, t_hi, t_step, k,
+                   amp, hf, shift, corr, best):
+        i = cuda.grid(1)
+        if i < n:
+            _beat_stats_cuda_body(i, signal, positions, half_qrs, before, after, step, edge, t_lo, t_hi, t_step, k,
+                                  amp, hf, shift, corr, best)
+
+    def tick_measures(n, stats, means, half, few, out):
+        k = cuda.grid(1)
+        if k < n:
+            _tick_measures_cuda_body(k, stats, means, half, few, out)
+
+    return {"block_stats": _kernels._cuda_jit_cached(block_stats),
+            "beat_stats": _kernels._cuda_jit_cached(beat_stats),
+            "tick_measures": _kernels._cuda_jit_cached(tick_measures)}
+
+
+_CPU = {"block_stats": _block_stats_cpu, "tick_measures": _tick_measures_cpu, "beat_stats": _beat_stats_cpu}
+
+
+def launch(name: str, n: int, *arrays_and_scalars):
+    """Run kernel ``name`` over ``range(n)``; arrays may be CuPy (GPU) or NumPy (CPU), not mixed."""
+    _kernels.launch_from(_CPU, _episode_cuda_kernels, name, n, *arrays_and_scalars)
