@@ -232,6 +232,67 @@ def _rival_body(strongest_around):
     return rival_one
 
 
+def _gap_peaks_one(g, env, first, stop, offsets, block, reach, level, maxima, where, peak):
+    """The candidates of :func:`pipeline.peaks.search_back` inside gap g: its blocks ``first[g]``
+    to ``stop[g] - 1`` of ``block`` samples. For the blocks from ``reach`` before the gap to
+    ``reach`` after it, written from ``offsets[g]`` on: maxima, each block's largest ``env`` (its
+    samples clipped to the envelope; -inf for a block before the recording), where, its first
+    sample of that value, and peak, 1 for a block of the gap whose maximum exceeds ``level`` × the
+    median of the gap's block maxima and every one within ``reach`` blocks before it, and is not
+    exceeded by one within ``reach`` after it. The median is NumPy's (the mean of the two middle
+    values of an even count), in float32 as the maxima are; O(count²) over at most a few hundred
+    blocks a gap."""
+    n = env.shape[0]
+    gap = np.int64(g)    # a CPU prange index is unsigned: Numba mixes it with ints as a float
+    start, end = first[gap], stop[gap]
+    lo, base = start - reach, offsets[gap]
+    for c in range(lo, end + reach):
+        j = base + c - lo
+        peak[j] = 0
+        if c < 0:
+            maxima[j] = -np.inf
+            where[j] = 0
+            continue
+        at = min(c * block, n - 1)
+        top = env[at]
+        for s in range(c * block + 1, (c + 1) * block):
+            k = min(s, n - 1)
+            if env[k] > top:
+                top = env[k]
+                at = k
+        maxima[j] = top
+        where[j] = at
+    count = end - start
+    low_rank, high_rank = (count - 1) // 2, count // 2
+    lower = upper = maxima[base + reach]
+    for a in range(base + reach, base + reach + count):
+        value = maxima[a]
+        below = 0
+        equal = 0
+        for b in range(base + reach, base + reach + count):
+            if maxima[b] < value:
+                below += 1
+            elif maxima[b] == value:
+                equal += 1
+        if below <= low_rank < below + equal:
+            lower = value
+        if below <= high_rank < below + equal:
+            upper = value
+    threshold = level * ((lower + upper) * np.float32(0.5))
+    for j in range(base + reach, base + reach + count):
+        value = maxima[j]
+        if not value > threshold:
+            continue
+        before = maxima[j - 1]
+        for t in range(j - reach, j - 1):
+            before = max(before, maxima[t])
+        after = maxima[j + 1]
+        for t in range(j + 2, j + reach + 1):
+            after = max(after, maxima[t])
+        if value > before and value >= after:
+            peak[j] = 1
+
+
 # --------------------------------------------------------------------------- twins
 # CUDA kernels take a fixed argument list (no *args), so each body gets two explicit wrappers.
 _nms_cpu_body = numba.njit(_nms_one, cache=True)
@@ -240,6 +301,7 @@ _median_of_cpu = numba.njit(_median_of, cache=True)
 _qrs_shape_cpu_body = numba.njit(_qrs_shape_body(_median_of_cpu), cache=True)
 _strongest_around_cpu = numba.njit(_strongest_around, cache=True)
 _rival_cpu_body = numba.njit(_rival_body(_strongest_around_cpu), cache=True)
+_gap_peaks_cpu_body = numba.njit(_gap_peaks_one, cache=True)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -266,10 +328,16 @@ def _rival_cpu(n, env, thresholds, block, positions, local, near, far, gain, riv
         _rival_cpu_body(i, env, thresholds, block, positions, local, near, far, gain, rival_at, better)
 
 
+@numba.njit(parallel=True, cache=True)
+def _gap_peaks_cpu(n, env, first, stop, offsets, block, reach, level, maxima, where, peak):
+    for g in numba.prange(n):
+        _gap_peaks_cpu_body(g, env, first, stop, offsets, block, reach, level, maxima, where, peak)
+
+
 # Set by _cuda_kernels() on the GPU path only. The CUDA wrappers reach numba.cuda and the device
 # bodies as module globals rather than closure cells, so that their on-disk cache key (bytecode,
 # closure contents, signature, GPU architecture) is the same in every process.
-cuda = _nms_cuda_body = _embed_cuda_body = _qrs_shape_cuda_body = _rival_cuda_body = None
+cuda = _nms_cuda_body = _embed_cuda_body = _qrs_shape_cuda_body = _rival_cuda_body = _gap_peaks_cuda_body = None
 
 
 @functools.cache
@@ -285,13 +353,14 @@ def _cuda_kernels() -> dict:
     """Compile-on-first-use CUDA twins (numba.cuda is imported only on the GPU path), cached on disk
     like the CPU ones (``cache=True``: in ``__pycache__``, invalidated when this file changes), so
     that only the first process on a machine pays the compilation."""
-    global cuda, _nms_cuda_body, _embed_cuda_body, _qrs_shape_cuda_body, _rival_cuda_body
+    global cuda, _nms_cuda_body, _embed_cuda_body, _qrs_shape_cuda_body, _rival_cuda_body, _gap_peaks_cuda_body
     from numba import cuda
 
     _nms_cuda_body = cuda.jit(device=True)(_nms_one)
     _embed_cuda_body = cuda.jit(device=True)(_embed_one)
     _qrs_shape_cuda_body = cuda.jit(device=True)(_qrs_shape_body(_median_of_cuda()))
     _rival_cuda_body = cuda.jit(device=True)(_rival_body(cuda.jit(device=True)(_strongest_around)))
+    _gap_peaks_cuda_body = cuda.jit(device=True)(_gap_peaks_one)
 
     def nms(n, envelope, threshold, block, half, gate):
         i = cuda.grid(1)
@@ -313,8 +382,14 @@ def _cuda_kernels() -> dict:
         if i < n:
             _rival_cuda_body(i, env, thresholds, block, positions, local, near, far, gain, rival_at, better)
 
+    def gap_peaks(n, env, first, stop, offsets, block, reach, level, maxima, where, peak):
+        g = cuda.grid(1)
+        if g < n:
+            _gap_peaks_cuda_body(g, env, first, stop, offsets, block, reach, level, maxima, where, peak)
+
     return {"nms": _cuda_jit_cached(nms), "embed": _cuda_jit_cached(embed),
-            "qrs_shape": _cuda_jit_cached(qrs_shape), "rival": _cuda_jit_cached(rival)}
+            "qrs_shape": _cuda_jit_cached(qrs_shape), "rival": _cuda_jit_cached(rival),
+            "gap_peaks": _cuda_jit_cached(gap_peaks)}
 
 
 def _cuda_jit_cached(kernel):
@@ -328,7 +403,8 @@ def _cuda_jit_cached(kernel):
         return cuda.jit(kernel)
 
 
-_CPU = {"nms": _nms_cpu, "embed": _embed_cpu, "qrs_shape": _qrs_shape_cpu, "rival": _rival_cpu}
+_CPU = {"nms": _nms_cpu, "embed": _embed_cpu, "qrs_shape": _qrs_shape_cpu, "rival": _rival_cpu,
+        "gap_peaks": _gap_peaks_cpu}
 
 
 def launch(name: str, n: int, *arrays_and_scalars):

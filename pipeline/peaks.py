@@ -11,6 +11,8 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
+
 from pipeline import _kernels, backend, qrs
 
 
@@ -160,7 +162,7 @@ def find_beats(response, signal, fs: float, cfg):
     positions = off_own_t_waves(env, thresholds, block, signal, positions, fs, cfg, polarity)
     positions = keep_the_rhythm(env, thresholds, block, signal, positions, fs, cfg, polarity)
     positions = second_look(env, level, block, signal, positions, fs, cfg, polarity)
-    return search_back(response, signal, positions, fs, cfg, polarity)
+    return search_back(env, signal, positions, fs, cfg, polarity)
 
 
 def _refine(signal, positions, fs: float, cfg, polarity: float = 0.0):
@@ -374,7 +376,7 @@ def second_look(env, level, block: int, signal, positions, fs: float, cfg, polar
     return xp.unique(xp.concatenate([positions, extra[narrow_and_steep]]))
 
 
-def search_back(response, signal, positions, fs: float, cfg, polarity: float = 0.0):
+def search_back(env, signal, positions, fs: float, cfg, polarity: float = 0.0):
     """Look again inside the RR gaps longer than ``cfg.search_back_rr`` × the local RR (the median
     of the nine intervals around), with a level set by the gap itself.
 
@@ -390,8 +392,9 @@ def search_back(response, signal, positions, fs: float, cfg, polarity: float = 0
     refractory period (``cfg.search_back_refractory_s``, in 50-ms blocks: the wide response of a
     baseline step in the gap must not hide a beat beside it), and keeps only candidates as narrow
     as a QRS complex (at most ``cfg.search_back_width`` × the beats' median width: a P or T wave,
-    or a baseline step, is wider). Only the long gaps' samples are read (one gather), then
-    per-gap and per-candidate work; nothing runs without a long gap."""
+    or a baseline step, is wider). ``env`` is the response's :func:`envelope`. Only the long
+    gaps' samples are read (one thread a gap), then per-candidate work; nothing runs without a
+    long gap."""
     xp = backend.xp_of(positions)
     if positions.shape[0] < 3:
         return positions
@@ -404,21 +407,13 @@ def search_back(response, signal, positions, fs: float, cfg, polarity: float = 0
     margin = xp.maximum(cfg.second_look_gap_s * fs, 0.5 * local[long])
     first = xp.ceil((positions[long] + margin) / block).astype(xp.int64)        # whole blocks inside
     stop = xp.minimum(xp.floor((positions[long + 1] - margin) / block).astype(xp.int64),
-                      response.shape[0] // block)
+                      env.shape[0] // block)
     room = stop > first
     first, stop = first[room], stop[room]
     if first.shape[0] == 0:
         return positions
     reach = max(1, int(round(cfg.search_back_refractory_s * fs / block)))
-    # Gaps of like length together (lengths up to a power of two), so that the rectangles of
-    # blocks read hold at most twice the gaps' samples: a few groups, not a loop over gaps.
-    group = xp.ceil(xp.log2((stop - first + 2 * reach).astype(xp.float64))).astype(xp.int64)
-    extra = []
-    for size in range(int(group.min()), int(group.max()) + 1):                  # host syncs: two numbers
-        rows = xp.flatnonzero(group == size)
-        if rows.shape[0]:
-            extra.append(_gap_peaks(response, first[rows], stop[rows], block, reach, 2 ** size, cfg.search_back_level))
-    extra = xp.concatenate(extra)
+    extra = _gap_peaks(env, first, stop, block, reach, cfg.search_back_level)
     if extra.shape[0] == 0:
         return positions
     extra = _refine(signal, xp.sort(extra).astype(xp.int64), fs, cfg, polarity)
@@ -427,31 +422,23 @@ def search_back(response, signal, positions, fs: float, cfg, polarity: float = 0
     return xp.unique(xp.concatenate([positions, extra[narrow]]))
 
 
-def _gap_peaks(response, first, stop, block: int, reach: int, span: int, level: float):
-    """Sample indices of the candidates inside gaps of blocks ``first[g]`` to ``stop[g] - 1``
-    (each at most ``span - 2 reach`` blocks): the envelope's maximum of each block that exceeds
-    ``level`` × the median block maximum of its gap and every block within ``reach`` before it
-    (inside the gap or not), and is not exceeded by one within ``reach`` after it. Only these
-    blocks' samples are read, as (gaps, blocks, samples)."""
+def _gap_peaks(env, first, stop, block: int, reach: int, level: float):
+    """Sample indices of the candidates inside gaps of blocks ``first[g]`` to ``stop[g] - 1`` of
+    the envelope ``env``: the maximum of each block that exceeds ``level`` × the median block
+    maximum of its gap and every block within ``reach`` before it (inside the gap or not), and is
+    not exceeded by one within ``reach`` after it. One thread a gap (``gap_peaks`` kernel), whatever
+    the gaps' lengths; the blocks' maxima and their samples go to one buffer, each gap's blocks
+    from ``reach`` before it to ``reach`` after it in a row."""
     xp = backend.xp_of(first)
-    n = response.shape[0]
-    blocks = (first - reach)[:, None] + xp.arange(span)[None, :]
-    inside = (blocks >= first[:, None]) & (blocks < stop[:, None])
-    near = (blocks >= 0) & (blocks < stop[:, None] + reach)
-    samples = xp.clip(blocks[:, :, None] * block + xp.arange(block)[None, None, :], 0, n - 1)
-    env = envelope(response[samples])
-    maxima = xp.where(near, env.max(axis=2), -xp.inf)
-    floor = xp.nanmedian(xp.where(inside, maxima, xp.nan), axis=1)
-    edge = xp.full((maxima.shape[0], reach), -xp.inf, dtype=maxima.dtype)
-    padded = xp.concatenate([edge, maxima, edge], axis=1)
-    # The largest of the ``reach`` blocks before and of those after each block, from one running
-    # maximum of the padded rows (window c - reach // 2 .. c - reach // 2 + reach - 1 at column c).
-    running = backend.ndimage_of(padded).maximum_filter1d(padded, size=reach, axis=1, mode="nearest")
-    before = running[:, reach // 2:reach // 2 + span]
-    after = running[:, reach + 1 + reach // 2:reach + 1 + reach // 2 + span]
-    peak = inside & (maxima > level * floor[:, None]) & (maxima > before) & (maxima >= after)
-    gap, at = xp.nonzero(peak)
-    return samples[gap, at, env[gap, at].argmax(axis=1)]
+    lengths = stop - first + 2 * reach
+    ends = xp.cumsum(lengths)
+    total = int(ends[-1])                           # host sync: one number
+    maxima = xp.empty(total, dtype=env.dtype)
+    where = xp.empty(total, dtype=xp.int64)
+    peak = xp.empty(total, dtype=xp.uint8)
+    _kernels.launch("gap_peaks", first.shape[0], env, first, stop, ends - lengths, block, reach,
+                    np.float32(level), maxima, where, peak)
+    return where[peak.astype(bool)]
 
 
 def _steps_baseline(signal, positions, fs: float, before_s=(-0.3, -0.2), after_s=(0.4, 0.5), reach_s: float = 0.1):

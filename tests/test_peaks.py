@@ -429,7 +429,7 @@ def test_search_back_finds_small_beats_in_a_long_gap_but_nothing_in_a_pause(xp):
     signal += _spikes(fs, n, [p_wave], [0.1], sigma_s=0.04)
     signal = xp.asarray((signal + 0.004 * rng.standard_normal(n)).astype(np.float32))
     big = xp.asarray(beats[~small].astype(np.int64))
-    found = _host(search_back(ricker_response(signal, fs, cfg.ricker_width_s), signal, big, fs, cfg))
+    found = _host(search_back(xp.abs(ricker_response(signal, fs, cfg.ricker_width_s)), signal, big, fs, cfg))
     error = np.abs(found[:, None] - beats[None, :]).min(axis=1)
     assert found.size == beats.size and error.max() <= 2, (found.size, beats.size, error.max())
 
@@ -438,7 +438,54 @@ def test_search_back_adds_nothing_without_a_long_gap(xp):
     fs, cfg = 360.0, SignalConfig()
     positions = xp.asarray(np.arange(360, 20_000, 290, dtype=np.int64))
     signal = xp.asarray(np.random.default_rng(3).standard_normal(20_360).astype(np.float32))
-    assert _host(search_back(signal, signal, positions, fs, cfg)).tolist() == _host(positions).tolist()
+    assert _host(search_back(xp.abs(signal), signal, positions, fs, cfg)).tolist() == _host(positions).tolist()
+
+
+def _gap_peaks_as_arrays(env, first, stop, block, reach, level):
+    """The gap search's candidates by whole-array operations (the formula the ``gap_peaks`` kernel
+    replaced): each gap's blocks from ``reach`` before it to ``reach`` after it gathered as a
+    rectangle, their maxima, the gap's median maximum, the running maxima around each block."""
+    from scipy.ndimage import maximum_filter1d
+
+    found = []
+    for start, end in zip(first, stop):
+        blocks = np.arange(start - reach, end + reach)
+        samples = np.clip(blocks[:, None] * block + np.arange(block)[None, :], 0, env.shape[0] - 1)
+        maxima = np.where(blocks >= 0, env[samples].max(axis=1), -np.inf).astype(env.dtype)
+        floor = np.median(maxima[reach:-reach])
+        edge = np.full(reach, -np.inf, dtype=env.dtype)
+        running = maximum_filter1d(np.concatenate([edge, maxima, edge]), size=reach, mode="nearest")
+        span = maxima.shape[0]
+        before = running[reach // 2:reach // 2 + span]
+        after = running[reach + 1 + reach // 2:reach + 1 + reach // 2 + span]
+        inside = (blocks >= start) & (blocks < end)
+        peak = inside & (maxima > level * floor) & (maxima > before) & (maxima >= after)
+        found.append(samples[peak, env[samples[peak]].argmax(axis=1)])
+    return np.concatenate(found)
+
+
+@pytest.mark.parametrize("reach, level", [(1, 5.0), (4, 5.0), (1, 1.0)])
+def test_gap_peaks_kernel_equals_the_whole_array_formula(reach, level, xp):
+    """One thread a gap gives the candidates of the rectangle formula it replaced: gaps of many
+    lengths (odd and even block counts: the median's two middle values, which a level of 1 puts on
+    the line), at the recording's start (blocks before it) and end (samples clipped), ties inside
+    blocks and between them."""
+    from pipeline.peaks import _gap_peaks
+
+    rng = np.random.default_rng(reach)
+    block, n = 18, 200_000
+    env = np.abs(rng.standard_normal(n)).astype(np.float32)
+    env[rng.integers(0, n, 400)] *= 12.0                      # peaks well above the gaps' medians
+    env[5000:5400] = 30.0                                      # a plateau: ties within and between blocks
+    first = np.sort(rng.choice(np.arange(0, n // block - 300), 40, replace=False)).astype(np.int64)
+    stop = first + rng.integers(1, 200, first.shape[0])
+    first[1], stop[1] = 5000 // block - 30, 5400 // block + 30     # holds the plateau
+    first[0], stop[0] = 0, 7                                   # blocks before the recording
+    first[-1], stop[-1] = n // block - 9, n // block           # samples past its end
+    expected = _gap_peaks_as_arrays(env, first, stop, block, reach, level)
+    got = np.sort(_host(_gap_peaks(xp.asarray(env), xp.asarray(first), xp.asarray(stop), block, reach, level)))
+    assert expected.size > 40
+    np.testing.assert_array_equal(got, np.sort(expected))
 
 
 def test_refined_fiducials_sit_on_the_r_peaks(synthetic_ecg):
