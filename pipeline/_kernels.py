@@ -293,6 +293,54 @@ def _gap_peaks_one(g, env, first, stop, offsets, block, reach, level, maxima, wh
             peak[j] = 1
 
 
+def _search_left(ordered, value):
+    """The first index of the sorted ``ordered`` whose value is at least ``value`` (its length when
+    none is): NumPy's ``searchsorted``, side left."""
+    low, high = 0, ordered.shape[0]
+    while low < high:
+        middle = (low + high) // 2
+        if ordered[middle] < value:
+            low = middle + 1
+        else:
+            high = middle
+    return low
+
+
+def _unsuppressed_body(search_left):
+    """The per-sample body of the unsuppressed-peak kernel, closed over ``search_left``: the CPU or
+    the CUDA twin of :func:`_search_left`."""
+
+    def unsuppressed_one(i, env, thresholds, block, own, candidates, half, flag):
+        """flag[i] = 1 where sample i is a peak of ``env`` above its block's threshold (larger than
+        the sample before, at least the one after: a plateau's leftmost sample, as the suppression
+        takes it) that no beat's own peak suppressed (``own``, sorted: none as large within
+        ``half`` before it, none larger within ``half`` after it; ties go to the earlier sample)
+        and that was no candidate (``candidates``, sorted): the peaks that
+        :func:`pipeline.peaks.rescue_suppressed` looks at again. Most samples stop at the first
+        comparison; only peaks above the threshold search the beats."""
+        n = env.shape[0]
+        k = np.int64(i)      # a CPU prange index is unsigned: Numba mixes it with ints as a float
+        flag[k] = 0
+        if k < 1 or k > n - 2:
+            return
+        value = env[k]
+        if not (value > env[k - 1] and value >= env[k + 1] and value > thresholds[k // block]):
+            return
+        count = own.shape[0]
+        if count > 0:
+            at = search_left(own, k)
+            before, after = own[max(at - 1, 0)], own[min(at, count - 1)]
+            if k - before <= half and k >= before and env[before] >= value:
+                return
+            if after - k <= half and after >= k and env[after] > value:
+                return
+        if candidates[min(search_left(candidates, k), candidates.shape[0] - 1)] == k:
+            return
+        flag[k] = 1
+
+    return unsuppressed_one
+
+
 # --------------------------------------------------------------------------- twins
 # CUDA kernels take a fixed argument list (no *args), so each body gets two explicit wrappers.
 _nms_cpu_body = numba.njit(_nms_one, cache=True)
@@ -302,6 +350,7 @@ _qrs_shape_cpu_body = numba.njit(_qrs_shape_body(_median_of_cpu), cache=True)
 _strongest_around_cpu = numba.njit(_strongest_around, cache=True)
 _rival_cpu_body = numba.njit(_rival_body(_strongest_around_cpu), cache=True)
 _gap_peaks_cpu_body = numba.njit(_gap_peaks_one, cache=True)
+_unsuppressed_cpu_body = numba.njit(_unsuppressed_body(numba.njit(_search_left, cache=True)), cache=True)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -334,10 +383,17 @@ def _gap_peaks_cpu(n, env, first, stop, offsets, block, reach, level, maxima, wh
         _gap_peaks_cpu_body(g, env, first, stop, offsets, block, reach, level, maxima, where, peak)
 
 
+@numba.njit(parallel=True, cache=True)
+def _unsuppressed_cpu(n, env, thresholds, block, own, candidates, half, flag):
+    for i in numba.prange(n):
+        _unsuppressed_cpu_body(i, env, thresholds, block, own, candidates, half, flag)
+
+
 # Set by _cuda_kernels() on the GPU path only. The CUDA wrappers reach numba.cuda and the device
 # bodies as module globals rather than closure cells, so that their on-disk cache key (bytecode,
 # closure contents, signature, GPU architecture) is the same in every process.
 cuda = _nms_cuda_body = _embed_cuda_body = _qrs_shape_cuda_body = _rival_cuda_body = _gap_peaks_cuda_body = None
+_unsuppressed_cuda_body = None
 
 
 @functools.cache
@@ -354,6 +410,7 @@ def _cuda_kernels() -> dict:
     like the CPU ones (``cache=True``: in ``__pycache__``, invalidated when this file changes), so
     that only the first process on a machine pays the compilation."""
     global cuda, _nms_cuda_body, _embed_cuda_body, _qrs_shape_cuda_body, _rival_cuda_body, _gap_peaks_cuda_body
+    global _unsuppressed_cuda_body
     from numba import cuda
 
     _nms_cuda_body = cuda.jit(device=True)(_nms_one)
@@ -361,6 +418,7 @@ def _cuda_kernels() -> dict:
     _qrs_shape_cuda_body = cuda.jit(device=True)(_qrs_shape_body(_median_of_cuda()))
     _rival_cuda_body = cuda.jit(device=True)(_rival_body(cuda.jit(device=True)(_strongest_around)))
     _gap_peaks_cuda_body = cuda.jit(device=True)(_gap_peaks_one)
+    _unsuppressed_cuda_body = cuda.jit(device=True)(_unsuppressed_body(cuda.jit(device=True)(_search_left)))
 
     def nms(n, envelope, threshold, block, half, gate):
         i = cuda.grid(1)
@@ -387,9 +445,14 @@ def _cuda_kernels() -> dict:
         if g < n:
             _gap_peaks_cuda_body(g, env, first, stop, offsets, block, reach, level, maxima, where, peak)
 
+    def unsuppressed(n, env, thresholds, block, own, candidates, half, flag):
+        i = cuda.grid(1)
+        if i < n:
+            _unsuppressed_cuda_body(i, env, thresholds, block, own, candidates, half, flag)
+
     return {"nms": _cuda_jit_cached(nms), "embed": _cuda_jit_cached(embed),
             "qrs_shape": _cuda_jit_cached(qrs_shape), "rival": _cuda_jit_cached(rival),
-            "gap_peaks": _cuda_jit_cached(gap_peaks)}
+            "gap_peaks": _cuda_jit_cached(gap_peaks), "unsuppressed": _cuda_jit_cached(unsuppressed)}
 
 
 def _cuda_jit_cached(kernel):
@@ -404,7 +467,7 @@ def _cuda_jit_cached(kernel):
 
 
 _CPU = {"nms": _nms_cpu, "embed": _embed_cpu, "qrs_shape": _qrs_shape_cpu, "rival": _rival_cpu,
-        "gap_peaks": _gap_peaks_cpu}
+        "gap_peaks": _gap_peaks_cpu, "unsuppressed": _unsuppressed_cpu}
 
 
 def launch(name: str, n: int, *arrays_and_scalars):

@@ -193,8 +193,8 @@ def rescue_suppressed(env, thresholds, block: int, signal, candidates, refined, 
     cannot hide one a second time, and its winners become beats.
 
     ``candidates`` are the suppression's winners, ``refined`` the same moved to their extrema,
-    ``positions`` those of them kept as beats (:func:`drop_non_qrs`). One elementwise pass over the
-    envelope for its peaks, then per-peak work on the few that qualify. Returns the positions with
+    ``positions`` those of them kept as beats (:func:`drop_non_qrs`). One kernel pass over the
+    envelope for its peaks (``unsuppressed``), then per-peak work on the few that qualify. Returns the positions with
     the rescued beats, sorted.
     """
     xp = backend.xp_of(positions)
@@ -202,19 +202,11 @@ def rescue_suppressed(env, thresholds, block: int, signal, candidates, refined, 
     if count < 3 or n < 3:
         return positions
     half = max(1, int(round(cfg.refractory_s * fs)))
-    inner = env[1:-1]
-    # The leftmost sample of a plateau, as the suppression takes it.
-    peak = xp.flatnonzero((inner > env[:-2]) & (inner >= env[2:]) & (inner > xp.repeat(thresholds, block)[1:n - 1])) + 1
     at = xp.searchsorted(positions, refined)
     own = candidates[positions[xp.clip(at, 0, count - 1)] == refined]       # the beats' own peaks
-    i, last = xp.searchsorted(own, peak), own.shape[0] - 1
-    before, after, value = own[xp.clip(i - 1, 0, last)], own[xp.clip(i, 0, last)], env[peak]
-    # The suppression's rule: ties go to the earlier sample. At most one beat's peak lies within
-    # ±half on each side (the winners are more than half apart).
-    by_a_beat = (((peak - before <= half) & (peak >= before) & (env[before] >= value))
-                 | ((after - peak <= half) & (after >= peak) & (env[after] > value)))
-    j = xp.clip(xp.searchsorted(candidates, peak), 0, candidates.shape[0] - 1)
-    peak = peak[~by_a_beat & (candidates[j] != peak)]
+    unsuppressed = xp.empty(n, dtype=xp.uint8)
+    _kernels.launch("unsuppressed", n, env, thresholds, block, own, candidates, half, unsuppressed)
+    peak = xp.flatnonzero(unsuppressed)
     if peak.shape[0] == 0:                          # host sync: one number (the mask's count)
         return positions
     moved = _refine(signal, peak, fs, cfg, polarity)

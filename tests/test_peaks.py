@@ -441,6 +441,43 @@ def test_search_back_adds_nothing_without_a_long_gap(xp):
     assert _host(search_back(xp.abs(signal), signal, positions, fs, cfg)).tolist() == _host(positions).tolist()
 
 
+def _unsuppressed_as_arrays(env, thresholds, block, own, candidates, half):
+    """The peaks the rescue looks at again, by whole-array operations (the formula the
+    ``unsuppressed`` kernel replaced)."""
+    n = env.shape[0]
+    inner = env[1:-1]
+    peak = np.flatnonzero((inner > env[:-2]) & (inner >= env[2:]) & (inner > np.repeat(thresholds, block)[1:n - 1])) + 1
+    i, last = np.searchsorted(own, peak), own.shape[0] - 1
+    before, after, value = own[np.clip(i - 1, 0, last)], own[np.clip(i, 0, last)], env[peak]
+    by_a_beat = (((peak - before <= half) & (peak >= before) & (env[before] >= value))
+                 | ((after - peak <= half) & (after >= peak) & (env[after] > value)))
+    j = np.clip(np.searchsorted(candidates, peak), 0, candidates.shape[0] - 1)
+    return peak[~by_a_beat & (candidates[j] != peak)]
+
+
+def test_unsuppressed_kernel_equals_the_whole_array_formula(xp):
+    """The rescue's peaks from one kernel pass equal the whole-array formula it replaced: plateaus
+    (their leftmost sample), peaks exactly ``half`` from a beat's peak and of the same height (ties
+    go to the earlier), candidates that are no beat's own peak, the first and last samples."""
+    from pipeline import _kernels
+
+    rng = np.random.default_rng(11)
+    n, block, half = 50_000, 100, 90
+    env = np.round(np.abs(rng.standard_normal(n)) * 4).astype(np.float32)   # coarse: many ties
+    env[1000:1010] = 40.0                                                   # a plateau
+    thresholds = (rng.random(n // block + 1) * 3).astype(np.float32)
+    candidates = np.sort(rng.choice(np.arange(1, n - 1), 400, replace=False)).astype(np.int64)
+    own = candidates[::2].copy()
+    env[own] = 20.0
+    env[own[5] + half] = env[own[6] - half] = 20.0                         # ties exactly half away
+    expected = _unsuppressed_as_arrays(env, thresholds, block, own, candidates, half)
+    flag = xp.empty(n, dtype=xp.uint8)
+    _kernels.launch("unsuppressed", n, *map(xp.asarray, (env, thresholds)), block, xp.asarray(own),
+                    xp.asarray(candidates), half, flag)
+    assert expected.size > 100
+    np.testing.assert_array_equal(np.flatnonzero(_host(flag)), expected)
+
+
 def _gap_peaks_as_arrays(env, first, stop, block, reach, level):
     """The gap search's candidates by whole-array operations (the formula the ``gap_peaks`` kernel
     replaced): each gap's blocks from ``reach`` before it to ``reach`` after it gathered as a
