@@ -347,7 +347,8 @@ def second_look(env, level, block: int, signal, positions, fs: float, cfg, polar
     the threshold (on the envelope ``env`` and its :func:`block_levels` ``level``), at least
     ``cfg.second_look_gap_s`` from every beat found (past any T wave's peak), kept when their
     deflection is as narrow as a QRS complex (at most 1.5 × the beats' median width) and at least
-    ``cfg.second_look_slope`` × as steep as the beats' median. In
+    ``cfg.second_look_slope`` × as steep as the beats' median (both medians over ~1000 beats
+    spread over the recording, :func:`pipeline.qrs.spread`, as the other steps take them). In
     bigeminy the median block maximum is a large ventricular beat's, and a small normal beat
     between two of them stays under a quarter of it; Pan & Tompkins' search-back looks again
     with half the threshold for the same reason."""
@@ -362,9 +363,9 @@ def second_look(env, level, block: int, signal, positions, fs: float, cfg, polar
     extra = extra[gap >= cfg.second_look_gap_s * fs]
     if extra.shape[0] == 0:
         return positions
-    (width, slope), (extra_width, extra_slope) = _shapes(signal, [positions, extra], fs, cfg)
-    narrow_and_steep = ((extra_width <= 1.5 * xp.median(width))
-                        & (extra_slope >= cfg.second_look_slope * xp.median(slope)))
+    (width, slope), (extra_width, extra_slope) = _shapes(signal, [qrs.spread(positions), extra], fs, cfg)
+    narrow_and_steep = ((extra_width <= 1.5 * qrs.sample_median(width))
+                        & (extra_slope >= cfg.second_look_slope * qrs.sample_median(slope)))
     return xp.unique(xp.concatenate([positions, extra[narrow_and_steep]]))
 
 
