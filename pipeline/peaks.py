@@ -91,8 +91,9 @@ def drop_non_qrs(signal, positions, fs: float, *, window_s: float = 0.38, width_
     width, less than ``flat_slope_ratio`` × as steep (a T wave as narrow as its QRS at half height
     still rises several times more slowly). A candidate whose deflection stays beyond half its
     height for more than ``max_width_s`` is a step of the baseline (electrode motion), unless it
-    rises at least ``step_slope_ratio`` × as steeply as the recording's median candidate: a wide
-    ventricular beat (bundle branch block, some PVCs) is as wide as a step but far steeper.
+    rises at least ``step_slope_ratio`` × as steeply as the recording's median candidate (over
+    ~1000 candidates spread over it, :func:`pipeline.qrs.spread`): a wide ventricular beat (bundle
+    branch block, some PVCs) is as wide as a step but far steeper.
     A candidate that is a T wave by width and slope alone is still a beat when its deflection
     (against the ECG 150 ms on both sides) is at least ``early_beat_height`` × the previous one's
     and dropping it would leave a gap over ``early_beat_gap_rr`` × the median RR of the others:
@@ -105,7 +106,7 @@ def drop_non_qrs(signal, positions, fs: float, *, window_s: float = 0.38, width_
         return positions
     _, width, slope = qrs.qrs_shape(signal, positions, fs, despike_s=despike_s, width_cap_s=max_width_s)
     wide = width > max_width_s * fs
-    steep = slope >= step_slope_ratio * xp.median(slope)
+    steep = slope >= step_slope_ratio * qrs.sample_median(qrs.spread(slope))
     keep = ~wide | steep
     doubtful = xp.flatnonzero(wide & steep)         # a few: whether the baseline stays moved decides
     keep[doubtful] = ~_steps_baseline(signal, positions[doubtful], fs)
@@ -122,13 +123,14 @@ def drop_non_qrs(signal, positions, fs: float, *, window_s: float = 0.38, width_
 def _early_beats(signal, positions, wide_and_slow, fs: float, height_ratio: float, gap_rr: float):
     """Of the candidates after the first, which are early beats though T-wave-like (see
     :func:`drop_non_qrs`): at least ``height_ratio`` × as tall as the one before, and a gap over
-    ``gap_rr`` × the median RR of the other candidates between their neighbours."""
+    ``gap_rr`` × the median RR of the other candidates (over ~1000 of their intervals, spread over
+    the recording) between their neighbours."""
     xp = backend.xp_of(positions)
     if not bool(wide_and_slow.any()):                  # host sync: one number
         return wide_and_slow
     height = xp.abs(qrs.deflection(signal, positions, fs, 0.15))
     others = positions[xp.concatenate([xp.ones(1, dtype=bool), ~wide_and_slow])]
-    rr = float(xp.median(xp.diff(others))) if others.shape[0] > 1 else float("inf")   # host sync
+    rr = float(qrs.sample_median(qrs.spread(xp.diff(others)))) if others.shape[0] > 1 else float("inf")  # host sync
     between = xp.concatenate([(positions[2:] - positions[:-2]).astype(xp.float64), xp.zeros(1)])
     return (height[1:] >= height_ratio * height[:-1]) & (between > gap_rr * rr)
 
