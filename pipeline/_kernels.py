@@ -343,14 +343,16 @@ def _unsuppressed_body(search_left):
 
 # --------------------------------------------------------------------------- twins
 # CUDA kernels take a fixed argument list (no *args), so each body gets two explicit wrappers.
-_nms_cpu_body = numba.njit(_nms_one, cache=True)
+# The per-sample bodies are inlined into their CPU loops: over millions of samples a call each
+# costs more than its few comparisons.
+_nms_cpu_body = numba.njit(_nms_one, cache=True, inline="always")
 _embed_cpu_body = numba.njit(_embed_one, cache=True)
 _median_of_cpu = numba.njit(_median_of, cache=True)
 _qrs_shape_cpu_body = numba.njit(_qrs_shape_body(_median_of_cpu), cache=True)
 _strongest_around_cpu = numba.njit(_strongest_around, cache=True)
 _rival_cpu_body = numba.njit(_rival_body(_strongest_around_cpu), cache=True)
 _gap_peaks_cpu_body = numba.njit(_gap_peaks_one, cache=True)
-_unsuppressed_cpu_body = numba.njit(_unsuppressed_body(numba.njit(_search_left, cache=True)), cache=True)
+_unsuppressed_cpu_body = numba.njit(_unsuppressed_body(numba.njit(_search_left, cache=True)), cache=True, inline="always")
 
 
 @numba.njit(parallel=True, cache=True)

@@ -33,10 +33,11 @@ def ricker(points: int, a: float, xp=None):
     return (amplitude * (1.0 - x2) * xp.exp(-x2 / 2.0)).astype(xp.float32)
 
 
-# A long recording is convolved in blocks of BLOCK samples, BATCH blocks a transform: cuFFT makes a
-# plan for each transform length and batch, and a plan made inside the run costs milliseconds. With
-# one layout for every long recording, the warm-up's recording makes the run's plan; the blocks
-# also keep the transforms' buffers small (a 200M-sample recording's spectrum would be 1.6 GB).
+# On the GPU a long recording is convolved in blocks of BLOCK samples, BATCH blocks a transform:
+# cuFFT makes a plan for each transform length and batch, and a plan made inside the run costs
+# milliseconds. With one layout for every long recording, the warm-up's recording makes the run's
+# plan; the blocks also keep the transforms' buffers small (a 200M-sample recording's spectrum
+# would be 1.6 GB). NumPy's transforms need no plan, and the last batch's padding would be work.
 BLOCK = 1 << 20
 BATCH = 8
 
@@ -44,8 +45,8 @@ BATCH = 8
 def ricker_response(signal, fs: float, width_s: float):
     """Convolve ``signal`` with a Ricker wavelet of width ``width_s`` seconds (mode 'same').
 
-    One real FFT of the padded, mean-free signal and the wavelet, multiplied and inverted; longer
-    than a block, overlap-save in blocks of :data:`BLOCK` samples. The wavelet is symmetric, so
+    One real FFT of the padded, mean-free signal and the wavelet, multiplied and inverted; on the
+    GPU, longer than a block, overlap-save in blocks of :data:`BLOCK` samples. The wavelet is symmetric, so
     convolution and correlation agree and the output is aligned with the input. Returns a float32
     array of the input's type and length.
     """
@@ -56,7 +57,7 @@ def ricker_response(signal, fs: float, width_s: float):
     wavelet = ricker(points, a) if xp is np else _ricker_on_gpu(points, a, xp.cuda.runtime.getDevice())
     n = signal.shape[0]
     mean = signal.mean(dtype=xp.float64).astype(xp.float32)
-    if n + points - 1 > BLOCK:
+    if xp is not np and n + points - 1 > BLOCK:
         return _in_blocks(signal, mean, wavelet, xp, fft)
     nfft = fft.next_fast_len(n + points - 1, real=True)
     padded = xp.zeros(nfft, dtype=xp.float32)

@@ -102,15 +102,23 @@ def _across_blocks():
 
 @pytest.mark.parametrize("n", _across_blocks())
 def test_a_long_response_in_blocks_matches_fftconvolve(n, xp):
-    """Overlap-save blocks give the one-transform response: every block's part aligned, none
-    missing or repeated at the blocks' joins (spikes on them answer with the centred wavelet)."""
-    from pipeline.wavelet import BLOCK
+    """Overlap-save blocks (the GPU's way with a long recording, called directly on the CPU) give
+    the one-transform response: every block's part aligned, none missing or repeated at the blocks'
+    joins (spikes on them answer with the centred wavelet)."""
+    from pipeline import wavelet
 
     fs = 250.0
     rng = np.random.default_rng(n)
     x = (rng.standard_normal(n) * 0.5 + 3.0 + np.sin(np.arange(n) / 40)).astype(np.float32)
-    x[BLOCK - 64 - 1:BLOCK - 64 + 2] += 20.0    # the first join, give or take a sample
-    response = ricker_response(xp.asarray(x), fs, 0.025)
+    x[wavelet.BLOCK - 64 - 1:wavelet.BLOCK - 64 + 2] += 20.0    # the first join, give or take a sample
+    signal = xp.asarray(x)
+    if xp is np:
+        a = 0.025 * fs
+        points = int(2 * math.ceil(5 * a) + 1)
+        mean = signal.mean(dtype=np.float64).astype(np.float32)
+        response = wavelet._in_blocks(signal, mean, wavelet.ricker(points, a), np, backend.fft_module(np))
+    else:
+        response = ricker_response(signal, fs, 0.025)
     assert isinstance(response, xp.ndarray) and response.dtype == xp.float32 and response.shape == (n,)
     assert response.flags.c_contiguous
     reference = _reference_response(x, fs, 0.025)
