@@ -63,8 +63,9 @@ def rr_features(positions, fs: float, *, half_window: int = 8):
     last = rr.shape[0] - 1
     beat = xp.arange(count)
     # The RR intervals around beat c are rr[c-1] (before it) and rr[c] (after it): centre on both.
-    around = xp.clip(beat[:, None] + xp.arange(-half_window, half_window + 1)[None, :], 0, last)
-    local = xp.median(rr[around], axis=1).astype(xp.float32)
+    # The window over rr[c - half_window .. c + half_window], clipped to the intervals: a running
+    # median of the intervals with the last one repeated once more (one per beat), ends repeated.
+    local = backend.running_median(xp.concatenate([rr, rr[-1:]]), half_window)
     nan = xp.float32(xp.nan)
     post = xp.where(beat <= last, rr[xp.clip(beat, 0, last)], nan)
     pre = xp.where(beat >= 1, rr[xp.clip(beat - 1, 0, last)], nan)

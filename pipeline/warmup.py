@@ -111,11 +111,12 @@ def _tiny_file(folder: Path, input_path: Path) -> Path:
 
 
 def _segment_and_score(signal, fs: float, request: RunRequest):
-    """:func:`segment` on ``signal`` and the reference's scoring (which also reads the reference);
-    returns the embedded rows."""
-    from pipeline import reference
+    """:func:`segment` on ``signal``, the rhythm's description and the reference's scoring (which
+    also reads the reference); returns the embedded rows."""
+    from pipeline import reference, rhythm
 
     seg = segment(signal, fs, request.signal)
+    rhythm.describe_rhythm(seg.positions, fs)
     reference.score_reference(seg.beats.rows, seg.positions, fs, seg.pre, reference.load_reference(request.reference))
     return seg.beats.rows
 
