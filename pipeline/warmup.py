@@ -44,18 +44,18 @@ def warm_up(device: str, request: RunRequest, input_path: Path) -> None:
 
 
 def _stress_signal(xp, fs: float):
-    """2.3 h of pulses (~10,000 beats) with what takes the segmentation's every path, so that none
-    loads a kernel inside the run (CuPy compiles a kernel for each array layout, and a path that
-    meets one gap or none uses other layouts than one that meets several): small pulses between
-    the large ones (the second look), 10 s of a 4.5 Hz sine (flutter), 2 s of noise, three
+    """2.3 h of pulses (~10,000 beats; 2^21 samples, more than one block of the Ricker response's
+    overlap-save, so that the run's cuFFT plans are made here) with what takes the segmentation's
+    every path, so that none loads a kernel inside the run (CuPy compiles a kernel for each array
+    layout, and a path that finds nothing to do uses other layouts than one that does): small
+    pulses between the large ones (the second look), 10 s of a 4.5 Hz sine (flutter), 2 s of noise, three
     stretches of 3 s of pulses at a tenth of their size (the search inside long RR gaps), 20 s of
     tall, broad T waves (the T-wave filter and its early-beat test), 30 s of wide beats whose tall
     T wave hides the narrow QRS 360 ms after them from the suppression (the rescue of the peaks it
     suppressed), 35 s of small wide beats whose tall T wave outgrows them (a beat moved off its own
     T wave), three sharp P waves taller than their QRS (a beat moved to its rival deflection),
-    a 2-s pause (a long RR gap of its own length: the search inside gaps reads gaps of like
-    length together, and a group of one gap takes other layouts than one of several) and 30 s of
-    bigeminy whose small beats only the second look finds."""
+    a 2-s pause (a pause to list) and 30 s of bigeminy whose small beats only the second look
+    finds."""
     t = xp.arange(1 << 21, dtype=xp.float64) / fs
     phase = t % 0.8
     signal = xp.exp(-(phase - 0.4) ** 2 / 2e-4) + 0.2 * xp.exp(-(phase - 0.8) ** 2 / 2e-4)
