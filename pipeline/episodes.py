@@ -42,15 +42,14 @@ pipeline.embed.embed_beats : the step after; beats inside episodes need not reac
 """
 from __future__ import annotations
 
-import functools
 import math
 import numbers
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
 
 import numpy as np
 
 from pipeline import _episode_kernels, backend
+from pipeline.flutter import flutter_features
 
 KINDS = ("flutter", "noise")
 
@@ -227,136 +226,6 @@ def in_episodes(positions, episodes: Episodes, fs: float, kinds=KINDS, *, margin
 
 
 # --------------------------------------------------------------------------- flutter
-def flutter_features(signal, fs: float, *, window_s: float = 2.0, hop_s: float = 0.5, decimated_hz: float = 50.0,
-                     search_hz: tuple[float, float] = (1.5, 10.0), total_hz: tuple[float, float] = (1.0, 20.0),
-                     near_hz: float = 1.0) -> dict:
-    """Per-window flutter measures (arrays on the input's device) and the windows' centres.
-
-    The ECG is averaged over blocks of ``round(fs / decimated_hz)`` samples (nothing of flutter
-    lies above 20 Hz), cut into windows of ``window_s`` every ``hop_s``, and each window has its
-    mean and linear trend removed.
-
-    Returns
-    -------
-    dict
-        ``dominant_hz`` (the spectral peak within ``search_hz``: above baseline wander, below
-        muscle noise), ``concentration`` (share of the power in ``total_hz`` within ±``near_hz``
-        of it), ``off_baseline`` (share of samples beyond 20 % of the window's largest deflection),
-        ``sine_ratio`` (spectral mean frequency over ``total_hz`` / dominant frequency), all
-        ``subharmonic`` (power within ±``near_hz`` / 2 of half the dominant frequency over that
-        around it: a train of complexes whose second harmonic outgrows its fundamental looks like
-        a sine at twice its rate, except for this), all float32; ``centre_s`` (host float64, the
-        windows' centres).
-    """
-    xp = backend.xp_of(signal)
-    q = max(1, int(round(fs / decimated_hz)))
-    rate = fs / q
-    m = signal.shape[0] // q
-    length = max(8, int(round(window_s * rate)))
-    hop = max(1, int(round(hop_s * rate)))
-    count = (m - length) // hop + 1 if m >= length else 0
-    empty = xp.zeros(0, dtype=xp.float32)
-    if count <= 0:
-        return {"dominant_hz": empty, "concentration": empty, "off_baseline": empty, "sine_ratio": empty,
-                "subharmonic": empty, "centre_s": np.zeros(0)}
-    # The Hann-windowed spectrum on the grid of a transform zero-padded to a power of two (~0.2 Hz
-    # for the peak and its ±1 Hz), only at the ~100 frequencies of total_hz: one matrix product
-    # with their cosines and sines, cheaper than the whole transform of every window.
-    n_fft = 1 << int(math.ceil(math.log2(2 * length)))
-    step = rate / n_fft
-    low, high = int(math.ceil(total_hz[0] / step)), int(total_hz[1] / step)
-    c = (_window_constants(length, n_fft, low, high, step) if xp is np
-         else _window_constants_on_gpu(length, n_fft, low, high, step, xp.cuda.runtime.getDevice()))
-    # Block means as q strided sums, and row sums as matrix products: NumPy reduces a short last
-    # axis slowly, BLAS does not.
-    blocks = signal[: m * q].reshape(m, q)
-    decimated = blocks[:, 0].astype(xp.float32)
-    for j in range(1, q):
-        decimated += blocks[:, j]
-    decimated /= q
-    # The windows as one strided view of the decimated ECG, copied once (they are detrended in place).
-    frames = xp.lib.stride_tricks.as_strided(decimated, shape=(count, length),
-                                             strides=(hop * decimated.itemsize, decimated.itemsize)).copy()
-    frames -= (frames @ c.mean)[:, None]
-    frames -= (frames @ c.trend)[:, None] * c.t[None, :]
-    magnitude = xp.abs(frames)
-    peak = magnitude.max(axis=1, keepdims=True)
-    off_baseline = (magnitude > 0.2 * peak).astype(xp.float32) @ c.mean
-    spectrum = frames @ c.basis
-    bins = high - low + 1
-    power = spectrum[:, :bins] ** 2 + spectrum[:, bins:] ** 2
-    first, last = int(math.ceil(search_hz[0] / step)) - low, int(search_hz[1] / step) - low
-    peak_bin = xp.argmax(power[:, first:last + 1], axis=1) + first
-    dominant = c.freqs[peak_bin]
-    total = xp.maximum(power @ c.ones_bins, xp.finfo(xp.float32).tiny)
-
-    def around(centre_bin, reach_hz):
-        """Power within ±reach_hz of each row's centre_bin (bins outside total_hz count 0)."""
-        reach = int(round(reach_hz / step))
-        index = centre_bin[:, None] + xp.arange(-reach, reach + 1)[None, :]
-        inside = (index >= 0) & (index < bins)
-        values = xp.take_along_axis(power, xp.clip(index, 0, bins - 1), axis=1)
-        return xp.where(inside, values, 0.0).sum(axis=1)
-
-    concentration = around(peak_bin, near_hz) / total
-    half_bin = (peak_bin + low) // 2 - low  # the subharmonic, fdom / 2
-    subharmonic = around(half_bin, near_hz / 2) / xp.maximum(around(peak_bin, near_hz / 2), xp.finfo(xp.float32).tiny)
-    mean_hz = xp.sqrt(power @ c.freqs_squared / total)
-    centre = (np.arange(count) * hop + length / 2.0) * q / fs
-    return {"dominant_hz": dominant.astype(xp.float32), "concentration": concentration.astype(xp.float32),
-            "off_baseline": off_baseline, "sine_ratio": (mean_hz / dominant).astype(xp.float32),
-            "subharmonic": subharmonic.astype(xp.float32), "centre_s": centre}
-
-
-class _WindowConstants(NamedTuple):
-    """What :func:`flutter_features` multiplies every window by, made once per window layout."""
-
-    mean: Any           # (length,) 1 / length: a window's mean as a matrix product
-    trend: Any          # (length,) t / sum(t²): a window's linear trend's slope
-    t: Any              # (length,) the samples' times from the window's centre
-    basis: Any          # (length, 2 bins): :func:`_dft_basis`
-    freqs: Any          # (bins,) the bins' frequencies (Hz)
-    freqs_squared: Any  # (bins,)
-    ones_bins: Any      # (bins,) a row's total power as a matrix product
-
-
-@functools.lru_cache(maxsize=8)
-def _window_constants(length: int, n_fft: int, low: int, high: int, step: float) -> _WindowConstants:
-    """The constants of :func:`flutter_features` for windows of ``length`` samples and bins
-    ``low``..``high`` of an ``n_fft``-point transform (``step`` Hz apart), float32, read-only."""
-    t = np.arange(length, dtype=np.float32) - (length - 1) / 2.0
-    freqs = (np.arange(low, high + 1) * step).astype(np.float32)
-    made = _WindowConstants(np.ones(length, dtype=np.float32) / length,
-                            t / float((length * (length * length - 1)) / 12.0), t,
-                            _dft_basis(length, n_fft, low, high), freqs, freqs * freqs,
-                            np.ones(high - low + 1, dtype=np.float32))
-    for array in made:
-        array.flags.writeable = False  # shared by every call
-    return made
-
-
-@functools.lru_cache(maxsize=8)
-def _window_constants_on_gpu(length: int, n_fft: int, low: int, high: int, step: float,
-                             device: int) -> _WindowConstants:
-    """:func:`_window_constants` copied to GPU ``device`` once: made there they are a dozen tiny kernels
-    a call, and a copy from pageable host memory waits for all the work queued before it, a stall
-    in the middle of the segmentation."""
-    import cupy
-
-    return _WindowConstants(*(cupy.asarray(array) for array in _window_constants(length, n_fft, low, high, step)))
-
-
-@functools.lru_cache(maxsize=8)
-def _dft_basis(length: int, n_fft: int, low: int, high: int) -> np.ndarray:
-    """(length, 2 bins) float32: Hann-windowed cosines, then sines, of bins low..high of an
-    ``n_fft``-point transform."""
-    angle = (2 * np.pi / n_fft) * np.outer(np.arange(length), np.arange(low, high + 1))
-    basis = np.hanning(length)[:, None] * np.concatenate([np.cos(angle), np.sin(angle)], axis=1)
-    basis = basis.astype(np.float32)
-    basis.flags.writeable = False  # shared by every call
-    return basis
-
-
 def _flutter_episodes(features: dict, duration: float, *, window_s, hop_s, flutter_hz, min_concentration,
                       min_off_baseline, max_sine_ratio, max_subharmonic, min_sine_share, min_s,
                       max_gap_s) -> Episodes:

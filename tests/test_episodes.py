@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from pipeline import backend, stress
-from pipeline.episodes import Episodes, find_episodes, flutter_features, in_episodes, noise_severity
+from pipeline.episodes import Episodes, find_episodes, in_episodes, noise_severity
+from pipeline.flutter import flutter_features
 
 # Tolerances. A found episode of the right kind covers at least this share of a true flutter
 # episode (the DS1 target for record 207) / of a true noise episode (a burst's first and last

@@ -111,36 +111,6 @@ def test_keep_the_rhythm_parity():
     assert np.abs(cpu - beats).max() <= 2
 
 
-@pytest.mark.parametrize("case", ["wrong_wave", "tied"])
-def test_rival_kernel_parity(case):
-    """The rival kernel's CUDA twin gives every beat the CPU twin's rival and verdict: where beats
-    move alone and in pairs, and on an envelope full of ties (the first maximum in the search's
-    order), with the search clipped at both ends."""
-    import cupy
-
-    from pipeline import _kernels, peaks
-    from tests.support.wrong_waves import on_the_wrong_wave, tied_envelope
-
-    fs, cfg = 360.0, SignalConfig()
-    if case == "wrong_wave":
-        _, env, thresholds, block, positions, _ = on_the_wrong_wave(fs)
-    else:
-        env, thresholds, block, positions = tied_envelope()
-    near, far = int(round(cfg.rival_min_s * fs)), int(round(cfg.refractory_s * fs))
-    count = positions.shape[0]
-    results = []
-    for xp in (np, cupy):
-        rival, better = xp.empty(count, dtype=xp.int64), xp.empty(count, dtype=xp.bool_)
-        on_device = xp.asarray(positions)
-        _kernels.launch("rival", count, xp.asarray(env), xp.asarray(thresholds), block, on_device,
-                        peaks._local_rr(on_device), near, far, float(cfg.rival_gain), rival, better)
-        results.append((backend.to_host(rival), backend.to_host(better)))
-    (cpu_rival, cpu_better), (gpu_rival, gpu_better) = results
-    np.testing.assert_array_equal(gpu_rival, cpu_rival)
-    np.testing.assert_array_equal(gpu_better, cpu_better)
-    assert cpu_better.any()
-
-
 def test_qrs_shape_kernel_parity(synthetic_ecg):
     """The QRS-shape kernel (despiked refinement, width, slope) gives the same numbers on both devices."""
     import cupy
