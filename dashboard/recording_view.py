@@ -153,11 +153,21 @@ class SignalChart(pn.viewable.Viewer):
         chart = weakref.ref(self)     # a session closed in the meantime is not kept alive
 
         def redraw() -> None:
-            if (live := chart()) is not None and live._standin:
-                live.render(*live._shown)
+            if (live := chart()) is not None:
+                live.swap_in_raster()
 
         schedule = in_session(doc)
         self.raster.when_compiled(lambda: schedule(redraw))
+
+    def swap_in_raster(self) -> None:
+        """The raster in place of the line, in one patch (run on the session's tick once Datashader
+        is compiled). Outside Panel's hold, Bokeh sent each change as a message of its own, written
+        as soon as the websocket was free; a dashboard built at that moment on a busy websocket has
+        its message held back by Panel until then, so the browser got new data for a source it did
+        not know yet ("reference pNNNN isn't known"). Panel queues what it sends in order."""
+        if self._standin:
+            with one_patch():
+                self.render(*self._shown)
 
     def _redraw(self) -> None:
         """The window moved (zoom, pan, or :meth:`zoom`): a new raster and its markers at once, the

@@ -517,6 +517,31 @@ def test_a_recording_view_drawn_while_datashader_compiles_swaps_in_the_raster(st
     assert seen == [True] and announced.wait(0)
 
 
+def test_the_raster_swapped_in_after_compiling_goes_out_in_one_panel_patch(store, shared):
+    """The compilation's redraw reaches the page through Panel's hold, not as Bokeh's own message per
+    change: those were written as soon as the websocket was free, ahead of the message (held back by
+    Panel on a busy websocket) that brought a dashboard built at that moment to the page, and the
+    browser got data for sources it did not know yet."""
+    from bokeh.document import Document
+    from panel.io.state import set_curdoc
+
+    from dashboard.recording_view import DEFAULT_WIDTH, RASTER_HEIGHT, SignalChart
+    from dashboard.signal_raster import SignalRaster
+    from dashboard.spec import VIEWS
+
+    raster = SignalRaster(shared.signal, shared.fs)            # not compiled yet: the line is drawn
+    chart = SignalChart(store, VIEWS["signal"], raster)
+    doc = Document()
+    doc.add_root(chart.figure)
+    dispatched = []
+    doc.on_change(dispatched.append)    # how a server session hears of a change to send on its own
+    raster.compile()
+    with set_curdoc(doc):
+        chart.swap_in_raster()
+    assert chart.image.data["image"][0].shape == (RASTER_HEIGHT, DEFAULT_WIDTH) and not len(chart.samples.data["t"])
+    assert not dispatched, [type(e).__name__ for e in dispatched]
+
+
 # --------------------------------------------------------------------------- startup
 def test_settings_come_from_arguments_then_environment():
     env = {"ECG_INPUT": "/data/rec.csv", "ECG_DEVICE": "cpu", "ECG_SAMPLES": "1000", "ECG_EPOCHS": "2"}
