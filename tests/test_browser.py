@@ -24,8 +24,10 @@ ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
 VIEWPORT = {"width": 1600, "height": 1250}
 # A patch that names a model the page does not have fails in BokehJS with "reference pNNNN isn't
-# known" (seen rarely, under load, not yet explained). On such a failure this says, in the console
-# (so in ``Page.errors``), which unknown models the patch named and in which events.
+# known": once seen under load when the raster, compiled in the background, was swapped in outside
+# Panel's hold while a new session's models waited for the websocket (SignalChart.swap_in_raster
+# now holds it). On such a failure this says, in the console (so in ``Page.errors``), which
+# unknown models the patch named and in which events.
 PATCH_DIAGNOSIS_JS = """(() => {
   const install = () => {
     if (!(window.Bokeh && Bokeh.require)) return false;
