@@ -352,7 +352,8 @@ _qrs_shape_cpu_body = numba.njit(_qrs_shape_body(_median_of_cpu), cache=True)
 _strongest_around_cpu = numba.njit(_strongest_around, cache=True)
 _rival_cpu_body = numba.njit(_rival_body(_strongest_around_cpu), cache=True)
 _gap_peaks_cpu_body = numba.njit(_gap_peaks_one, cache=True)
-_unsuppressed_cpu_body = numba.njit(_unsuppressed_body(numba.njit(_search_left, cache=True)), cache=True, inline="always")
+_search_left_cpu = numba.njit(_search_left, cache=True)
+_unsuppressed_cpu_body = numba.njit(_unsuppressed_body(_search_left_cpu), cache=True, inline="always")
 
 
 @numba.njit(parallel=True, cache=True)

@@ -196,8 +196,8 @@ def rescue_suppressed(env, thresholds, block: int, signal, candidates, refined, 
 
     ``candidates`` are the suppression's winners, ``refined`` the same moved to their extrema,
     ``positions`` those of them kept as beats (:func:`drop_non_qrs`). One kernel pass over the
-    envelope for its peaks (``unsuppressed``), then per-peak work on the few that qualify. Returns the positions with
-    the rescued beats, sorted.
+    envelope for its peaks (``unsuppressed``), then per-peak work on the few that qualify. Returns
+    the positions with the rescued beats, sorted.
     """
     xp = backend.xp_of(positions)
     count, n = positions.shape[0], env.shape[0]
