@@ -130,7 +130,8 @@ def _early_beats(signal, positions, wide_and_slow, fs: float, height_ratio: floa
         return wide_and_slow
     height = xp.abs(qrs.deflection(signal, positions, fs, 0.15))
     others = positions[xp.concatenate([xp.ones(1, dtype=bool), ~wide_and_slow])]
-    rr = float(qrs.sample_median(qrs.spread(xp.diff(others)))) if others.shape[0] > 1 else float("inf")  # host sync
+    # host sync: one number
+    rr = float(qrs.sample_median(qrs.spread(xp.diff(others)))) if others.shape[0] > 1 else float("inf")
     between = xp.concatenate([(positions[2:] - positions[:-2]).astype(xp.float64), xp.zeros(1)])
     return (height[1:] >= height_ratio * height[:-1]) & (between > gap_rr * rr)
 
@@ -270,7 +271,8 @@ def off_own_t_waves(env, thresholds, block: int, signal, positions, fs: float, c
     which = xp.flatnonzero(env[rival] > thresholds[rival // block]) + 1
     if which.shape[0] == 0:                         # host sync: one number
         return positions
-    (width, slope), (typical_width, typical_slope) = _shapes(signal, [positions[which], qrs.spread(positions)], fs, cfg)
+    sample = qrs.spread(positions)
+    (width, slope), (typical_width, typical_slope) = _shapes(signal, [positions[which], sample], fs, cfg)
     t_like = ((width > cfg.search_back_width * qrs.sample_median(typical_width))
               & (slope < cfg.step_slope_ratio * qrs.sample_median(typical_slope)))
     which, width, slope = which[t_like], width[t_like], slope[t_like]
@@ -329,8 +331,8 @@ def keep_the_rhythm(env, thresholds, block: int, signal, positions, fs: float, c
 def _shapes(signal, groups, fs: float, cfg):
     """[(width, slope)] of each of ``groups`` of positions (:func:`pipeline.qrs.qrs_shape` with
     ``cfg``'s settings), from one kernel launch over all of them: a launch costs the host more than
-    a few thousand more candidates cost the GPU. The beats' typical width is the median of the
-    widths of ``qrs.spread(positions)``, up to ~1000 of them evenly spread."""
+    a few thousand more candidates cost the GPU. The steps measure the beats' typical width and
+    slope on ``qrs.spread(positions)`` in the same launch and take their ``qrs.sample_median``."""
     xp = backend.xp_of(signal)
     bounds = list(itertools.accumulate(int(g.shape[0]) for g in groups))[:-1]
     _, width, slope = qrs.qrs_shape(signal, xp.concatenate(groups), fs, despike_s=cfg.despike_s,
