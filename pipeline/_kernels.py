@@ -13,7 +13,7 @@ import math
 import numba
 import numpy as np
 
-from pipeline import backend
+from pipeline import _launch, backend
 
 THREADS_PER_BLOCK = 256
 
@@ -484,9 +484,8 @@ def launch_from(cpu: dict, cuda_kernels, name: str, n: int, *arrays_and_scalars)
     launcher of this module's kernels and of :mod:`pipeline._episode_kernels`."""
     if n <= 0:
         return
-    args = tuple(backend.as_kernel_array(a) if hasattr(a, "shape") else a for a in arrays_and_scalars)
     if any(backend.is_cupy_array(a) for a in arrays_and_scalars):
-        kernel = cuda_kernels()[name]
-        kernel[math.ceil(n / THREADS_PER_BLOCK), THREADS_PER_BLOCK](n, *args)
+        _launch.launch(cuda_kernels()[name], math.ceil(n / THREADS_PER_BLOCK), THREADS_PER_BLOCK,
+                       (n, *arrays_and_scalars))
     else:
-        cpu[name](n, *args)
+        cpu[name](n, *(backend.as_kernel_array(a) if hasattr(a, "shape") else a for a in arrays_and_scalars))

@@ -333,6 +333,13 @@ def as_kernel_array(x):
     return x
 
 
+def record_kernel_argument(x) -> None:
+    """Record a CuPy array passed to a Numba kernel as its own device pointer
+    (:mod:`pipeline._launch`): zero-copy by construction."""
+    if _LEDGER is not None:
+        _record("cupy", "numba.cuda", "device pointer", x.nbytes, True)
+
+
 def to_torch(x):
     """Array → torch.Tensor through DLPack (zero-copy on both devices)."""
     import torch

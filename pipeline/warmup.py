@@ -111,12 +111,18 @@ def _tiny_file(folder: Path, input_path: Path) -> Path:
 
 
 def _segment_and_score(signal, fs: float, request: RunRequest):
-    """:func:`segment` on ``signal``, the rhythm's description and the reference's scoring (which
-    also reads the reference); returns the embedded rows."""
-    from pipeline import reference, rhythm
+    """:func:`segment` on ``signal``, the run's check that the beats look alike, the rhythm's
+    description, its score combined with a shape score and the reference's scoring (which also
+    reads the reference); returns the embedded rows."""
+    from pipeline import embed, reference, rhythm, score
 
-    seg = segment(signal, fs, request.signal)
-    rhythm.describe_rhythm(seg.positions, fs)
+    cfg = request.signal
+    seg = segment(signal, fs, cfg)
+    embed.beat_coherence(seg.beats.rows, cfg.pre_fiducial, cfg.window_s)
+    rhythm_score = rhythm.describe_rhythm(seg.positions, fs).score
+    # The run's shape scores come from PyTorch as float32; the rhythm score in their place takes
+    # the same kernels.
+    score.combine_scores(backend.xp_of(rhythm_score).asarray(rhythm_score, dtype="float32"), rhythm_score)
     reference.score_reference(seg.beats.rows, seg.positions, fs, seg.pre, reference.load_reference(request.reference))
     return seg.beats.rows
 
