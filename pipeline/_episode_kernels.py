@@ -1,8 +1,9 @@
-"""Numba kernels of the episodes (:mod:`pipeline.episodes`) and of the beats' quality
-(:mod:`pipeline.quality`), twinned as in :mod:`pipeline._kernels`: each written once as a per-index
-body, compiled with ``numba.njit`` inside a parallel loop on the CPU and with ``numba.cuda.jit``
-(one thread per index) on the GPU, the twin chosen from the array type. They keep their own table
-of CUDA twins, compiled when one of them is first needed.
+"""Numba kernels of the episodes (:mod:`pipeline.episodes`, with the flutter measures of
+:mod:`pipeline.flutter`) and of the beats' quality (:mod:`pipeline.quality`), twinned as in
+:mod:`pipeline._kernels`: each written once as a per-index body, compiled with ``numba.njit`` inside
+a parallel loop on the CPU and with ``numba.cuda.jit`` (one thread per index) on the GPU, the twin
+chosen from the array type. They keep their own table of CUDA twins, compiled when one of them is
+first needed.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import functools
 import math
 
 import numba
+import numpy as np
 
 from pipeline import _kernels
 
@@ -204,9 +206,95 @@ def _tick_measures_body(median_of):
     return tick_measures_one
 
 
+# float32's smallest normal number: the floor of the flutter kernels' divisors.
+_FLOAT32_TINY = np.finfo(np.float32).tiny
+
+
+def _flutter_frames_one(w, signal, q, hop, t, trend, frames, off_baseline):
+    """Window w of :func:`pipeline.flutter.flutter_features`, detrended, into ``frames[w]``: its
+    ``frames.shape[1]`` block means of ``q`` samples of ``signal`` from sample ``w hop q`` on, less
+    their mean, then less their linear trend (slope: the sum of the values times ``trend``,
+    ``t / sum(t²)``, with ``t`` the samples' times from the window's centre). off_baseline[w]: the
+    share of its samples beyond 20 % of its largest deflection. Sums are float64 (typed where they
+    start, as in :func:`_flutter_measures_one`); the frame is float32, each step rounded as the
+    whole-array code this replaced rounded it (a block summed in the signal's order, the mean taken
+    out before the slope is measured), so that a sample at the 20 % line falls on the same side."""
+    length = frames.shape[1]
+    start = np.int64(w) * hop * q  # a CPU prange index is unsigned: Numba mixes it with ints as a float
+    total = np.float64(0.0)
+    for j in range(length):
+        at = start + j * q
+        block = np.float32(signal[at])
+        for r in range(1, q):
+            block = np.float32(block + signal[at + r])
+        value = block / np.float32(q)
+        frames[w, j] = value
+        total += value
+    mean = np.float32(total / length)
+    moment = np.float64(0.0)
+    for j in range(length):
+        value = frames[w, j] - mean
+        frames[w, j] = value
+        moment += value * trend[j]
+    slope = np.float32(moment)
+    peak = np.float32(0.0)
+    for j in range(length):
+        value = frames[w, j] - slope * t[j]
+        frames[w, j] = value
+        peak = max(peak, abs(value))
+    limit = np.float32(0.2) * peak
+    above = 0
+    for j in range(length):
+        if abs(frames[w, j]) > limit:
+            above += 1
+    off_baseline[w] = above / length
+
+
+def _flutter_measures_one(w, spectrum, freqs, first, last, low, reach, half_reach, dominant, concentration,
+                          sine_ratio, subharmonic):
+    """The spectral measures of window w of :func:`pipeline.flutter.flutter_features` from its row
+    of ``spectrum`` (the cosine parts of the bins ``freqs``, then their sine parts; the cosine half
+    is overwritten with the power, float32 as the spectrum is). The dominant bin is the strongest of
+    ``first..last`` (ties: the first, as ``argmax``); bin indices count from bin ``low`` of the
+    transform, and sums over a bin ± ``reach`` leave out the bins beyond ``freqs``. Writes
+    dominant[w] (Hz), concentration[w] (power within ± ``reach`` of it over the total),
+    subharmonic[w] (power within ± ``half_reach`` of half the dominant frequency over that around
+    it) and sine_ratio[w] (the power's mean frequency over the dominant one). Sums are float64, the
+    ratios float32 (a divisor floored at float32's smallest normal number: a flat window gives 0,
+    not NaN). Every accumulator is typed where it starts, so that the twins and Numba's CUDA
+    simulator (plain Python, in which ``0.0 + float32`` is a float32) add alike."""
+    bins = freqs.shape[0]
+    total = moment = np.float64(0.0)
+    for k in range(bins):
+        power = spectrum[w, k] * spectrum[w, k] + spectrum[w, bins + k] * spectrum[w, bins + k]
+        spectrum[w, k] = power
+        total += power
+        moment += power * freqs[k] * freqs[k]
+    peak = first
+    for k in range(first + 1, last + 1):  # a loop of its own: a branch in the one above halves its speed
+        if spectrum[w, k] > spectrum[w, peak]:
+            peak = k
+    near = at_peak = np.float64(0.0)
+    for k in range(max(peak - reach, 0), min(peak + reach + 1, bins)):
+        near += spectrum[w, k]
+        if abs(k - peak) <= half_reach:
+            at_peak += spectrum[w, k]
+    half = (peak + low) // 2 - low
+    at_half = np.float64(0.0)
+    for k in range(max(half - half_reach, 0), min(half + half_reach + 1, bins)):
+        at_half += spectrum[w, k]
+    whole = max(np.float32(total), _FLOAT32_TINY)
+    dominant[w] = freqs[peak]
+    concentration[w] = np.float32(near) / whole
+    subharmonic[w] = np.float32(at_half) / max(np.float32(at_peak), _FLOAT32_TINY)
+    sine_ratio[w] = math.sqrt(np.float32(moment) / whole) / freqs[peak]
+
+
 _block_stats_cpu_body = numba.njit(_block_stats_one, cache=True)
 _beat_stats_cpu_body = numba.njit(_beat_stats_one, cache=True)
 _tick_measures_cpu_body = numba.njit(_tick_measures_body(_kernels._median_of_cpu), cache=True)
+_flutter_frames_cpu_body = numba.njit(_flutter_frames_one, cache=True)
+_flutter_measures_cpu_body = numba.njit(_flutter_measures_one, cache=True)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -229,10 +317,25 @@ def _tick_measures_cpu(n, stats, means, half, few, out):
         _tick_measures_cpu_body(k, stats, means, half, few, out)
 
 
+@numba.njit(parallel=True, cache=True)
+def _flutter_frames_cpu(n, signal, q, hop, t, trend, frames, off_baseline):
+    for w in numba.prange(n):
+        _flutter_frames_cpu_body(w, signal, q, hop, t, trend, frames, off_baseline)
+
+
+@numba.njit(parallel=True, cache=True)
+def _flutter_measures_cpu(n, spectrum, freqs, first, last, low, reach, half_reach, dominant, concentration,
+                          sine_ratio, subharmonic):
+    for w in numba.prange(n):
+        _flutter_measures_cpu_body(w, spectrum, freqs, first, last, low, reach, half_reach, dominant,
+                                   concentration, sine_ratio, subharmonic)
+
+
 # Set by _episode_cuda_kernels() on the GPU path only, as in pipeline._kernels: the CUDA wrappers
 # reach numba.cuda and the device bodies as module globals rather than closure cells, so that their
 # on-disk cache key is the same in every process.
 cuda = _block_stats_cuda_body = _beat_stats_cuda_body = _tick_measures_cuda_body = None
+_flutter_frames_cuda_body = _flutter_measures_cuda_body = None
 
 
 @functools.cache
@@ -241,11 +344,14 @@ def _episode_cuda_kernels() -> dict:
     :func:`pipeline._kernels._cuda_kernels` (numba.cuda and the device bodies reached as module
     globals, so that the cache key is the same in every process)."""
     global cuda, _block_stats_cuda_body, _beat_stats_cuda_body, _tick_measures_cuda_body
+    global _flutter_frames_cuda_body, _flutter_measures_cuda_body
     from numba import cuda
 
     _block_stats_cuda_body = cuda.jit(device=True)(_block_stats_one)
     _beat_stats_cuda_body = cuda.jit(device=True)(_beat_stats_one)
     _tick_measures_cuda_body = cuda.jit(device=True)(_tick_measures_body(_kernels._median_of_cuda()))
+    _flutter_frames_cuda_body = cuda.jit(device=True)(_flutter_frames_one)
+    _flutter_measures_cuda_body = cuda.jit(device=True)(_flutter_measures_one)
 
     def block_stats(n, signal, size, step, low_rail, high_rail, out):
         k = cuda.grid(1)
@@ -264,12 +370,27 @@ def _episode_cuda_kernels() -> dict:
         if k < n:
             _tick_measures_cuda_body(k, stats, means, half, few, out)
 
+    def flutter_frames(n, signal, q, hop, t, trend, frames, off_baseline):
+        w = cuda.grid(1)
+        if w < n:
+            _flutter_frames_cuda_body(w, signal, q, hop, t, trend, frames, off_baseline)
+
+    def flutter_measures(n, spectrum, freqs, first, last, low, reach, half_reach, dominant, concentration,
+                         sine_ratio, subharmonic):
+        w = cuda.grid(1)
+        if w < n:
+            _flutter_measures_cuda_body(w, spectrum, freqs, first, last, low, reach, half_reach, dominant,
+                                        concentration, sine_ratio, subharmonic)
+
     return {"block_stats": _kernels._cuda_jit_cached(block_stats),
             "beat_stats": _kernels._cuda_jit_cached(beat_stats),
-            "tick_measures": _kernels._cuda_jit_cached(tick_measures)}
+            "tick_measures": _kernels._cuda_jit_cached(tick_measures),
+            "flutter_frames": _kernels._cuda_jit_cached(flutter_frames),
+            "flutter_measures": _kernels._cuda_jit_cached(flutter_measures)}
 
 
-_CPU = {"block_stats": _block_stats_cpu, "tick_measures": _tick_measures_cpu, "beat_stats": _beat_stats_cpu}
+_CPU = {"block_stats": _block_stats_cpu, "tick_measures": _tick_measures_cpu, "beat_stats": _beat_stats_cpu,
+        "flutter_frames": _flutter_frames_cpu, "flutter_measures": _flutter_measures_cpu}
 
 
 def launch(name: str, n: int, *arrays_and_scalars):

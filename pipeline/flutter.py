@@ -2,8 +2,8 @@
 each described by its dominant frequency, the power's concentration around it, the share of
 samples off the baseline, how sine-like it is and the power at half its frequency (the measures
 :mod:`pipeline.episodes` tells flutter and fibrillation from by; the literature is named there).
-One decimation, one strided view and matrix products with constants made once per window
-layout, on the input's device.
+Two kernels of :mod:`pipeline._episode_kernels` (one thread a window) around one matrix product
+with constants made once per window layout, on the input's device.
 
 See Also
 --------
@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from pipeline import backend
+from pipeline import _episode_kernels, backend
 
 
 def flutter_features(signal, fs: float, *, window_s: float = 2.0, hop_s: float = 0.5, decimated_hz: float = 50.0,
@@ -48,8 +48,8 @@ def flutter_features(signal, fs: float, *, window_s: float = 2.0, hop_s: float =
     length = max(8, int(round(window_s * rate)))
     hop = max(1, int(round(hop_s * rate)))
     count = (m - length) // hop + 1 if m >= length else 0
-    empty = xp.zeros(0, dtype=xp.float32)
     if count <= 0:
+        empty = xp.zeros(0, dtype=xp.float32)
         return {"dominant_hz": empty, "concentration": empty, "off_baseline": empty, "sine_ratio": empty,
                 "subharmonic": empty, "centre_s": np.zeros(0)}
     # The Hann-windowed spectrum on the grid of a transform zero-padded to a power of two (~0.2 Hz
@@ -60,57 +60,30 @@ def flutter_features(signal, fs: float, *, window_s: float = 2.0, hop_s: float =
     low, high = int(math.ceil(total_hz[0] / step)), int(total_hz[1] / step)
     c = (_window_constants(length, n_fft, low, high, step) if xp is np
          else _window_constants_on_gpu(length, n_fft, low, high, step, xp.cuda.runtime.getDevice()))
-    # Block means as q strided sums, and row sums as matrix products: NumPy reduces a short last
-    # axis slowly, BLAS does not.
-    blocks = signal[: m * q].reshape(m, q)
-    decimated = blocks[:, 0].astype(xp.float32)
-    for j in range(1, q):
-        decimated += blocks[:, j]
-    decimated /= q
-    # The windows as one strided view of the decimated ECG, copied once (they are detrended in place).
-    frames = xp.lib.stride_tricks.as_strided(decimated, shape=(count, length),
-                                             strides=(hop * decimated.itemsize, decimated.itemsize)).copy()
-    frames -= (frames @ c.mean)[:, None]
-    frames -= (frames @ c.trend)[:, None] * c.t[None, :]
-    magnitude = xp.abs(frames)
-    peak = magnitude.max(axis=1, keepdims=True)
-    off_baseline = (magnitude > 0.2 * peak).astype(xp.float32) @ c.mean
+    # Three launches a call (a GPU segmentation waits on the host's launches, not on the GPU): a
+    # kernel cuts, decimates and detrends the windows, the matrix product, a kernel reads the spectra.
+    frames = xp.empty((count, length), dtype=xp.float32)
+    off_baseline = xp.empty(count, dtype=xp.float32)
+    _episode_kernels.launch("flutter_frames", count, signal, q, hop, c.t, c.trend, frames, off_baseline)
     spectrum = frames @ c.basis
-    bins = high - low + 1
-    power = spectrum[:, :bins] ** 2 + spectrum[:, bins:] ** 2
     first, last = int(math.ceil(search_hz[0] / step)) - low, int(search_hz[1] / step) - low
-    peak_bin = xp.argmax(power[:, first:last + 1], axis=1) + first
-    dominant = c.freqs[peak_bin]
-    total = xp.maximum(power @ c.ones_bins, xp.finfo(xp.float32).tiny)
-
-    def around(centre_bin, reach_hz):
-        """Power within ±reach_hz of each row's centre_bin (bins outside total_hz count 0)."""
-        reach = int(round(reach_hz / step))
-        index = centre_bin[:, None] + xp.arange(-reach, reach + 1)[None, :]
-        inside = (index >= 0) & (index < bins)
-        values = xp.take_along_axis(power, xp.clip(index, 0, bins - 1), axis=1)
-        return xp.where(inside, values, 0.0).sum(axis=1)
-
-    concentration = around(peak_bin, near_hz) / total
-    half_bin = (peak_bin + low) // 2 - low  # the subharmonic, fdom / 2
-    subharmonic = around(half_bin, near_hz / 2) / xp.maximum(around(peak_bin, near_hz / 2), xp.finfo(xp.float32).tiny)
-    mean_hz = xp.sqrt(power @ c.freqs_squared / total)
+    dominant, concentration, sine_ratio, subharmonic = xp.empty((4, count), dtype=xp.float32)
+    _episode_kernels.launch("flutter_measures", count, spectrum, c.freqs, first, last, low,
+                            int(round(near_hz / step)), int(round(near_hz / 2 / step)),
+                            dominant, concentration, sine_ratio, subharmonic)
     centre = (np.arange(count) * hop + length / 2.0) * q / fs
-    return {"dominant_hz": dominant.astype(xp.float32), "concentration": concentration.astype(xp.float32),
-            "off_baseline": off_baseline, "sine_ratio": (mean_hz / dominant).astype(xp.float32),
-            "subharmonic": subharmonic.astype(xp.float32), "centre_s": centre}
+    return {"dominant_hz": dominant, "concentration": concentration, "off_baseline": off_baseline,
+            "sine_ratio": sine_ratio, "subharmonic": subharmonic, "centre_s": centre}
 
 
 class _WindowConstants(NamedTuple):
-    """What :func:`flutter_features` multiplies every window by, made once per window layout."""
+    """The constants of :func:`flutter_features`' windows (the detrending's, the spectrum's), made
+    once per window layout."""
 
-    mean: Any           # (length,) 1 / length: a window's mean as a matrix product
-    trend: Any          # (length,) t / sum(t²): a window's linear trend's slope
-    t: Any              # (length,) the samples' times from the window's centre
-    basis: Any          # (length, 2 bins): :func:`_dft_basis`
-    freqs: Any          # (bins,) the bins' frequencies (Hz)
-    freqs_squared: Any  # (bins,)
-    ones_bins: Any      # (bins,) a row's total power as a matrix product
+    trend: Any  # (length,) t / sum(t²): a window's linear trend's slope
+    t: Any      # (length,) the samples' times from the window's centre
+    basis: Any  # (length, 2 bins): :func:`_dft_basis`
+    freqs: Any  # (bins,) the bins' frequencies (Hz)
 
 
 @functools.lru_cache(maxsize=8)
@@ -119,10 +92,8 @@ def _window_constants(length: int, n_fft: int, low: int, high: int, step: float)
     ``low``..``high`` of an ``n_fft``-point transform (``step`` Hz apart), float32, read-only."""
     t = np.arange(length, dtype=np.float32) - (length - 1) / 2.0
     freqs = (np.arange(low, high + 1) * step).astype(np.float32)
-    made = _WindowConstants(np.ones(length, dtype=np.float32) / length,
-                            t / float((length * (length * length - 1)) / 12.0), t,
-                            _dft_basis(length, n_fft, low, high), freqs, freqs * freqs,
-                            np.ones(high - low + 1, dtype=np.float32))
+    made = _WindowConstants(t / float((length * (length * length - 1)) / 12.0), t,
+                            _dft_basis(length, n_fft, low, high), freqs)
     for array in made:
         array.flags.writeable = False  # shared by every call
     return made

@@ -143,6 +143,77 @@ def test_in_episodes_masks_the_fiducials_inside(xp):
         in_episodes(positions, episodes, fs, "beats")
 
 
+# --------------------------------------------------------------------------- the flutter kernels
+def _flutter_reference(signal, fs, *, search_hz=(1.5, 10.0), total_hz=(1.0, 20.0), near_hz=1.0) -> dict:
+    """The measures of :func:`flutter_features` by the whole-array NumPy formula its kernels
+    replaced (2-s windows every 0.5 s, decimated to about 50 Hz), written out on its own."""
+    q = max(1, int(round(fs / 50.0)))
+    rate = fs / q
+    m = signal.shape[0] // q
+    length, hop = max(8, int(round(2.0 * rate))), max(1, int(round(0.5 * rate)))
+    count = (m - length) // hop + 1
+    n_fft = 1 << int(np.ceil(np.log2(2 * length)))
+    step = rate / n_fft
+    low, high = int(np.ceil(total_hz[0] / step)), int(total_hz[1] / step)
+    blocks = signal[: m * q].reshape(m, q)
+    decimated = blocks[:, 0].astype(np.float32)
+    for j in range(1, q):
+        decimated += blocks[:, j]
+    decimated /= q
+    frames = np.lib.stride_tricks.sliding_window_view(decimated, length)[::hop][:count].copy()
+    frames -= frames.mean(axis=1, keepdims=True)
+    t = np.arange(length, dtype=np.float32) - (length - 1) / 2.0
+    frames -= (frames @ (t / float(length * (length * length - 1) / 12.0)))[:, None] * t
+    magnitude = np.abs(frames)
+    off_baseline = (magnitude > 0.2 * magnitude.max(axis=1, keepdims=True)).mean(axis=1)
+    angle = (2 * np.pi / n_fft) * np.outer(np.arange(length), np.arange(low, high + 1))
+    basis = np.hanning(length)[:, None] * np.concatenate([np.cos(angle), np.sin(angle)], axis=1)
+    spectrum = frames @ basis.astype(np.float32)
+    bins = high - low + 1
+    power = spectrum[:, :bins] ** 2 + spectrum[:, bins:] ** 2
+    first, last = int(np.ceil(search_hz[0] / step)) - low, int(search_hz[1] / step) - low
+    peak = np.argmax(power[:, first:last + 1], axis=1) + first
+    freqs = (np.arange(low, high + 1) * step).astype(np.float32)
+    tiny = np.finfo(np.float32).tiny
+    total = np.maximum(power.sum(axis=1), tiny)
+
+    def around(centre, reach_hz):
+        reach = int(round(reach_hz / step))
+        index = centre[:, None] + np.arange(-reach, reach + 1)
+        inside = (index >= 0) & (index < bins)
+        return np.where(inside, np.take_along_axis(power, np.clip(index, 0, bins - 1), axis=1), 0.0).sum(axis=1)
+
+    half = (peak + low) // 2 - low
+    return {"dominant_hz": freqs[peak], "concentration": around(peak, near_hz) / total,
+            "off_baseline": off_baseline,
+            "sine_ratio": np.sqrt((power * freqs * freqs).sum(axis=1) / total) / freqs[peak],
+            "subharmonic": around(half, near_hz / 2) / np.maximum(around(peak, near_hz / 2), tiny)}
+
+
+@pytest.mark.parametrize("fs", [128.0, 250.0, 360.0])
+def test_flutter_kernels_match_the_whole_array_formula(fs, xp):
+    """Random windows: noise, sines across the search band (the lowest puts half its frequency
+    below the spectrum's first bin), an offset, and a flat stretch, whose powers all tie at 0 (the
+    dominant bin is then the first, as argmax's, and the ratios 0)."""
+    rng = np.random.default_rng(int(fs))
+    n = int(120 * fs)
+    t = np.arange(n) / fs
+    signal = rng.normal(0.0, 0.3, n)
+    for k, hz in enumerate((1.6, 3.1, 4.7, 6.5, 9.4)):
+        part = slice(int((10 + 20 * k) * fs), int((25 + 20 * k) * fs))
+        signal[part] += 2.0 * np.sin(2 * np.pi * hz * t[part])
+    signal[int(40 * fs):int(50 * fs)] += 30.0
+    signal[int(2 * fs):int(8 * fs)] = 0.0
+    signal = signal.astype(np.float32)
+    found = flutter_features(xp.asarray(signal), fs)
+    expected = _flutter_reference(signal, fs)
+    assert (expected["concentration"] == 0).sum() >= 4  # the flat windows
+    np.testing.assert_array_equal(backend.to_host(found["dominant_hz"]), expected["dominant_hz"])
+    for key in ("concentration", "off_baseline", "sine_ratio", "subharmonic"):
+        assert found[key].dtype == np.float32 and isinstance(found[key], xp.ndarray)
+        np.testing.assert_allclose(backend.to_host(found[key]), expected[key], rtol=1e-4, atol=1e-6, err_msg=key)
+
+
 # --------------------------------------------------------------------------- the dataclass and errors
 def test_episodes_table():
     episodes = Episodes.concat([Episodes(["noise"], [7.0], [8.0], [0.6]),

@@ -556,7 +556,8 @@ def test_cuda_kernels_come_from_the_disk_cache_in_a_new_process():
     counts()
     second = counts()
     assert second == {name: [1, 0] for name in ("nms", "embed", "qrs_shape", "rival", "gap_peaks", "unsuppressed",
-                                                "block_stats", "beat_stats", "tick_measures")}, second
+                                                "block_stats", "beat_stats", "tick_measures", "flutter_frames",
+                                                "flutter_measures")}, second
 
 
 # --------------------------------------------------------------------------- the two dashboard boards
