@@ -1,16 +1,16 @@
 """Numba's CUDA kernels launched on CuPy arrays for a few microseconds of host time.
 
-The segmentation on the GPU is bound by the host: each launch through Numba's dispatcher costs
-~100 µs there (a launch configuration, typing every argument, choosing the overload, packing the
-arguments), and wrapping each CuPy array as a Numba device array ~20 µs more, so a kernel of ten
-arrays costs a few hundred microseconds before the GPU sees it. Here the first launch of a kernel
-with given argument types goes through the dispatcher, which compiles the kernel or loads it from
-its cache, and leaves a plan: the compiled function and how Numba passes each argument (an array
-as the fields of its data model, a scalar as its C type). Later launches with the same types pack
-the arguments by that plan and launch through ``cuda.core``, as the dispatcher does in the end.
+The segmentation on the GPU is bound by the host, and Numba's dispatcher spends several times
+what the launch itself costs there: a launch configuration, typing every argument, choosing the
+overload and packing the arguments, after wrapping each CuPy array as a Numba device array. Here
+the first launch of a kernel with given argument types goes through the dispatcher, which
+compiles the kernel or loads it from its cache, and leaves a plan: the compiled function and how
+Numba passes each argument (an array as the fields of its data model, a scalar as its C type).
+Later launches with the same types pack the arguments by that plan and launch through
+``cuda.core``, as the dispatcher does in the end.
 
-Anything a plan does not cover (a debug or cooperative kernel, an argument type it does not know)
-keeps the dispatcher's path, so a kernel always runs.
+Anything a plan does not cover (a debug or cooperative kernel, an argument type it does not know,
+a Numba release whose kernels look otherwise) keeps the dispatcher's path, so a kernel always runs.
 """
 from __future__ import annotations
 
@@ -70,14 +70,14 @@ def _launch_and_plan(dispatcher, blocks: int, threads: int, args: tuple) -> _Pla
     dispatcher's path for these argument types)."""
     converted = _as_kernel_arrays(args)
     dispatcher[blocks, threads](*converted)
-    kernel = dispatcher.overloads.get(tuple(dispatcher.typeof_pyval(a) for a in converted))
-    if kernel is None or kernel.debug or kernel.cooperative or getattr(kernel, "extensions", None):
-        return None
     try:
-        packers = tuple(_packer(t) for t in kernel.argument_types)
-    except NotImplementedError:
+        kernel = dispatcher.overloads[tuple(dispatcher.typeof_pyval(a) for a in converted)]
+        if kernel.debug or kernel.cooperative or kernel.extensions:
+            return None
+        _default_stream()
+        return _Plan(kernel._codelibrary.get_cufunc().kernel, tuple(map(_packer, kernel.argument_types)))
+    except (AttributeError, KeyError, NotImplementedError):  # kernels unlike those this module knows
         return None
-    return _Plan(kernel._codelibrary.get_cufunc().kernel, packers)
 
 
 def _packer(numba_type) -> Callable:
