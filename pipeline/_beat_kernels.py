@@ -1,0 +1,321 @@
+"""Numba kernels of the beat detector's per-peak and per-beat checks (:mod:`pipeline.peaks`): the
+rescue of QRS complexes a wave hid from the suppression.
+Twinned as in :mod:`pipeline._kernels`: each written once as a per-index body, compiled with
+``numba.njit`` inside a parallel loop on the CPU and with ``numba.cuda.jit`` (one thread per index)
+on the GPU, the twin chosen from the array type. On the GPU each check was dozens of small CuPy
+operations and a host synchronisation each time it narrowed the peaks down; here a thread runs a
+peak's or a beat's checks one after the other, measuring only what the checks before let through.
+
+The bodies call :mod:`pipeline._kernels`' device functions (the QRS-shape body, the binary search).
+Numba's disk cache is keyed on this file alone: after a change to those, clear ``__pycache__``.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numba
+import numpy as np
+
+from pipeline import _kernels
+
+
+# --------------------------------------------------------------------------- device functions
+def _middle(values, e):
+    """(True, NumPy's median of ``values``) when ``values[e]`` is its lower middle value (of an
+    odd count, the middle one), else (False, 0). The median is the mean of the two middle values
+    in the values' own precision (float32 for float32, float64 for integers), NaN where any value
+    is NaN (then only for e = 0). O(count) a value, in a loop without branches that the CPU
+    compiler vectorises: one thread a value finds the median of ~1000 without a sort."""
+    count = values.shape[0]
+    value = values[e]
+    below = equal = 0
+    nan = False
+    for k in range(count):
+        other = values[k]
+        below += other < value
+        equal += other == value
+        nan |= other != other
+    if nan:
+        return e == 0, math.nan
+    low, high = (count - 1) // 2, count // 2
+    if not below <= low < below + equal:
+        return False, 0.0
+    upper = value                   # of an even count, the upper middle value: the next larger one
+    if high >= below + equal:
+        larger = False
+        for k in range(count):
+            other = values[k]
+            if other > value and (not larger or other < upper):
+                upper = other
+                larger = True
+    return True, (value + upper) * np.float32(0.5)   # int64 × float32: float64, as NumPy's mean of ints
+
+
+def _stretch(signal, p, reach):
+    """Mean and norm (less the mean, at least 1e-12) of the ECG within ±``reach`` of p, indices
+    clipped, in float64: the terms of a correlation with it (:func:`_likeness_body`)."""
+    n = signal.shape[0]
+    total = np.float64(0.0)         # float64 sums of the float32 ECG (a bare 0.0 would stay float32 in
+    for t in range(p - reach, p + reach + 1):                  # the CUDA simulator's NumPy scalars)
+        total += signal[min(max(t, 0), n - 1)]
+    mean = total / (2 * reach + 1)
+    energy = np.float64(0.0)
+    for t in range(p - reach, p + reach + 1):
+        d = signal[min(max(t, 0), n - 1)] - mean
+        energy += d * d
+    return mean, max(math.sqrt(energy), 1e-12)
+
+
+def _likeness_body(stretch):
+    """The likeness of a peak to the beats, closed over ``stretch``: the CPU or the CUDA twin of
+    :func:`_stretch`."""
+
+    def likeness(signal, p, examples, stretches, reach):
+        """The largest correlation of the ECG within ±``reach`` of p with that around any of
+        ``examples`` (their :func:`_stretch` in ``stretches``): the Pearson correlation of the two
+        stretches, 1 for the same shape at any size or baseline, 0 against a flat one. NaN where
+        one is NaN, as the largest of a row holding one is; -inf without examples. In float64
+        (the whole-array formula it replaced rounded float32 rows and a matrix product its own way
+        on each device): the CPU's and the GPU's rounding (fused multiply-add) part ~1e-16 away,
+        far inside the float32 the rescue compares it in."""
+        n = signal.shape[0]
+        mean, norm = stretch(signal, p, reach)
+        best = -math.inf
+        for e in range(examples.shape[0]):
+            q = examples[e]
+            total = np.float64(0.0)
+            for t in range(-reach, reach + 1):
+                total += ((signal[min(max(p + t, 0), n - 1)] - mean)
+                          * (signal[min(max(q + t, 0), n - 1)] - stretches[e, 0]))
+            correlation = total / (norm * stretches[e, 1])
+            if correlation != correlation:
+                return math.nan
+            best = max(best, correlation)
+        return best
+
+    return likeness
+
+
+# --------------------------------------------------------------------------- per-index bodies
+def _own_peaks_body(search_left):
+    """The per-candidate body of the own-peak kernel, closed over ``search_left``: the CPU or the
+    CUDA twin of :func:`pipeline._kernels._search_left`."""
+
+    def own_peaks_one(j, candidates, refined, positions, half, own):
+        """own[j]: candidate j where it became a beat (its refined point is one of the sorted
+        ``positions``), else the nearest candidate before it that did (after it where none did
+        before; ``-half - 1``, which suppresses no sample, where none did at all). The sorted
+        beats' own peaks, each other candidate standing in as a copy of a neighbour: a binary
+        search finds the same nearest own peaks in it, and no host synchronisation compacts
+        them. A candidate walks as far as the candidates next to it that became no beats."""
+        k = np.int64(j)      # a CPU prange index is unsigned: Numba mixes it with ints as a float
+        last = positions.shape[0] - 1
+        for step in (-1, 1):
+            at = k
+            while 0 <= at < candidates.shape[0]:
+                if positions[min(search_left(positions, refined[at]), last)] == refined[at]:
+                    own[k] = candidates[at]
+                    return
+                at += step
+        own[k] = -half - 1
+
+    return own_peaks_one
+
+
+def _shape_medians_body(middle):
+    """The per-value body of the shape-median kernel, closed over ``middle``: the CPU or the CUDA
+    twin of :func:`_middle`."""
+
+    def shape_medians_one(e, width, slope, medians):
+        """medians[0], medians[1]: NumPy's median of ``width`` (float64) and of ``slope`` (float32,
+        held exactly in float64), written by the thread of the lower middle value (several
+        threads of equal values write the same number)."""
+        found, value = middle(width, e)
+        if found:
+            medians[0] = value
+        found, value = middle(slope, e)
+        if found:
+            medians[1] = value
+
+    return shape_medians_one
+
+
+def _stretches_body(stretch):
+    """The per-position body of the stretch kernel, closed over ``stretch``: the CPU or the CUDA
+    twin of :func:`_stretch`."""
+
+    def stretches_one(e, signal, examples, reach, stretches):
+        """stretches[e]: the mean and the norm of the ECG within ±``reach`` of ``examples[e]``."""
+        stretches[e, 0], stretches[e, 1] = stretch(signal, examples[e], reach)
+
+    return stretches_one
+
+
+def _rescue_body(qrs_shape_one, search_left, likeness_of):
+    """The per-peak body of the rescue kernel, closed over the CPU or the CUDA twins of
+    :func:`pipeline._kernels._qrs_shape_body`'s body, :func:`pipeline._kernels._search_left`
+    and :func:`_likeness_body`'s likeness."""
+
+    def rescue_one(i, signal, positions, peak, settings, polarity, rival, gap, half, medians, width_ratio,
+                   slope_ratio, examples, stretches, reach, likeness, moved, width, slope, spare, passed):
+        """passed[i]: whether the envelope's peak i, moved to its QRS extremum (moved[i], as
+        :func:`pipeline.qrs.refine_to_extremum` moves it with ``settings``' search, ``polarity``
+        and ``rival``), passes :func:`pipeline.peaks.rescue_suppressed`'s checks: it lies between
+        two beats, at least ``gap`` after the one before and ``half`` before the next; its
+        deflection (width[i], slope[i]: the QRS-shape kernel's, ``settings`` less the search) is at
+        most ``width_ratio`` × as wide as the beats' median (medians[0]) and at least
+        ``slope_ratio`` (float32) × as steep as theirs (medians[1]); and its ECG correlates at
+        least ``likeness`` (float32, as the correlation is rounded to) with that around one of
+        ``examples`` (:func:`_likeness_body`). Each check runs only where those before it pass.
+        The QRS-shape body measures the point at index i of an array into slot i of its outputs:
+        ``spare`` takes the points it refines and the kernel leaves unused."""
+        j = np.int64(i)      # a CPU prange index is unsigned: Numba mixes it with ints as a float
+        search, base, despike, cap, step, shape_reach = settings
+        passed[j] = False
+        qrs_shape_one(j, signal, peak, search, base, despike, cap, step, shape_reach, polarity, rival,
+                      moved, width, slope)
+        point, count = moved[j], positions.shape[0]
+        k = search_left(positions, point)
+        if k == 0 or k == count or not (point - positions[k - 1] >= gap and positions[k] - point >= half):
+            return
+        qrs_shape_one(j, signal, moved, 0, base, despike, cap, step, shape_reach, 0.0, 1.0, spare, width, slope)
+        if not (width[j] <= width_ratio * medians[0] and slope[j] >= slope_ratio * np.float32(medians[1])):
+            return
+        passed[j] = np.float32(likeness_of(signal, point, examples, stretches, reach)) >= likeness
+
+    return rescue_one
+
+
+def _suppress_among_one(i, env, peak, passed, half, won):
+    """won[i]: whether peak i passed and no other passed peak within ±``half`` samples beats it, a
+    larger one after it or one at least as large before it: the non-maximum suppression among the
+    passed peaks alone, ties going to the earlier as :func:`pipeline.peaks.nms_gate` rules. A peak
+    walks over the sorted peaks within ``half`` of it."""
+    j = np.int64(i)      # a CPU prange index is unsigned: Numba mixes it with ints as a float
+    won[j] = False
+    if not passed[j]:
+        return
+    p = peak[j]
+    value = env[p]
+    k = j - 1
+    while k >= 0 and p - peak[k] <= half:
+        if passed[k] and env[peak[k]] >= value:
+            return
+        k -= 1
+    k = j + 1
+    while k < peak.shape[0] and peak[k] - p <= half:
+        if passed[k] and env[peak[k]] > value:
+            return
+        k += 1
+    won[j] = True
+
+
+# --------------------------------------------------------------------------- twins
+# CUDA kernels take a fixed argument list (no *args), so each body gets two explicit wrappers.
+_own_peaks_cpu_body = numba.njit(_own_peaks_body(_kernels._search_left_cpu), cache=True)
+_shape_medians_cpu_body = numba.njit(_shape_medians_body(numba.njit(_middle, cache=True)), cache=True)
+_stretch_cpu = numba.njit(_stretch, cache=True)
+_stretches_cpu_body = numba.njit(_stretches_body(_stretch_cpu), cache=True)
+_likeness_cpu = numba.njit(_likeness_body(_stretch_cpu), cache=True)
+_rescue_cpu_body = numba.njit(_rescue_body(_kernels._qrs_shape_cpu_body, _kernels._search_left_cpu, _likeness_cpu),
+                              cache=True)
+_suppress_among_cpu_body = numba.njit(_suppress_among_one, cache=True)
+
+
+@numba.njit(parallel=True, cache=True)
+def _own_peaks_cpu(n, candidates, refined, positions, half, own):
+    for j in numba.prange(n):
+        _own_peaks_cpu_body(j, candidates, refined, positions, half, own)
+
+
+@numba.njit(parallel=True, cache=True)
+def _shape_medians_cpu(n, width, slope, medians):
+    for e in numba.prange(n):
+        _shape_medians_cpu_body(e, width, slope, medians)
+
+
+@numba.njit(parallel=True, cache=True)
+def _stretches_cpu(n, signal, examples, reach, stretches):
+    for e in numba.prange(n):
+        _stretches_cpu_body(e, signal, examples, reach, stretches)
+
+
+@numba.njit(parallel=True, cache=True)
+def _rescue_cpu(n, signal, positions, peak, settings, polarity, rival, gap, half, medians, width_ratio, slope_ratio,
+                examples, stretches, reach, likeness, moved, width, slope, spare, passed):
+    for i in numba.prange(n):
+        _rescue_cpu_body(i, signal, positions, peak, settings, polarity, rival, gap, half, medians, width_ratio,
+                         slope_ratio, examples, stretches, reach, likeness, moved, width, slope, spare, passed)
+
+
+@numba.njit(parallel=True, cache=True)
+def _suppress_among_cpu(n, env, peak, passed, half, won):
+    for i in numba.prange(n):
+        _suppress_among_cpu_body(i, env, peak, passed, half, won)
+
+
+# Set by _beat_cuda_kernels() on the GPU path only, as in pipeline._kernels: the CUDA wrappers reach
+# numba.cuda and the device bodies as module globals rather than closure cells, so that their
+# on-disk cache key is the same in every process.
+cuda = _own_peaks_cuda_body = _shape_medians_cuda_body = _stretches_cuda_body = _rescue_cuda_body = None
+_suppress_among_cuda_body = None
+
+
+@functools.cache
+def _beat_cuda_kernels() -> dict:
+    """CUDA twins of this module's kernels, compiled on first use and cached on disk like
+    :func:`pipeline._kernels._cuda_kernels`."""
+    global cuda, _own_peaks_cuda_body, _shape_medians_cuda_body, _stretches_cuda_body, _rescue_cuda_body
+    global _suppress_among_cuda_body
+    from numba import cuda
+
+    device = cuda.jit(device=True)
+    search_left = device(_kernels._search_left)
+    qrs_shape_one = device(_kernels._qrs_shape_body(_kernels._median_of_cuda()))
+    stretch = device(_stretch)
+    _own_peaks_cuda_body = device(_own_peaks_body(search_left))
+    _shape_medians_cuda_body = device(_shape_medians_body(device(_middle)))
+    _stretches_cuda_body = device(_stretches_body(stretch))
+    _rescue_cuda_body = device(_rescue_body(qrs_shape_one, search_left, device(_likeness_body(stretch))))
+    _suppress_among_cuda_body = device(_suppress_among_one)
+
+    def own_peaks(n, candidates, refined, positions, half, own):
+        j = cuda.grid(1)
+        if j < n:
+            _own_peaks_cuda_body(j, candidates, refined, positions, half, own)
+
+    def shape_medians(n, width, slope, medians):
+        e = cuda.grid(1)
+        if e < n:
+            _shape_medians_cuda_body(e, width, slope, medians)
+
+    def stretches(n, signal, examples, reach, stretches):
+        e = cuda.grid(1)
+        if e < n:
+            _stretches_cuda_body(e, signal, examples, reach, stretches)
+
+    def rescue(n, signal, positions, peak, settings, polarity, rival, gap, half, medians, width_ratio, slope_ratio,
+               examples, stretches, reach, likeness, moved, width, slope, spare, passed):
+        i = cuda.grid(1)
+        if i < n:
+            _rescue_cuda_body(i, signal, positions, peak, settings, polarity, rival, gap, half, medians, width_ratio,
+                              slope_ratio, examples, stretches, reach, likeness, moved, width, slope, spare, passed)
+
+    def suppress_among(n, env, peak, passed, half, won):
+        i = cuda.grid(1)
+        if i < n:
+            _suppress_among_cuda_body(i, env, peak, passed, half, won)
+
+    kernels = {"own_peaks": own_peaks, "shape_medians": shape_medians, "stretches": stretches, "rescue": rescue,
+               "suppress_among": suppress_among}
+    return {name: _kernels._cuda_jit_cached(kernel) for name, kernel in kernels.items()}
+
+
+_CPU = {"own_peaks": _own_peaks_cpu, "shape_medians": _shape_medians_cpu, "stretches": _stretches_cpu,
+        "rescue": _rescue_cpu, "suppress_among": _suppress_among_cpu}
+
+
+def launch(name: str, n: int, *arrays_and_scalars):
+    """Run kernel ``name`` over ``range(n)``; arrays may be CuPy (GPU) or NumPy (CPU), not mixed."""
+    _kernels.launch_from(_CPU, _beat_cuda_kernels, name, n, *arrays_and_scalars)
