@@ -1,5 +1,5 @@
 """Numba kernels of the beat detector's per-peak and per-beat checks (:mod:`pipeline.peaks`): the
-rescue of QRS complexes a wave hid from the suppression.
+rescue of QRS complexes a wave hid from the suppression and the move of a beat off its own T wave.
 Twinned as in :mod:`pipeline._kernels`: each written once as a per-index body, compiled with
 ``numba.njit`` inside a parallel loop on the CPU and with ``numba.cuda.jit`` (one thread per index)
 on the GPU, the twin chosen from the array type. On the GPU each check was dozens of small CuPy
@@ -95,6 +95,22 @@ def _likeness_body(stretch):
         return best
 
     return likeness
+
+
+def _strongest_before(env, p, near, far):
+    """The sample ``near`` to ``far`` samples before p where ``env`` is largest (indices clipped to
+    the envelope). Of equals the first in the order p-near, p-near-1 .. p-far, and a NaN counts as
+    the largest: the argmax of a gather in that order."""
+    n = env.shape[0]
+    best = min(max(p - near, 0), n - 1)
+    top = env[best]
+    for k in range(p - near - 1, p - far - 1, -1):
+        at = min(max(k, 0), n - 1)
+        value = env[at]
+        if value > top or (value != value and top == top):
+            best = at
+            top = value
+    return best
 
 
 # --------------------------------------------------------------------------- per-index bodies
@@ -211,6 +227,46 @@ def _suppress_among_one(i, env, peak, passed, half, won):
     won[j] = True
 
 
+def _own_t_wave_body(qrs_shape_one, strongest_before):
+    """The per-beat body of the own-T-wave kernel, closed over the CPU or the CUDA twins of
+    :func:`pipeline._kernels._qrs_shape_body`'s body and :func:`_strongest_before`."""
+
+    def own_t_wave_one(i, env, thresholds, block, signal, positions, near, far, settings, polarity, rival_ratio,
+                       medians, width_ratio, slope_ratio, rival, moved, width, slope, moved_width, moved_slope,
+                       spare, out):
+        """out[i]: where beat i belongs, as :func:`pipeline.peaks.off_own_t_waves` rules: the beat
+        itself, or, where it is a T wave, the QRS complex before it. The largest response ``near``
+        to ``far`` samples before the beat (rival[i]) must pass its block's threshold; the beat's
+        deflection (width[i], slope[i]: the QRS-shape kernel's, ``settings`` less the search) must
+        be wider than ``width_ratio`` × the beats' median width (medians[0]) and less steep than
+        ``slope_ratio`` (float32) × their median slope (medians[1]); the rival, moved to its QRS
+        extremum (moved[i]: ``settings``' search, ``polarity``, ``rival_ratio``), must be narrower
+        and steeper than the beat (moved_width[i], moved_slope[i]) and more than ``far`` after the
+        beat before. The first beat stays. Each check runs only where those before it pass; the
+        QRS-shape body measures the point at index i of an array into slot i of its outputs
+        (``spare`` takes the refined points the kernel leaves unused)."""
+        j = np.int64(i)      # a CPU prange index is unsigned: Numba mixes it with ints as a float
+        search, base, despike, cap, step, reach = settings
+        out[j] = positions[j]
+        if j == 0:
+            return
+        at = strongest_before(env, positions[j], near, far)
+        if not env[at] > thresholds[at // block]:
+            return
+        qrs_shape_one(j, signal, positions, 0, base, despike, cap, step, reach, 0.0, 1.0, spare, width, slope)
+        if not (width[j] > width_ratio * medians[0] and slope[j] < slope_ratio * np.float32(medians[1])):
+            return
+        rival[j] = at
+        qrs_shape_one(j, signal, rival, search, base, despike, cap, step, reach, polarity, rival_ratio,
+                      moved, moved_width, moved_slope)
+        qrs_shape_one(j, signal, moved, 0, base, despike, cap, step, reach, 0.0, 1.0, spare, moved_width,
+                      moved_slope)
+        if moved_width[j] < width[j] and moved_slope[j] > slope[j] and moved[j] - positions[j - 1] > far:
+            out[j] = moved[j]
+
+    return own_t_wave_one
+
+
 # --------------------------------------------------------------------------- twins
 # CUDA kernels take a fixed argument list (no *args), so each body gets two explicit wrappers.
 _own_peaks_cpu_body = numba.njit(_own_peaks_body(_kernels._search_left_cpu), cache=True)
@@ -221,6 +277,8 @@ _likeness_cpu = numba.njit(_likeness_body(_stretch_cpu), cache=True)
 _rescue_cpu_body = numba.njit(_rescue_body(_kernels._qrs_shape_cpu_body, _kernels._search_left_cpu, _likeness_cpu),
                               cache=True)
 _suppress_among_cpu_body = numba.njit(_suppress_among_one, cache=True)
+_own_t_wave_cpu_body = numba.njit(_own_t_wave_body(_kernels._qrs_shape_cpu_body,
+                                                   numba.njit(_strongest_before, cache=True)), cache=True)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -255,11 +313,20 @@ def _suppress_among_cpu(n, env, peak, passed, half, won):
         _suppress_among_cpu_body(i, env, peak, passed, half, won)
 
 
+@numba.njit(parallel=True, cache=True)
+def _own_t_wave_cpu(n, env, thresholds, block, signal, positions, near, far, settings, polarity, rival_ratio, medians,
+                    width_ratio, slope_ratio, rival, moved, width, slope, moved_width, moved_slope, spare, out):
+    for i in numba.prange(n):
+        _own_t_wave_cpu_body(i, env, thresholds, block, signal, positions, near, far, settings, polarity, rival_ratio,
+                             medians, width_ratio, slope_ratio, rival, moved, width, slope, moved_width, moved_slope,
+                             spare, out)
+
+
 # Set by _beat_cuda_kernels() on the GPU path only, as in pipeline._kernels: the CUDA wrappers reach
 # numba.cuda and the device bodies as module globals rather than closure cells, so that their
 # on-disk cache key is the same in every process.
 cuda = _own_peaks_cuda_body = _shape_medians_cuda_body = _stretches_cuda_body = _rescue_cuda_body = None
-_suppress_among_cuda_body = None
+_suppress_among_cuda_body = _own_t_wave_cuda_body = None
 
 
 @functools.cache
@@ -267,7 +334,7 @@ def _beat_cuda_kernels() -> dict:
     """CUDA twins of this module's kernels, compiled on first use and cached on disk like
     :func:`pipeline._kernels._cuda_kernels`."""
     global cuda, _own_peaks_cuda_body, _shape_medians_cuda_body, _stretches_cuda_body, _rescue_cuda_body
-    global _suppress_among_cuda_body
+    global _suppress_among_cuda_body, _own_t_wave_cuda_body
     from numba import cuda
 
     device = cuda.jit(device=True)
@@ -279,6 +346,7 @@ def _beat_cuda_kernels() -> dict:
     _stretches_cuda_body = device(_stretches_body(stretch))
     _rescue_cuda_body = device(_rescue_body(qrs_shape_one, search_left, device(_likeness_body(stretch))))
     _suppress_among_cuda_body = device(_suppress_among_one)
+    _own_t_wave_cuda_body = device(_own_t_wave_body(qrs_shape_one, device(_strongest_before)))
 
     def own_peaks(n, candidates, refined, positions, half, own):
         j = cuda.grid(1)
@@ -307,13 +375,21 @@ def _beat_cuda_kernels() -> dict:
         if i < n:
             _suppress_among_cuda_body(i, env, peak, passed, half, won)
 
+    def own_t_wave(n, env, thresholds, block, signal, positions, near, far, settings, polarity, rival_ratio, medians,
+                   width_ratio, slope_ratio, rival, moved, width, slope, moved_width, moved_slope, spare, out):
+        i = cuda.grid(1)
+        if i < n:
+            _own_t_wave_cuda_body(i, env, thresholds, block, signal, positions, near, far, settings, polarity,
+                                  rival_ratio, medians, width_ratio, slope_ratio, rival, moved, width, slope,
+                                  moved_width, moved_slope, spare, out)
+
     kernels = {"own_peaks": own_peaks, "shape_medians": shape_medians, "stretches": stretches, "rescue": rescue,
-               "suppress_among": suppress_among}
+               "suppress_among": suppress_among, "own_t_wave": own_t_wave}
     return {name: _kernels._cuda_jit_cached(kernel) for name, kernel in kernels.items()}
 
 
 _CPU = {"own_peaks": _own_peaks_cpu, "shape_medians": _shape_medians_cpu, "stretches": _stretches_cpu,
-        "rescue": _rescue_cpu, "suppress_among": _suppress_among_cpu}
+        "rescue": _rescue_cpu, "suppress_among": _suppress_among_cpu, "own_t_wave": _own_t_wave_cpu}
 
 
 def launch(name: str, n: int, *arrays_and_scalars):

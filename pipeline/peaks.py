@@ -257,37 +257,33 @@ def off_own_t_waves(env, thresholds, block: int, signal, positions, fs: float, c
     wide ventricular beat), and the largest response ``cfg.rival_min_s``–``cfg.refractory_s``
     before it passes the threshold and, moved to its extremum, is narrower and steeper than the
     beat (within a heartbeat the QRS is the narrowest and steepest wave) and more than
-    ``cfg.refractory_s`` after the beat before. One gather before every beat; shapes are measured
-    only where that response passes. Returns the positions, still sorted.
+    ``cfg.refractory_s`` after the beat before. One thread a beat (``own_t_wave`` kernel) searches
+    and judges; shapes are measured only where the checks before pass, the beats' medians over
+    ~1000 of them (:func:`pipeline.qrs.spread`) on the device: no host synchronisation. Returns
+    the positions, still sorted (a beat moves between the beat before and its T wave).
     """
     xp = backend.xp_of(positions)
-    if positions.shape[0] < 3:
+    count = positions.shape[0]
+    if count < 3:
         return positions
     near, far = max(1, int(round(cfg.rival_min_s * fs))), max(1, int(round(cfg.refractory_s * fs)))
-    around = xp.clip(positions[1:, None] - xp.arange(near, far + 1)[None, :], 0, env.shape[0] - 1)
-    rival = around[xp.arange(around.shape[0]), env[around].argmax(axis=1)]
-    which = xp.flatnonzero(env[rival] > thresholds[rival // block]) + 1
-    if which.shape[0] == 0:                         # host sync: one number
-        return positions
-    sample = qrs.spread(positions)
-    (width, slope), (typical_width, typical_slope) = _shapes(signal, [positions[which], sample], fs, cfg)
-    t_like = ((width > cfg.search_back_width * qrs.sample_median(typical_width))
-              & (slope < cfg.step_slope_ratio * qrs.sample_median(typical_slope)))
-    which, width, slope = which[t_like], width[t_like], slope[t_like]
-    if which.shape[0] == 0:                         # host sync: one number
-        return positions
-    moved = _refine(signal, rival[which - 1], fs, cfg, polarity)
-    ((moved_width, moved_slope),) = _shapes(signal, [moved], fs, cfg)
-    swap = (moved_width < width) & (moved_slope > slope) & (moved - positions[which - 1] > far)
-    positions = positions.copy()
-    positions[which[swap]] = moved[swap]             # still in order: between the beat before and the T wave
-    return positions
+    medians = qrs.shape_medians(signal, xp.ascontiguousarray(qrs.spread(positions)), fs, despike_s=cfg.despike_s,
+                                width_cap_s=cfg.max_qrs_width_s)
+    rival, moved, spare = (xp.empty(count, dtype=xp.int64) for _ in range(3))
+    width, moved_width = xp.empty(count, dtype=xp.int32), xp.empty(count, dtype=xp.int32)
+    slope, moved_slope = xp.empty(count, dtype=xp.float32), xp.empty(count, dtype=xp.float32)
+    out = xp.empty(count, dtype=xp.int64)
+    _beat_kernels.launch("own_t_wave", count, env, thresholds, block, signal, positions, near, far,
+                         _shape_settings(fs, cfg), float(polarity), float(cfg.refine_rival), medians,
+                         float(cfg.search_back_width), np.float32(cfg.step_slope_ratio), rival, moved, width, slope,
+                         moved_width, moved_slope, spare, out)
+    return out
 
 
 def _shape_settings(fs: float, cfg) -> tuple:
-    """The QRS-shape settings of the kernel that refines and measures inside its checks: the search
-    of :func:`_refine`, the measures of :func:`_shapes` (a refinement's own width and slope are
-    not used)."""
+    """The QRS-shape settings of the kernels that refine and measure inside their checks: the
+    search of :func:`_refine`, the measures of :func:`_shapes` (a refinement's own width and
+    slope are not used)."""
     return qrs.shape_settings(fs, search_s=cfg.refine_s, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
 
 

@@ -394,21 +394,11 @@ def test_find_beats_moves_a_beat_off_its_own_t_wave(fs, xp):
     deflection before the T wave, and the other beats stay where they are."""
     from pipeline.peaks import find_beats
     from pipeline.wavelet import ricker_response
+    from tests.support.own_t_waves import t_waves_outgrowing
 
     cfg = SignalConfig()
-    n = int(60 * fs)
-    # Three sinus beats 0.8 s apart, an early beat 0.5 s after the third, 1.4 s before the next.
-    cycle = 1.0 + 3.5 * np.arange(16)
-    normal = np.round(np.concatenate([cycle, cycle + 0.8, cycle + 1.6]) * fs).astype(np.int64)
-    normal = np.sort(normal[normal < 58 * fs])
-    wide = np.round((cycle + 2.1) * fs).astype(np.int64)
-    wide = wide[wide < 58 * fs]
-    signal = _spikes(fs, n, normal, np.full(normal.size, 1.5), sigma_s=0.008)
-    signal += _spikes(fs, n, normal + int(0.3 * fs), np.full(normal.size, 0.2), sigma_s=0.04)
-    signal += _spikes(fs, n, wide, np.full(wide.size, 0.6), sigma_s=0.012)
-    t_waves = wide + int(0.19 * fs)
-    signal += _spikes(fs, n, t_waves, np.full(wide.size, 1.5), sigma_s=0.045)
-    signal = xp.asarray((signal + 0.01 * np.random.default_rng(7).standard_normal(n)).astype(np.float32))
+    signal, normal, wide, t_waves = t_waves_outgrowing(fs)
+    signal = xp.asarray(signal)
     response = ricker_response(signal, fs, cfg.ricker_width_s)
     assert float(xp.abs(response[t_waves[0] - 3:t_waves[0] + 4]).max()) > float(xp.abs(response[wide[0]]))
     beats = np.sort(np.concatenate([normal, wide]))
@@ -568,10 +558,12 @@ def test_shape_medians_kernel_equals_numpys_median(count, xp):
         assert np.isnan(medians(slope)[1])
 
 
-def test_rescue_likeness_is_the_best_correlation_with_the_examples():
-    """The likeness the rescue kernel measures (its CPU twin; the CUDA twin runs the same code)
-    against np.corrcoef of the same stretches: the best over the examples, whatever a beat's size
-    and baseline; a flat stretch correlates with nothing (0, not NaN); NaN where the ECG is."""
+def test_rescue_likeness_is_the_best_correlation_with_the_examples(xp):
+    """The examples' stretches (``stretches`` kernel: mean and norm less the mean, float64 sums)
+    and the likeness the rescue kernel measures with them (its CPU twin; the CUDA twin runs the
+    same code) against np.corrcoef of the same stretches: the best over the examples, whatever a
+    beat's size and baseline; a flat stretch correlates with nothing (0, not NaN); NaN where the
+    ECG is."""
     from pipeline import _beat_kernels
 
     fs = 250.0
@@ -581,16 +573,22 @@ def test_rescue_likeness_is_the_best_correlation_with_the_examples():
     examples = np.array([500, 1200, 2100, 3300], np.int64)
     signal[2900 - 15:2900 + 16] = 3 * signal[2100 - 15:2100 + 16] + 7     # a copy of an example, larger and higher
     reach = round(0.06 * fs)
-    stretches = np.empty((examples.size, 2))
-    _beat_kernels.launch("stretches", examples.size, signal, examples, reach, stretches)
-    rows = lambda at: signal[at - reach:at + reach + 1]
+    rows = lambda at: signal[at - reach:at + reach + 1].astype(np.float64)
+
+    def stretches_of(signal):
+        out = xp.empty((examples.size, 2), dtype=xp.float64)
+        _beat_kernels.launch("stretches", examples.size, xp.asarray(signal), xp.asarray(examples), reach, out)
+        return _host(out)
+
+    stretches = stretches_of(signal)
+    expected = [(rows(e).mean(), np.linalg.norm(rows(e) - rows(e).mean())) for e in examples]
+    np.testing.assert_allclose(stretches, expected, rtol=1e-12)
     for p in (700, 1200, 2900, 4050):
         expected = max(np.corrcoef(rows(p), rows(e))[0, 1] for e in examples) if p != 4050 else 0.0
         got = _beat_kernels._likeness_cpu(signal, p, examples, stretches, reach)
         assert got == pytest.approx(expected, abs=1e-9), (p, got, expected)
     signal[3300] = np.nan
-    _beat_kernels.launch("stretches", examples.size, signal, examples, reach, stretches)
-    assert np.isnan(_beat_kernels._likeness_cpu(signal, 700, examples, stretches, reach))
+    assert np.isnan(_beat_kernels._likeness_cpu(signal, 700, examples, stretches_of(signal), reach))
 
 
 def _likeness_as_arrays(signal, positions, examples, reach):
@@ -709,6 +707,116 @@ def _ratio_onto(value, median):
         return None
     ratio = float(value) / float(median)
     return ratio if ratio * median == value else None
+
+
+def _own_t_waves_as_arrays(env, thresholds, block, signal, positions, fs, cfg, polarity, medians, width_ratio,
+                           slope_ratio):
+    """off_own_t_waves as whole-array operations (the code the ``own_t_wave`` kernel replaced),
+    the beats' medians and the ratios given: (the rival of each beat after the first, the
+    positions)."""
+    from pipeline.qrs import qrs_shape
+
+    near, far = max(1, int(round(cfg.rival_min_s * fs))), max(1, int(round(cfg.refractory_s * fs)))
+    around = np.clip(positions[1:, None] - np.arange(near, far + 1)[None, :], 0, env.shape[0] - 1)
+    rival = around[np.arange(around.shape[0]), env[around].argmax(axis=1)]
+    which = np.flatnonzero(env[rival] > thresholds[rival // block]) + 1
+    _, width, slope = qrs_shape(signal, positions[which], fs, despike_s=cfg.despike_s,
+                                width_cap_s=cfg.max_qrs_width_s)
+    t_like = (width > width_ratio * medians[0]) & (slope < slope_ratio * np.float32(medians[1]))
+    which, width, slope = which[t_like], width[t_like], slope[t_like]
+    moved = refine_to_extremum(signal, rival[which - 1], fs, search_s=cfg.refine_s, despike_s=cfg.despike_s,
+                               polarity=polarity, rival=cfg.refine_rival)
+    _, moved_width, moved_slope = qrs_shape(signal, moved, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
+    swap = (moved_width < width) & (moved_slope > slope) & (moved - positions[which - 1] > far)
+    positions = positions.copy()
+    positions[which[swap]] = moved[swap]
+    return rival, which, positions
+
+
+def _own_t_wave_kernel(xp, env, thresholds, block, signal, positions, fs, cfg, polarity, medians, width_ratio,
+                       slope_ratio):
+    """(rival, positions) of the ``own_t_wave`` kernel."""
+    from pipeline import _beat_kernels
+    from pipeline.peaks import _shape_settings
+
+    count = positions.shape[0]
+    near, far = max(1, int(round(cfg.rival_min_s * fs))), max(1, int(round(cfg.refractory_s * fs)))
+    rival, moved, spare, out = (xp.empty(count, dtype=xp.int64) for _ in range(4))
+    width, moved_width = xp.empty(count, dtype=xp.int32), xp.empty(count, dtype=xp.int32)
+    slope, moved_slope = xp.empty(count, dtype=xp.float32), xp.empty(count, dtype=xp.float32)
+    _beat_kernels.launch("own_t_wave", count, *map(xp.asarray, (env, thresholds)), block, *map(xp.asarray, (signal, positions)),
+                         near, far, _shape_settings(fs, cfg), polarity, float(cfg.refine_rival), xp.asarray(medians),
+                         width_ratio, slope_ratio, rival, moved, width, slope, moved_width, moved_slope, spare, out)
+    return _host(rival), _host(out)
+
+
+def _tied_beats(seed: int = 8):
+    """Where the T-wave step's ties decide: an envelope of small whole numbers, most of them 0 (the
+    largest within a rival's reach is often one sample, at its far end too, or two equal ones),
+    whole-number thresholds that the largest often equals, an ECG of small whole numbers (equal
+    widths and slopes), and beats 60–140 samples apart (a moved rival often exactly ``far`` at
+    250 Hz after the beat before) from the recording's first sample to its last: (envelope,
+    thresholds, block, ECG, beats)."""
+    rng = np.random.default_rng(seed)
+    n, block = 100_000, 500
+    env = np.minimum(rng.geometric(0.5, n) - 1, 6).astype(np.float32)
+    thresholds = rng.integers(2, 6, -(-n // block)).astype(np.float32)
+    signal = rng.integers(-3, 4, n).astype(np.float32)
+    positions = np.cumsum(rng.integers(60, 140, 1200))
+    positions = np.concatenate([[0, 3], positions[positions < n - 4], [n - 2]]).astype(np.int64)
+    return env, thresholds, block, signal, positions
+
+
+@pytest.mark.parametrize("case", ["t_waves_128", "t_waves_360", "tied"])
+def test_own_t_wave_kernel_equals_the_whole_array_step(case, xp):
+    """The ``own_t_wave`` kernel moves the same beats to the same points as the whole-array step
+    it replaced: beats marked on the tall T wave of a small wide one (each moves back to its QRS),
+    with the settings' ratios, and with the width's or the slope's threshold on a T wave's own
+    value (not wider, not slower than itself: it stays); and on a recording of small whole
+    numbers (:func:`_tied_beats`), every beat taken for a T wave (ratios 0 and 1e30: the rival and
+    the shapes of the moved points decide), every beat's rival."""
+    from pipeline.peaks import adaptive_threshold, envelope
+    from pipeline.qrs import qrs_shape, spread
+    from pipeline.wavelet import ricker_response
+    from tests.support.own_t_waves import t_waves_outgrowing
+
+    cfg = SignalConfig()
+    if case == "tied":
+        fs = 250.0
+        env, thresholds, block, signal, positions = _tied_beats()
+        ratios = [(0.0, np.float32(1e30))]
+    else:
+        fs = float(case.split("_")[-1])
+        signal, normal, wide, t_waves = t_waves_outgrowing(fs)
+        env = envelope(ricker_response(signal, fs, cfg.ricker_width_s))
+        thresholds, block = adaptive_threshold(env, fs, cfg.threshold, cfg.level_block_s, cfg.level_blocks)
+        positions = np.sort(np.concatenate([normal, t_waves]))
+        ratios = [(float(cfg.search_back_width), np.float32(cfg.step_slope_ratio))]
+    _, width, slope = qrs_shape(signal, np.ascontiguousarray(spread(positions)), fs, despike_s=cfg.despike_s,
+                                width_cap_s=cfg.max_qrs_width_s)
+    medians = np.array([np.median(width), np.median(slope)])
+    tie = None
+    if case != "tied":           # a T wave's own width, then its own slope, as the threshold
+        for tie in np.searchsorted(positions, t_waves):
+            _, (w,), (s,) = qrs_shape(signal, positions[tie:tie + 1], fs, despike_s=cfg.despike_s,
+                                      width_cap_s=cfg.max_qrs_width_s)
+            if _ratio_onto(w, medians[0]) is not None and _ratio_onto(s, medians[1]) is not None:
+                break
+        ratios += [(_ratio_onto(w, medians[0]), ratios[0][1]), (ratios[0][0], _ratio_onto(s, medians[1]))]
+    for width_ratio, slope_ratio in ratios:
+        rival, which, expected = _own_t_waves_as_arrays(env, thresholds, block, signal, positions, fs, cfg, 1.0, medians,
+                                                        width_ratio, slope_ratio)
+        got_rival, got = _own_t_wave_kernel(xp, env, thresholds, block, signal, positions, fs, cfg, 1.0, medians,
+                                            width_ratio, slope_ratio)
+        np.testing.assert_array_equal(got, expected)
+        np.testing.assert_array_equal(got_rival[which], rival[which - 1])
+        moved = np.flatnonzero(got != positions)
+        if case == "tied":
+            assert which.size > 50 and 10 < moved.size < which.size, (which.size, moved.size)
+        elif (width_ratio, slope_ratio) == ratios[0]:
+            assert moved.size == wide.size and np.abs(got[moved] - wide).max() <= 2, got[moved] - wide
+        else:
+            assert got[tie] == positions[tie]
 
 
 def _gap_peaks_as_arrays(env, first, stop, block, reach, level):
