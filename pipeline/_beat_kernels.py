@@ -1,5 +1,6 @@
 """Numba kernels of the beat detector's per-peak and per-beat checks (:mod:`pipeline.peaks`): the
-rescue of QRS complexes a wave hid from the suppression and the move of a beat off its own T wave.
+rescue of QRS complexes a wave hid from the suppression, the move of a beat off its own T wave
+and the second look for small beats.
 Twinned as in :mod:`pipeline._kernels`: each written once as a per-index body, compiled with
 ``numba.njit`` inside a parallel loop on the CPU and with ``numba.cuda.jit`` (one thread per index)
 on the GPU, the twin chosen from the array type. On the GPU each check was dozens of small CuPy
@@ -113,6 +114,34 @@ def _strongest_before(env, p, near, far):
     return best
 
 
+def _shape_steps(qrs_shape_one):
+    """The QRS-shape body's two uses inside the checks, closed over its CPU or CUDA twin (which
+    measures the point at index j of an array into slot j of its outputs): (refine, measure)."""
+
+    def refine(j, signal, points, settings, polarity, rival, moved, width, slope):
+        """moved[j]: points[j] moved to its QRS extremum as :func:`pipeline.qrs.refine_to_extremum`
+        moves it (``settings``' search, ``polarity``, ``rival``); width[j] and slope[j] are left
+        holding that search's own measures, which the checks do not use."""
+        search, base, despike, cap, step, reach = settings
+        qrs_shape_one(j, signal, points, search, base, despike, cap, step, reach, polarity, rival, moved, width,
+                      slope)
+
+    def measure(j, signal, points, settings, spare, width, slope):
+        """width[j], slope[j]: the deflection at points[j], as :func:`pipeline.qrs.qrs_shape` measures
+        it with ``settings`` less the search (spare[j] takes its unused refined point)."""
+        _, base, despike, cap, step, reach = settings
+        qrs_shape_one(j, signal, points, 0, base, despike, cap, step, reach, 0.0, 1.0, spare, width, slope)
+
+    return refine, measure
+
+
+def _qrs_like(width, slope, medians, width_ratio, slope_ratio):
+    """Whether a deflection is as narrow as a QRS complex (at most ``width_ratio`` × the beats'
+    median width, medians[0], in float64) and as steep (at least ``slope_ratio`` × their median
+    slope, medians[1], in float32 as the float32 median and ratio multiply)."""
+    return width <= width_ratio * medians[0] and slope >= slope_ratio * np.float32(medians[1])
+
+
 # --------------------------------------------------------------------------- per-index bodies
 def _own_peaks_body(search_left):
     """The per-candidate body of the own-peak kernel, closed over ``search_left``: the CPU or the
@@ -168,35 +197,29 @@ def _stretches_body(stretch):
     return stretches_one
 
 
-def _rescue_body(qrs_shape_one, search_left, likeness_of):
+def _rescue_body(refine, measure, search_left, qrs_like, likeness_of):
     """The per-peak body of the rescue kernel, closed over the CPU or the CUDA twins of
-    :func:`pipeline._kernels._qrs_shape_body`'s body, :func:`pipeline._kernels._search_left`
-    and :func:`_likeness_body`'s likeness."""
+    :func:`_shape_steps`' refine and measure, :func:`pipeline._kernels._search_left`,
+    :func:`_qrs_like` and :func:`_likeness_body`'s likeness."""
 
     def rescue_one(i, signal, positions, peak, settings, polarity, rival, gap, half, medians, width_ratio,
                    slope_ratio, examples, stretches, reach, likeness, moved, width, slope, spare, passed):
-        """passed[i]: whether the envelope's peak i, moved to its QRS extremum (moved[i], as
-        :func:`pipeline.qrs.refine_to_extremum` moves it with ``settings``' search, ``polarity``
-        and ``rival``), passes :func:`pipeline.peaks.rescue_suppressed`'s checks: it lies between
-        two beats, at least ``gap`` after the one before and ``half`` before the next; its
-        deflection (width[i], slope[i]: the QRS-shape kernel's, ``settings`` less the search) is at
-        most ``width_ratio`` × as wide as the beats' median (medians[0]) and at least
-        ``slope_ratio`` (float32) × as steep as theirs (medians[1]); and its ECG correlates at
-        least ``likeness`` (float32, as the correlation is rounded to) with that around one of
-        ``examples`` (:func:`_likeness_body`). Each check runs only where those before it pass.
-        The QRS-shape body measures the point at index i of an array into slot i of its outputs:
-        ``spare`` takes the points it refines and the kernel leaves unused."""
+        """passed[i]: whether the envelope's peak i, moved to its QRS extremum (moved[i]:
+        ``settings``' search, ``polarity``, ``rival``), passes :func:`pipeline.peaks.rescue_suppressed`'s
+        checks: it lies between two beats, at least ``gap`` after the one before and ``half``
+        before the next; its deflection (width[i], slope[i]) is as narrow and steep as a QRS
+        (:func:`_qrs_like`); and its ECG correlates at least ``likeness`` (float32, as the
+        correlation is rounded to) with that around one of ``examples``
+        (:func:`_likeness_body`). Each check runs only where those before it pass."""
         j = np.int64(i)      # a CPU prange index is unsigned: Numba mixes it with ints as a float
-        search, base, despike, cap, step, shape_reach = settings
         passed[j] = False
-        qrs_shape_one(j, signal, peak, search, base, despike, cap, step, shape_reach, polarity, rival,
-                      moved, width, slope)
+        refine(j, signal, peak, settings, polarity, rival, moved, width, slope)
         point, count = moved[j], positions.shape[0]
         k = search_left(positions, point)
         if k == 0 or k == count or not (point - positions[k - 1] >= gap and positions[k] - point >= half):
             return
-        qrs_shape_one(j, signal, moved, 0, base, despike, cap, step, shape_reach, 0.0, 1.0, spare, width, slope)
-        if not (width[j] <= width_ratio * medians[0] and slope[j] >= slope_ratio * np.float32(medians[1])):
+        measure(j, signal, moved, settings, spare, width, slope)
+        if not qrs_like(width[j], slope[j], medians, width_ratio, slope_ratio):
             return
         passed[j] = np.float32(likeness_of(signal, point, examples, stretches, reach)) >= likeness
 
@@ -227,9 +250,9 @@ def _suppress_among_one(i, env, peak, passed, half, won):
     won[j] = True
 
 
-def _own_t_wave_body(qrs_shape_one, strongest_before):
+def _own_t_wave_body(refine, measure, strongest_before):
     """The per-beat body of the own-T-wave kernel, closed over the CPU or the CUDA twins of
-    :func:`pipeline._kernels._qrs_shape_body`'s body and :func:`_strongest_before`."""
+    :func:`_shape_steps`' refine and measure and :func:`_strongest_before`."""
 
     def own_t_wave_one(i, env, thresholds, block, signal, positions, near, far, settings, polarity, rival_ratio,
                        medians, width_ratio, slope_ratio, rival, moved, width, slope, moved_width, moved_slope,
@@ -237,34 +260,55 @@ def _own_t_wave_body(qrs_shape_one, strongest_before):
         """out[i]: where beat i belongs, as :func:`pipeline.peaks.off_own_t_waves` rules: the beat
         itself, or, where it is a T wave, the QRS complex before it. The largest response ``near``
         to ``far`` samples before the beat (rival[i]) must pass its block's threshold; the beat's
-        deflection (width[i], slope[i]: the QRS-shape kernel's, ``settings`` less the search) must
-        be wider than ``width_ratio`` × the beats' median width (medians[0]) and less steep than
-        ``slope_ratio`` (float32) × their median slope (medians[1]); the rival, moved to its QRS
-        extremum (moved[i]: ``settings``' search, ``polarity``, ``rival_ratio``), must be narrower
-        and steeper than the beat (moved_width[i], moved_slope[i]) and more than ``far`` after the
-        beat before. The first beat stays. Each check runs only where those before it pass; the
-        QRS-shape body measures the point at index i of an array into slot i of its outputs
-        (``spare`` takes the refined points the kernel leaves unused)."""
+        deflection (width[i], slope[i]) must be wider than ``width_ratio`` × the beats' median
+        width (medians[0]) and less steep than ``slope_ratio`` (float32) × their median slope
+        (medians[1]); the rival, moved to its QRS extremum (moved[i]: ``settings``' search,
+        ``polarity``, ``rival_ratio``), must be narrower and steeper than the beat (moved_width[i],
+        moved_slope[i]) and more than ``far`` after the beat before. The first beat stays. Each
+        check runs only where those before it pass."""
         j = np.int64(i)      # a CPU prange index is unsigned: Numba mixes it with ints as a float
-        search, base, despike, cap, step, reach = settings
         out[j] = positions[j]
         if j == 0:
             return
         at = strongest_before(env, positions[j], near, far)
         if not env[at] > thresholds[at // block]:
             return
-        qrs_shape_one(j, signal, positions, 0, base, despike, cap, step, reach, 0.0, 1.0, spare, width, slope)
+        measure(j, signal, positions, settings, spare, width, slope)
         if not (width[j] > width_ratio * medians[0] and slope[j] < slope_ratio * np.float32(medians[1])):
             return
         rival[j] = at
-        qrs_shape_one(j, signal, rival, search, base, despike, cap, step, reach, polarity, rival_ratio,
-                      moved, moved_width, moved_slope)
-        qrs_shape_one(j, signal, moved, 0, base, despike, cap, step, reach, 0.0, 1.0, spare, moved_width,
-                      moved_slope)
+        refine(j, signal, rival, settings, polarity, rival_ratio, moved, moved_width, moved_slope)
+        measure(j, signal, moved, settings, spare, moved_width, moved_slope)
         if moved_width[j] < width[j] and moved_slope[j] > slope[j] and moved[j] - positions[j - 1] > far:
             out[j] = moved[j]
 
     return own_t_wave_one
+
+
+def _second_look_body(refine, measure, search_left, qrs_like):
+    """The per-candidate body of the second-look kernel, closed over the CPU or the CUDA twins of
+    :func:`_shape_steps`' refine and measure, :func:`pipeline._kernels._search_left` and
+    :func:`_qrs_like`."""
+
+    def second_look_one(i, signal, positions, extra, settings, polarity, rival, gap, medians, width_ratio,
+                        slope_ratio, moved, width, slope, spare, keep):
+        """keep[i]: whether candidate i of the lower threshold's suppression, moved to its QRS
+        extremum (moved[i]: ``settings``' search, ``polarity``, ``rival``), is a small beat that
+        :func:`pipeline.peaks.second_look` adds: at least ``gap`` from the beats before and after
+        it (the first two or the last two beats where it lies outside them), and its deflection
+        (width[i], slope[i], measured only where the gap passes) as narrow and steep as a QRS
+        (:func:`_qrs_like`)."""
+        j = np.int64(i)      # a CPU prange index is unsigned: Numba mixes it with ints as a float
+        keep[j] = False
+        refine(j, signal, extra, settings, polarity, rival, moved, width, slope)
+        point = moved[j]
+        after = min(max(search_left(positions, point), 1), positions.shape[0] - 1)
+        if not min(abs(point - positions[after - 1]), abs(positions[after] - point)) >= gap:
+            return
+        measure(j, signal, moved, settings, spare, width, slope)
+        keep[j] = qrs_like(width[j], slope[j], medians, width_ratio, slope_ratio)
+
+    return second_look_one
 
 
 # --------------------------------------------------------------------------- twins
@@ -274,11 +318,15 @@ _shape_medians_cpu_body = numba.njit(_shape_medians_body(numba.njit(_middle, cac
 _stretch_cpu = numba.njit(_stretch, cache=True)
 _stretches_cpu_body = numba.njit(_stretches_body(_stretch_cpu), cache=True)
 _likeness_cpu = numba.njit(_likeness_body(_stretch_cpu), cache=True)
-_rescue_cpu_body = numba.njit(_rescue_body(_kernels._qrs_shape_cpu_body, _kernels._search_left_cpu, _likeness_cpu),
-                              cache=True)
+_refine_cpu, _measure_cpu = (numba.njit(step, cache=True) for step in _shape_steps(_kernels._qrs_shape_cpu_body))
+_qrs_like_cpu = numba.njit(_qrs_like, cache=True)
+_rescue_cpu_body = numba.njit(_rescue_body(_refine_cpu, _measure_cpu, _kernels._search_left_cpu, _qrs_like_cpu,
+                                           _likeness_cpu), cache=True)
 _suppress_among_cpu_body = numba.njit(_suppress_among_one, cache=True)
-_own_t_wave_cpu_body = numba.njit(_own_t_wave_body(_kernels._qrs_shape_cpu_body,
+_own_t_wave_cpu_body = numba.njit(_own_t_wave_body(_refine_cpu, _measure_cpu,
                                                    numba.njit(_strongest_before, cache=True)), cache=True)
+_second_look_cpu_body = numba.njit(_second_look_body(_refine_cpu, _measure_cpu, _kernels._search_left_cpu,
+                                                     _qrs_like_cpu), cache=True)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -322,11 +370,19 @@ def _own_t_wave_cpu(n, env, thresholds, block, signal, positions, near, far, set
                              spare, out)
 
 
+@numba.njit(parallel=True, cache=True)
+def _second_look_cpu(n, signal, positions, extra, settings, polarity, rival, gap, medians, width_ratio, slope_ratio,
+                     moved, width, slope, spare, keep):
+    for i in numba.prange(n):
+        _second_look_cpu_body(i, signal, positions, extra, settings, polarity, rival, gap, medians, width_ratio,
+                              slope_ratio, moved, width, slope, spare, keep)
+
+
 # Set by _beat_cuda_kernels() on the GPU path only, as in pipeline._kernels: the CUDA wrappers reach
 # numba.cuda and the device bodies as module globals rather than closure cells, so that their
 # on-disk cache key is the same in every process.
 cuda = _own_peaks_cuda_body = _shape_medians_cuda_body = _stretches_cuda_body = _rescue_cuda_body = None
-_suppress_among_cuda_body = _own_t_wave_cuda_body = None
+_suppress_among_cuda_body = _own_t_wave_cuda_body = _second_look_cuda_body = None
 
 
 @functools.cache
@@ -334,19 +390,21 @@ def _beat_cuda_kernels() -> dict:
     """CUDA twins of this module's kernels, compiled on first use and cached on disk like
     :func:`pipeline._kernels._cuda_kernels`."""
     global cuda, _own_peaks_cuda_body, _shape_medians_cuda_body, _stretches_cuda_body, _rescue_cuda_body
-    global _suppress_among_cuda_body, _own_t_wave_cuda_body
+    global _suppress_among_cuda_body, _own_t_wave_cuda_body, _second_look_cuda_body
     from numba import cuda
 
     device = cuda.jit(device=True)
     search_left = device(_kernels._search_left)
     qrs_shape_one = device(_kernels._qrs_shape_body(_kernels._median_of_cuda()))
-    stretch = device(_stretch)
+    refine, measure = (device(step) for step in _shape_steps(qrs_shape_one))
+    stretch, qrs_like = device(_stretch), device(_qrs_like)
     _own_peaks_cuda_body = device(_own_peaks_body(search_left))
     _shape_medians_cuda_body = device(_shape_medians_body(device(_middle)))
     _stretches_cuda_body = device(_stretches_body(stretch))
-    _rescue_cuda_body = device(_rescue_body(qrs_shape_one, search_left, device(_likeness_body(stretch))))
+    _rescue_cuda_body = device(_rescue_body(refine, measure, search_left, qrs_like, device(_likeness_body(stretch))))
     _suppress_among_cuda_body = device(_suppress_among_one)
-    _own_t_wave_cuda_body = device(_own_t_wave_body(qrs_shape_one, device(_strongest_before)))
+    _own_t_wave_cuda_body = device(_own_t_wave_body(refine, measure, device(_strongest_before)))
+    _second_look_cuda_body = device(_second_look_body(refine, measure, search_left, qrs_like))
 
     def own_peaks(n, candidates, refined, positions, half, own):
         j = cuda.grid(1)
@@ -383,13 +441,21 @@ def _beat_cuda_kernels() -> dict:
                                   rival_ratio, medians, width_ratio, slope_ratio, rival, moved, width, slope,
                                   moved_width, moved_slope, spare, out)
 
+    def second_look(n, signal, positions, extra, settings, polarity, rival, gap, medians, width_ratio, slope_ratio,
+                    moved, width, slope, spare, keep):
+        i = cuda.grid(1)
+        if i < n:
+            _second_look_cuda_body(i, signal, positions, extra, settings, polarity, rival, gap, medians, width_ratio,
+                                   slope_ratio, moved, width, slope, spare, keep)
+
     kernels = {"own_peaks": own_peaks, "shape_medians": shape_medians, "stretches": stretches, "rescue": rescue,
-               "suppress_among": suppress_among, "own_t_wave": own_t_wave}
+               "suppress_among": suppress_among, "own_t_wave": own_t_wave, "second_look": second_look}
     return {name: _kernels._cuda_jit_cached(kernel) for name, kernel in kernels.items()}
 
 
 _CPU = {"own_peaks": _own_peaks_cpu, "shape_medians": _shape_medians_cpu, "stretches": _stretches_cpu,
-        "rescue": _rescue_cpu, "suppress_among": _suppress_among_cpu, "own_t_wave": _own_t_wave_cpu}
+        "rescue": _rescue_cpu, "suppress_among": _suppress_among_cpu, "own_t_wave": _own_t_wave_cpu,
+        "second_look": _second_look_cpu}
 
 
 def launch(name: str, n: int, *arrays_and_scalars):

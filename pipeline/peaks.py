@@ -9,7 +9,6 @@ pipeline.embed.embed_beats : the next step.
 from __future__ import annotations
 
 import itertools
-import math
 
 import numpy as np
 
@@ -357,22 +356,29 @@ def second_look(env, level, block: int, signal, positions, fs: float, cfg, polar
     spread over the recording, :func:`pipeline.qrs.spread`, as the other steps take them). In
     bigeminy the median block maximum is a large ventricular beat's, and a small normal beat
     between two of them stays under a quarter of it; Pan & Tompkins' search-back looks again
-    with half the threshold for the same reason."""
+    with half the threshold for the same reason. One thread a candidate (``second_look`` kernel)
+    refines and judges it, measuring its shape only where the gap passes: the host waits for the
+    device twice, for the candidates' count and for the added beats' (three times where one is
+    added)."""
     xp = backend.xp_of(positions)
     if positions.shape[0] < 3:
         return positions
-    lower = (cfg.threshold * cfg.second_look_threshold * level).astype(env.dtype)
-    extra = xp.flatnonzero(nms_gate(env, lower, block, max(1, int(round(cfg.refractory_s * fs))))).astype(xp.int64)
-    extra = _refine(signal, extra, fs, cfg, polarity)
-    after = xp.clip(xp.searchsorted(positions, extra), 1, positions.shape[0] - 1)
-    gap = xp.minimum(xp.abs(extra - positions[after - 1]), xp.abs(positions[after] - extra))
-    extra = extra[gap >= cfg.second_look_gap_s * fs]
-    if extra.shape[0] == 0:
+    lower = (cfg.threshold * cfg.second_look_threshold * level).astype(env.dtype, copy=False)
+    gate = nms_gate(env, lower, block, max(1, int(round(cfg.refractory_s * fs))))
+    extra = xp.flatnonzero(gate).astype(xp.int64, copy=False)
+    count = extra.shape[0]                          # host sync: one number (the gate's count)
+    medians = qrs.shape_medians(signal, xp.ascontiguousarray(qrs.spread(positions)), fs, despike_s=cfg.despike_s,
+                                width_cap_s=cfg.max_qrs_width_s)
+    moved, spare = xp.empty(count, dtype=xp.int64), xp.empty(count, dtype=xp.int64)
+    width, slope = xp.empty(count, dtype=xp.int32), xp.empty(count, dtype=xp.float32)
+    keep = xp.empty(count, dtype=xp.bool_)
+    _beat_kernels.launch("second_look", count, signal, positions, extra, _shape_settings(fs, cfg), float(polarity),
+                         float(cfg.refine_rival), float(cfg.second_look_gap_s * fs), medians, 1.5,
+                         np.float32(cfg.second_look_slope), moved, width, slope, spare, keep)
+    added = moved[keep]
+    if added.shape[0] == 0:                         # host sync: the mask's count; most recordings stop here
         return positions
-    (width, slope), (extra_width, extra_slope) = _shapes(signal, [qrs.spread(positions), extra], fs, cfg)
-    narrow_and_steep = ((extra_width <= 1.5 * qrs.sample_median(width))
-                        & (extra_slope >= cfg.second_look_slope * qrs.sample_median(slope)))
-    return xp.unique(xp.concatenate([positions, extra[narrow_and_steep]]))
+    return xp.unique(xp.concatenate([positions, added]))
 
 
 def search_back(env, signal, positions, fs: float, cfg, polarity: float = 0.0):

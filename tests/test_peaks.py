@@ -819,6 +819,120 @@ def test_own_t_wave_kernel_equals_the_whole_array_step(case, xp):
             assert got[tie] == positions[tie]
 
 
+def _bigeminy(fs: float, seconds: float = 40.0, seed: int = 4, small_height: float = 1.2):
+    """Large beats (sigma 20 ms) every 1.6 s from 1 s, each followed 0.8 s later by a small,
+    narrower one (sigma 8 ms, by default 0.3 × as tall), with T waves and noise: the median block
+    maximum is the large beats', the small ones stay under the threshold and above the second
+    look's, and are as steep as it asks. Returns (float32 ECG, large beats, small beats)."""
+    n = int(seconds * fs)
+    large = np.arange(int(1.0 * fs), n - int(1.0 * fs), int(1.6 * fs))
+    small = large + int(0.8 * fs)
+    signal = _spikes(fs, n, large, np.full(large.size, 4.0), sigma_s=0.02)
+    signal += _spikes(fs, n, small, np.full(small.size, small_height), sigma_s=0.008)
+    signal += _spikes(fs, n, np.concatenate([large, small]) + int(0.3 * fs), np.full(2 * large.size, 0.3), sigma_s=0.04)
+    signal += 0.01 * np.random.default_rng(seed).standard_normal(n)
+    return signal.astype(np.float32), large, small
+
+
+def _second_look_as_arrays(signal, positions, extra, fs, cfg, polarity, gap, medians, width_ratio, slope_ratio):
+    """The second look's checks of its candidates by whole-array operations (the code the
+    ``second_look`` kernel replaced), with the thresholds given: (moved, keep)."""
+    from pipeline.qrs import qrs_shape
+
+    moved = refine_to_extremum(signal, extra, fs, search_s=cfg.refine_s, despike_s=cfg.despike_s, polarity=polarity,
+                               rival=cfg.refine_rival)
+    after = np.clip(np.searchsorted(positions, moved), 1, positions.shape[0] - 1)
+    distance = np.minimum(np.abs(moved - positions[after - 1]), np.abs(positions[after] - moved))
+    _, width, slope = qrs_shape(signal, moved, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
+    shaped = (width <= width_ratio * medians[0]) & (slope >= slope_ratio * np.float32(medians[1]))
+    return moved, (distance >= gap) & shaped
+
+
+def _second_look_kernel(xp, signal, positions, extra, fs, cfg, polarity, gap, medians, width_ratio, slope_ratio):
+    """(moved, keep) of the ``second_look`` kernel."""
+    from pipeline import _beat_kernels
+    from pipeline.peaks import _shape_settings
+
+    count = extra.shape[0]
+    moved, spare = xp.empty(count, dtype=xp.int64), xp.empty(count, dtype=xp.int64)
+    width, slope = xp.empty(count, dtype=xp.int32), xp.empty(count, dtype=xp.float32)
+    keep = xp.empty(count, dtype=xp.bool_)
+    _beat_kernels.launch("second_look", count, xp.asarray(signal), xp.asarray(positions), xp.asarray(extra),
+                         _shape_settings(fs, cfg), polarity, float(cfg.refine_rival), gap, xp.asarray(medians),
+                         width_ratio, slope_ratio, moved, width, slope, spare, keep)
+    return _host(moved), _host(keep)
+
+
+@pytest.mark.parametrize("fs", [128.0, 250.0, 360.0])
+def test_second_look_kernel_equals_the_whole_array_checks(fs, xp):
+    """The ``second_look`` kernel's verdicts on candidates (the small beats of a bigeminy and points
+    beside them, the large beats themselves, T waves, random samples, a small beat before the
+    first large one and one after the last) equal those of the whole-array checks it replaced,
+    with the settings' thresholds and with each threshold put on a kept candidate's own value
+    (``>=`` and ``<=`` include it)."""
+    from pipeline.qrs import qrs_shape, spread
+
+    cfg = SignalConfig()
+    signal, large, small = _bigeminy(fs)
+    positions = large[1:-1]                   # the first and the last large beat outside the beats
+    rng = np.random.default_rng(int(fs))
+    extra = np.unique(np.concatenate([small, small + 2, small - int(0.1 * fs), large, large + int(0.3 * fs),
+                                      rng.integers(0, signal.size, 40)])).astype(np.int64)
+    _, width, slope = qrs_shape(signal, np.ascontiguousarray(spread(positions)), fs, despike_s=cfg.despike_s,
+                                width_cap_s=cfg.max_qrs_width_s)
+    medians = np.array([np.median(width), np.median(slope)])
+    limits = [float(cfg.second_look_gap_s * fs), medians, 1.5, np.float32(cfg.second_look_slope)]
+    moved, keep = _second_look_as_arrays(signal, positions, extra, fs, cfg, 1.0, *limits)
+    got = _second_look_kernel(xp, signal, positions, extra, fs, cfg, 1.0, *limits)
+    np.testing.assert_array_equal(got[0], moved)
+    np.testing.assert_array_equal(got[1], keep)
+    assert keep.sum() >= small.size and (~keep).sum() > 40, keep.sum()
+    assert keep[np.searchsorted(extra, large[[0, -1]])].all()       # outside the beats: the nearest two
+    for first in np.flatnonzero(keep):
+        after = min(max(np.searchsorted(positions, moved[first]), 1), positions.size - 1)
+        distance = min(abs(moved[first] - positions[after - 1]), abs(positions[after] - moved[first]))
+        _, (w,), (s,) = qrs_shape(signal, moved[first:first + 1], fs, despike_s=cfg.despike_s,
+                                  width_cap_s=cfg.max_qrs_width_s)
+        width_ratio, slope_ratio = _ratio_onto(w, medians[0]), _ratio_onto(s, medians[1])
+        if width_ratio is not None and slope_ratio is not None:
+            break
+    for index, value in ((0, float(distance)), (2, width_ratio), (3, slope_ratio)):
+        tied = list(limits)
+        tied[index] = value
+        got = _second_look_kernel(xp, signal, positions, extra, fs, cfg, 1.0, *tied)[1]
+        assert got[first], index
+        np.testing.assert_array_equal(got, _second_look_as_arrays(signal, positions, extra, fs, cfg, 1.0, *tied)[1])
+
+
+@pytest.mark.parametrize("fs", [128.0, 250.0, 360.0])
+def test_second_look_finds_the_small_beats_of_a_bigeminy_as_before(fs, xp):
+    """second_look adds the small beats of a bigeminy that the threshold missed and nothing else,
+    the same beats as the whole-array step it replaced (written here); with no small beat to
+    find (the large beats alone), it returns the beats as they were."""
+    from pipeline.peaks import block_levels, envelope, nms_gate, second_look
+    from pipeline.qrs import qrs_shape, spread
+    from pipeline.wavelet import ricker_response
+
+    cfg = SignalConfig()
+    for small_height in (1.2, 0.0):
+        signal, large, small = _bigeminy(fs, small_height=small_height)
+        env = envelope(ricker_response(signal, fs, cfg.ricker_width_s))
+        level, block = block_levels(env, fs, cfg.level_block_s, cfg.level_blocks)
+        lower = (cfg.threshold * cfg.second_look_threshold * level).astype(env.dtype)
+        extra = np.flatnonzero(nms_gate(env, lower, block, round(cfg.refractory_s * fs))).astype(np.int64)
+        _, width, slope = qrs_shape(signal, np.ascontiguousarray(spread(large)), fs, despike_s=cfg.despike_s,
+                                    width_cap_s=cfg.max_qrs_width_s)
+        medians = np.array([np.median(width), np.median(slope)])
+        moved, keep = _second_look_as_arrays(signal, large, extra, fs, cfg, 1.0, float(cfg.second_look_gap_s * fs),
+                                             medians, 1.5, np.float32(cfg.second_look_slope))
+        expected = np.unique(np.concatenate([large, moved[keep]]))
+        found = _host(second_look(*map(xp.asarray, (env, level)), block, xp.asarray(signal), xp.asarray(large), fs,
+                                  cfg, 1.0))
+        np.testing.assert_array_equal(found, expected)
+        beats = np.sort(np.concatenate([large, small])) if small_height else large
+        assert found.size == beats.size and np.abs(found - beats).max() <= 2, (found.size, beats.size)
+
+
 def _gap_peaks_as_arrays(env, first, stop, block, reach, level):
     """The gap search's candidates by whole-array operations (the formula the ``gap_peaks`` kernel
     replaced): each gap's blocks from ``reach`` before it to ``reach`` after it gathered as a
