@@ -312,7 +312,9 @@ def _second_look_body(refine, measure, search_left, qrs_like):
 
 
 # --------------------------------------------------------------------------- twins
-# CUDA kernels take a fixed argument list (no *args), so each body gets two explicit wrappers.
+# CUDA kernels take a fixed argument list (no *args), so each body gets two explicit wrappers. The
+# wrappers take the QRS-shape settings as six integers (a launch packs scalars and arrays, not
+# tuples) and hand the bodies their tuple.
 _own_peaks_cpu_body = numba.njit(_own_peaks_body(_kernels._search_left_cpu), cache=True)
 _shape_medians_cpu_body = numba.njit(_shape_medians_body(numba.njit(_middle, cache=True)), cache=True)
 _stretch_cpu = numba.njit(_stretch, cache=True)
@@ -348,8 +350,10 @@ def _stretches_cpu(n, signal, examples, reach, stretches):
 
 
 @numba.njit(parallel=True, cache=True)
-def _rescue_cpu(n, signal, positions, peak, settings, polarity, rival, gap, half, medians, width_ratio, slope_ratio,
-                examples, stretches, reach, likeness, moved, width, slope, spare, passed):
+def _rescue_cpu(n, signal, positions, peak, search, base, despike, cap, step, shape_reach, polarity, rival, gap, half,
+                medians, width_ratio, slope_ratio, examples, stretches, reach, likeness, moved, width, slope, spare,
+                passed):
+    settings = (search, base, despike, cap, step, shape_reach)
     for i in numba.prange(n):
         _rescue_cpu_body(i, signal, positions, peak, settings, polarity, rival, gap, half, medians, width_ratio,
                          slope_ratio, examples, stretches, reach, likeness, moved, width, slope, spare, passed)
@@ -362,8 +366,10 @@ def _suppress_among_cpu(n, env, peak, passed, half, won):
 
 
 @numba.njit(parallel=True, cache=True)
-def _own_t_wave_cpu(n, env, thresholds, block, signal, positions, near, far, settings, polarity, rival_ratio, medians,
-                    width_ratio, slope_ratio, rival, moved, width, slope, moved_width, moved_slope, spare, out):
+def _own_t_wave_cpu(n, env, thresholds, block, signal, positions, near, far, search, base, despike, cap, step,
+                    shape_reach, polarity, rival_ratio, medians, width_ratio, slope_ratio, rival, moved, width, slope,
+                    moved_width, moved_slope, spare, out):
+    settings = (search, base, despike, cap, step, shape_reach)
     for i in numba.prange(n):
         _own_t_wave_cpu_body(i, env, thresholds, block, signal, positions, near, far, settings, polarity, rival_ratio,
                              medians, width_ratio, slope_ratio, rival, moved, width, slope, moved_width, moved_slope,
@@ -371,8 +377,9 @@ def _own_t_wave_cpu(n, env, thresholds, block, signal, positions, near, far, set
 
 
 @numba.njit(parallel=True, cache=True)
-def _second_look_cpu(n, signal, positions, extra, settings, polarity, rival, gap, medians, width_ratio, slope_ratio,
-                     moved, width, slope, spare, keep):
+def _second_look_cpu(n, signal, positions, extra, search, base, despike, cap, step, shape_reach, polarity, rival, gap,
+                     medians, width_ratio, slope_ratio, moved, width, slope, spare, keep):
+    settings = (search, base, despike, cap, step, shape_reach)
     for i in numba.prange(n):
         _second_look_cpu_body(i, signal, positions, extra, settings, polarity, rival, gap, medians, width_ratio,
                               slope_ratio, moved, width, slope, spare, keep)
@@ -421,10 +428,12 @@ def _beat_cuda_kernels() -> dict:
         if e < n:
             _stretches_cuda_body(e, signal, examples, reach, stretches)
 
-    def rescue(n, signal, positions, peak, settings, polarity, rival, gap, half, medians, width_ratio, slope_ratio,
-               examples, stretches, reach, likeness, moved, width, slope, spare, passed):
+    def rescue(n, signal, positions, peak, search, base, despike, cap, step, shape_reach, polarity, rival, gap, half,
+               medians, width_ratio, slope_ratio, examples, stretches, reach, likeness, moved, width, slope, spare,
+               passed):
         i = cuda.grid(1)
         if i < n:
+            settings = (search, base, despike, cap, step, shape_reach)
             _rescue_cuda_body(i, signal, positions, peak, settings, polarity, rival, gap, half, medians, width_ratio,
                               slope_ratio, examples, stretches, reach, likeness, moved, width, slope, spare, passed)
 
@@ -433,18 +442,21 @@ def _beat_cuda_kernels() -> dict:
         if i < n:
             _suppress_among_cuda_body(i, env, peak, passed, half, won)
 
-    def own_t_wave(n, env, thresholds, block, signal, positions, near, far, settings, polarity, rival_ratio, medians,
-                   width_ratio, slope_ratio, rival, moved, width, slope, moved_width, moved_slope, spare, out):
+    def own_t_wave(n, env, thresholds, block, signal, positions, near, far, search, base, despike, cap, step,
+                   shape_reach, polarity, rival_ratio, medians, width_ratio, slope_ratio, rival, moved, width, slope,
+                   moved_width, moved_slope, spare, out):
         i = cuda.grid(1)
         if i < n:
+            settings = (search, base, despike, cap, step, shape_reach)
             _own_t_wave_cuda_body(i, env, thresholds, block, signal, positions, near, far, settings, polarity,
                                   rival_ratio, medians, width_ratio, slope_ratio, rival, moved, width, slope,
                                   moved_width, moved_slope, spare, out)
 
-    def second_look(n, signal, positions, extra, settings, polarity, rival, gap, medians, width_ratio, slope_ratio,
-                    moved, width, slope, spare, keep):
+    def second_look(n, signal, positions, extra, search, base, despike, cap, step, shape_reach, polarity, rival, gap,
+                    medians, width_ratio, slope_ratio, moved, width, slope, spare, keep):
         i = cuda.grid(1)
         if i < n:
+            settings = (search, base, despike, cap, step, shape_reach)
             _second_look_cuda_body(i, signal, positions, extra, settings, polarity, rival, gap, medians, width_ratio,
                                    slope_ratio, moved, width, slope, spare, keep)
 

@@ -238,7 +238,7 @@ def _hidden_beats(signal, positions, peak, half: int, fs: float, cfg, polarity: 
     moved, spare = xp.empty(count, dtype=xp.int64), xp.empty(count, dtype=xp.int64)
     width, slope = xp.empty(count, dtype=xp.int32), xp.empty(count, dtype=xp.float32)
     passed = xp.empty(count, dtype=xp.bool_)
-    _beat_kernels.launch("rescue", count, signal, positions, peak, _shape_settings(fs, cfg), float(polarity),
+    _beat_kernels.launch("rescue", count, signal, positions, peak, *_shape_settings(fs, cfg), float(polarity),
                          float(cfg.refine_rival), float(cfg.second_look_gap_s * fs), half, medians,
                          float(cfg.search_back_width), np.float32(cfg.second_look_slope), sample, stretches, reach,
                          np.float32(cfg.rescue_likeness), moved, width, slope, spare, passed)
@@ -273,16 +273,16 @@ def off_own_t_waves(env, thresholds, block: int, signal, positions, fs: float, c
     slope, moved_slope = xp.empty(count, dtype=xp.float32), xp.empty(count, dtype=xp.float32)
     out = xp.empty(count, dtype=xp.int64)
     _beat_kernels.launch("own_t_wave", count, env, thresholds, block, signal, positions, near, far,
-                         _shape_settings(fs, cfg), float(polarity), float(cfg.refine_rival), medians,
+                         *_shape_settings(fs, cfg), float(polarity), float(cfg.refine_rival), medians,
                          float(cfg.search_back_width), np.float32(cfg.step_slope_ratio), rival, moved, width, slope,
                          moved_width, moved_slope, spare, out)
     return out
 
 
 def _shape_settings(fs: float, cfg) -> tuple:
-    """The QRS-shape settings of the kernels that refine and measure inside their checks: the
-    search of :func:`_refine`, the measures of :func:`_shapes` (a refinement's own width and
-    slope are not used)."""
+    """The QRS-shape settings of the kernels that refine and measure inside their checks (six
+    integers, :func:`pipeline.qrs.shape_settings`): the search of :func:`_refine`, the measures of
+    :func:`_shapes` (a refinement's own width and slope are not used)."""
     return qrs.shape_settings(fs, search_s=cfg.refine_s, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
 
 
@@ -372,7 +372,7 @@ def second_look(env, level, block: int, signal, positions, fs: float, cfg, polar
     moved, spare = xp.empty(count, dtype=xp.int64), xp.empty(count, dtype=xp.int64)
     width, slope = xp.empty(count, dtype=xp.int32), xp.empty(count, dtype=xp.float32)
     keep = xp.empty(count, dtype=xp.bool_)
-    _beat_kernels.launch("second_look", count, signal, positions, extra, _shape_settings(fs, cfg), float(polarity),
+    _beat_kernels.launch("second_look", count, signal, positions, extra, *_shape_settings(fs, cfg), float(polarity),
                          float(cfg.refine_rival), float(cfg.second_look_gap_s * fs), medians, 1.5,
                          np.float32(cfg.second_look_slope), moved, width, slope, spare, keep)
     added = moved[keep]

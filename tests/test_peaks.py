@@ -635,7 +635,7 @@ def _rescue_kernel(xp, signal, positions, peak, fs, cfg, polarity, limits):
     moved, spare = xp.empty(count, dtype=xp.int64), xp.empty(count, dtype=xp.int64)
     width, slope = xp.empty(count, dtype=xp.int32), xp.empty(count, dtype=xp.float32)
     passed = xp.empty(count, dtype=xp.bool_)
-    _beat_kernels.launch("rescue", count, signal, xp.asarray(positions), xp.asarray(peak), _shape_settings(fs, cfg),
+    _beat_kernels.launch("rescue", count, signal, xp.asarray(positions), xp.asarray(peak), *_shape_settings(fs, cfg),
                          polarity, float(cfg.refine_rival), gap, half, xp.asarray(medians), width_ratio, slope_ratio,
                          xp.asarray(examples), stretches, reach, likeness, moved, width, slope, spare, passed)
     return _host(moved), _host(passed)
@@ -726,7 +726,8 @@ def _own_t_waves_as_arrays(env, thresholds, block, signal, positions, fs, cfg, p
     which, width, slope = which[t_like], width[t_like], slope[t_like]
     moved = refine_to_extremum(signal, rival[which - 1], fs, search_s=cfg.refine_s, despike_s=cfg.despike_s,
                                polarity=polarity, rival=cfg.refine_rival)
-    _, moved_width, moved_slope = qrs_shape(signal, moved, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
+    _, moved_width, moved_slope = qrs_shape(signal, moved, fs, despike_s=cfg.despike_s,
+                                            width_cap_s=cfg.max_qrs_width_s)
     swap = (moved_width < width) & (moved_slope > slope) & (moved - positions[which - 1] > far)
     positions = positions.copy()
     positions[which[swap]] = moved[swap]
@@ -744,8 +745,9 @@ def _own_t_wave_kernel(xp, env, thresholds, block, signal, positions, fs, cfg, p
     rival, moved, spare, out = (xp.empty(count, dtype=xp.int64) for _ in range(4))
     width, moved_width = xp.empty(count, dtype=xp.int32), xp.empty(count, dtype=xp.int32)
     slope, moved_slope = xp.empty(count, dtype=xp.float32), xp.empty(count, dtype=xp.float32)
-    _beat_kernels.launch("own_t_wave", count, *map(xp.asarray, (env, thresholds)), block, *map(xp.asarray, (signal, positions)),
-                         near, far, _shape_settings(fs, cfg), polarity, float(cfg.refine_rival), xp.asarray(medians),
+    env, thresholds, signal, positions = map(xp.asarray, (env, thresholds, signal, positions))
+    _beat_kernels.launch("own_t_wave", count, env, thresholds, block, signal, positions, near, far,
+                         *_shape_settings(fs, cfg), polarity, float(cfg.refine_rival), xp.asarray(medians),
                          width_ratio, slope_ratio, rival, moved, width, slope, moved_width, moved_slope, spare, out)
     return _host(rival), _host(out)
 
@@ -804,8 +806,8 @@ def test_own_t_wave_kernel_equals_the_whole_array_step(case, xp):
                 break
         ratios += [(_ratio_onto(w, medians[0]), ratios[0][1]), (ratios[0][0], _ratio_onto(s, medians[1]))]
     for width_ratio, slope_ratio in ratios:
-        rival, which, expected = _own_t_waves_as_arrays(env, thresholds, block, signal, positions, fs, cfg, 1.0, medians,
-                                                        width_ratio, slope_ratio)
+        rival, which, expected = _own_t_waves_as_arrays(env, thresholds, block, signal, positions, fs, cfg, 1.0,
+                                                        medians, width_ratio, slope_ratio)
         got_rival, got = _own_t_wave_kernel(xp, env, thresholds, block, signal, positions, fs, cfg, 1.0, medians,
                                             width_ratio, slope_ratio)
         np.testing.assert_array_equal(got, expected)
@@ -829,7 +831,8 @@ def _bigeminy(fs: float, seconds: float = 40.0, seed: int = 4, small_height: flo
     small = large + int(0.8 * fs)
     signal = _spikes(fs, n, large, np.full(large.size, 4.0), sigma_s=0.02)
     signal += _spikes(fs, n, small, np.full(small.size, small_height), sigma_s=0.008)
-    signal += _spikes(fs, n, np.concatenate([large, small]) + int(0.3 * fs), np.full(2 * large.size, 0.3), sigma_s=0.04)
+    t_waves = np.concatenate([large, small]) + int(0.3 * fs)
+    signal += _spikes(fs, n, t_waves, np.full(t_waves.size, 0.3), sigma_s=0.04)
     signal += 0.01 * np.random.default_rng(seed).standard_normal(n)
     return signal.astype(np.float32), large, small
 
@@ -858,7 +861,7 @@ def _second_look_kernel(xp, signal, positions, extra, fs, cfg, polarity, gap, me
     width, slope = xp.empty(count, dtype=xp.int32), xp.empty(count, dtype=xp.float32)
     keep = xp.empty(count, dtype=xp.bool_)
     _beat_kernels.launch("second_look", count, xp.asarray(signal), xp.asarray(positions), xp.asarray(extra),
-                         _shape_settings(fs, cfg), polarity, float(cfg.refine_rival), gap, xp.asarray(medians),
+                         *_shape_settings(fs, cfg), polarity, float(cfg.refine_rival), gap, xp.asarray(medians),
                          width_ratio, slope_ratio, moved, width, slope, spare, keep)
     return _host(moved), _host(keep)
 
