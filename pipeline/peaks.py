@@ -9,11 +9,10 @@ pipeline.embed.embed_beats : the next step.
 from __future__ import annotations
 
 import itertools
-import math
 
 import numpy as np
 
-from pipeline import _kernels, backend, qrs
+from pipeline import _beat_kernels, _kernels, backend, qrs
 
 
 def envelope(response):
@@ -191,61 +190,59 @@ def rescue_suppressed(env, thresholds, block: int, signal, candidates, refined, 
     ``cfg.search_back_width`` × the beats' median width) and at least ``cfg.second_look_slope`` ×
     as steep as their median; and when its ECG within ±``cfg.rescue_likeness_s`` correlates at
     least ``cfg.rescue_likeness`` with that of one of the recording's beats (up to ~1000 of them,
-    :func:`pipeline.qrs.likeness`): a T wave, a baseline swing or noise seldom does. The
+    :func:`pipeline.qrs.spread`): a T wave, a baseline swing or noise seldom does. The
     suppression then runs again among the peaks that pass, so that a wave that is no QRS complex
     cannot hide one a second time, and its winners become beats.
 
     ``candidates`` are the suppression's winners, ``refined`` the same moved to their extrema,
     ``positions`` those of them kept as beats (:func:`drop_non_qrs`). One kernel pass over the
-    envelope for its peaks (``unsuppressed``), then per-peak work on the few that qualify. Returns
-    the positions with the rescued beats, sorted.
+    envelope for its peaks (``unsuppressed``), then one thread a peak for its checks
+    (:func:`_hidden_beats`) and one for the second suppression: the host waits for the device
+    twice, for the peaks' count and for the rescued beats' (three times where one is rescued).
+    Returns the positions with the rescued beats, sorted.
     """
     xp = backend.xp_of(positions)
     count, n = positions.shape[0], env.shape[0]
     if count < 3 or n < 3:
         return positions
     half = max(1, int(round(cfg.refractory_s * fs)))
-    at = xp.searchsorted(positions, refined)
-    own = candidates[positions[xp.clip(at, 0, count - 1)] == refined]       # the beats' own peaks
+    own = xp.empty(candidates.shape[0], dtype=xp.int64)     # the beats' own peaks (others stand in)
+    _beat_kernels.launch("own_peaks", candidates.shape[0], candidates, refined, positions, half, own)
     unsuppressed = xp.empty(n, dtype=xp.uint8)
     _kernels.launch("unsuppressed", n, env, thresholds, block, own, candidates, half, unsuppressed)
     peak = xp.flatnonzero(unsuppressed)
     if peak.shape[0] == 0:                          # host sync: one number (the mask's count)
         return positions
-    moved = _refine(signal, peak, fs, cfg, polarity)
-    k = xp.searchsorted(positions, moved)
-    previous, following = positions[xp.clip(k - 1, 0, count - 1)], positions[xp.clip(k, 0, count - 1)]
-    which = xp.flatnonzero((k > 0) & (k < count) & (moved - previous >= cfg.second_look_gap_s * fs)
-                           & (following - moved >= half))
-    if which.shape[0] == 0:                         # host sync; most recordings stop here
+    moved, passed = _hidden_beats(signal, positions, peak, half, fs, cfg, polarity)
+    won = xp.empty(peak.shape[0], dtype=xp.bool_)
+    _beat_kernels.launch("suppress_among", peak.shape[0], env, peak, passed, half, won)
+    rescued = moved[won]
+    if rescued.shape[0] == 0:                       # host sync: the mask's count; most recordings stop here
         return positions
-    sample = qrs.spread(positions)
-    (width, slope), (moved_width, moved_slope) = _shapes(signal, [sample, moved[which]], fs, cfg)
-    which = which[(moved_width <= cfg.search_back_width * qrs.sample_median(width))
-                  & (moved_slope >= cfg.second_look_slope * qrs.sample_median(slope))]
-    if which.shape[0] == 0:                         # host sync: one number
-        return positions
-    which = which[qrs.likeness(signal, moved[which], sample, fs, cfg.rescue_likeness_s) >= cfg.rescue_likeness]
-    if which.shape[0] == 0:                         # host sync: one number
-        return positions
-    won = _suppress_among(peak[which], env[peak[which]], half)
-    return xp.unique(xp.concatenate([positions, moved[which[won]]]))
+    return xp.unique(xp.concatenate([positions, rescued]))
 
 
-def _suppress_among(at, value, half: int):
-    """The non-maximum suppression among the sorted peaks ``at`` alone (their envelope ``value``):
-    whether each is the largest of them within ±``half`` samples, ties going to the earlier, as
-    :func:`nms_gate` rules. A few shifts, as many as the most peaks within ``half`` of one."""
-    xp = backend.xp_of(at)
-    within = int((xp.searchsorted(at, at + half, side="right") - xp.arange(at.shape[0])).max()) - 1  # host sync
-    keep = xp.ones(at.shape[0], dtype=bool)
-    # At least one shift, even where no two peaks are that near: the warm-up then loads these
-    # kernels, and the run does not.
-    for k in range(1, max(within, 1) + 1):
-        near = at[k:] - at[:-k] <= half
-        keep[:-k] &= ~(near & (value[k:] > value[:-k]))
-        keep[k:] &= ~(near & (value[:-k] >= value[k:]))
-    return keep
+def _hidden_beats(signal, positions, peak, half: int, fs: float, cfg, polarity: float):
+    """(moved, passed): the envelope's peaks ``peak`` moved to their QRS extrema, and whether each
+    passes :func:`rescue_suppressed`'s checks (the ``rescue`` kernel, one thread a peak, each check
+    only where those before it pass). The beats' median width and slope and the stretches of
+    their ECG the likeness compares with come from ~1000 of them (:func:`pipeline.qrs.spread`),
+    and stay on the device."""
+    xp = backend.xp_of(positions)
+    count = peak.shape[0]
+    sample = xp.ascontiguousarray(qrs.spread(positions))
+    medians = qrs.shape_medians(signal, sample, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
+    reach = max(1, int(round(cfg.rescue_likeness_s * fs)))
+    stretches = xp.empty((sample.shape[0], 2), dtype=xp.float64)
+    _beat_kernels.launch("stretches", sample.shape[0], signal, sample, reach, stretches)
+    moved, spare = xp.empty(count, dtype=xp.int64), xp.empty(count, dtype=xp.int64)
+    width, slope = xp.empty(count, dtype=xp.int32), xp.empty(count, dtype=xp.float32)
+    passed = xp.empty(count, dtype=xp.bool_)
+    _beat_kernels.launch("rescue", count, signal, positions, peak, *_shape_settings(fs, cfg), float(polarity),
+                         float(cfg.refine_rival), float(cfg.second_look_gap_s * fs), half, medians,
+                         float(cfg.search_back_width), np.float32(cfg.second_look_slope), sample, stretches, reach,
+                         np.float32(cfg.rescue_likeness), moved, width, slope, spare, passed)
+    return moved, passed
 
 
 def off_own_t_waves(env, thresholds, block: int, signal, positions, fs: float, cfg, polarity: float = 0.0):
@@ -259,31 +256,34 @@ def off_own_t_waves(env, thresholds, block: int, signal, positions, fs: float, c
     wide ventricular beat), and the largest response ``cfg.rival_min_s``–``cfg.refractory_s``
     before it passes the threshold and, moved to its extremum, is narrower and steeper than the
     beat (within a heartbeat the QRS is the narrowest and steepest wave) and more than
-    ``cfg.refractory_s`` after the beat before. One gather before every beat; shapes are measured
-    only where that response passes. Returns the positions, still sorted.
+    ``cfg.refractory_s`` after the beat before. One thread a beat (``own_t_wave`` kernel) searches
+    and judges; shapes are measured only where the checks before pass, the beats' medians over
+    ~1000 of them (:func:`pipeline.qrs.spread`) on the device: no host synchronisation. Returns
+    the positions, still sorted (a beat moves between the beat before and its T wave).
     """
     xp = backend.xp_of(positions)
-    if positions.shape[0] < 3:
+    count = positions.shape[0]
+    if count < 3:
         return positions
     near, far = max(1, int(round(cfg.rival_min_s * fs))), max(1, int(round(cfg.refractory_s * fs)))
-    around = xp.clip(positions[1:, None] - xp.arange(near, far + 1)[None, :], 0, env.shape[0] - 1)
-    rival = around[xp.arange(around.shape[0]), env[around].argmax(axis=1)]
-    which = xp.flatnonzero(env[rival] > thresholds[rival // block]) + 1
-    if which.shape[0] == 0:                         # host sync: one number
-        return positions
-    sample = qrs.spread(positions)
-    (width, slope), (typical_width, typical_slope) = _shapes(signal, [positions[which], sample], fs, cfg)
-    t_like = ((width > cfg.search_back_width * qrs.sample_median(typical_width))
-              & (slope < cfg.step_slope_ratio * qrs.sample_median(typical_slope)))
-    which, width, slope = which[t_like], width[t_like], slope[t_like]
-    if which.shape[0] == 0:                         # host sync: one number
-        return positions
-    moved = _refine(signal, rival[which - 1], fs, cfg, polarity)
-    ((moved_width, moved_slope),) = _shapes(signal, [moved], fs, cfg)
-    swap = (moved_width < width) & (moved_slope > slope) & (moved - positions[which - 1] > far)
-    positions = positions.copy()
-    positions[which[swap]] = moved[swap]             # still in order: between the beat before and the T wave
-    return positions
+    medians = qrs.shape_medians(signal, xp.ascontiguousarray(qrs.spread(positions)), fs, despike_s=cfg.despike_s,
+                                width_cap_s=cfg.max_qrs_width_s)
+    rival, moved, spare = (xp.empty(count, dtype=xp.int64) for _ in range(3))
+    width, moved_width = xp.empty(count, dtype=xp.int32), xp.empty(count, dtype=xp.int32)
+    slope, moved_slope = xp.empty(count, dtype=xp.float32), xp.empty(count, dtype=xp.float32)
+    out = xp.empty(count, dtype=xp.int64)
+    _beat_kernels.launch("own_t_wave", count, env, thresholds, block, signal, positions, near, far,
+                         *_shape_settings(fs, cfg), float(polarity), float(cfg.refine_rival), medians,
+                         float(cfg.search_back_width), np.float32(cfg.step_slope_ratio), rival, moved, width, slope,
+                         moved_width, moved_slope, spare, out)
+    return out
+
+
+def _shape_settings(fs: float, cfg) -> tuple:
+    """The QRS-shape settings of the kernels that refine and measure inside their checks (six
+    integers, :func:`pipeline.qrs.shape_settings`): the search of :func:`_refine`, the measures of
+    :func:`_shapes` (a refinement's own width and slope are not used)."""
+    return qrs.shape_settings(fs, search_s=cfg.refine_s, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
 
 
 def keep_the_rhythm(env, thresholds, block: int, signal, positions, fs: float, cfg, polarity: float = 0.0):
@@ -331,8 +331,9 @@ def keep_the_rhythm(env, thresholds, block: int, signal, positions, fs: float, c
 def _shapes(signal, groups, fs: float, cfg):
     """[(width, slope)] of each of ``groups`` of positions (:func:`pipeline.qrs.qrs_shape` with
     ``cfg``'s settings), from one kernel launch over all of them: a launch costs the host more than
-    a few thousand more candidates cost the GPU. The steps measure the beats' typical width and
-    slope on ``qrs.spread(positions)`` in the same launch and take their ``qrs.sample_median``."""
+    a few thousand more candidates cost the GPU. The steps that call it measure the beats' typical
+    width and slope on ``qrs.spread(positions)`` in the same launch and take their
+    ``qrs.sample_median``; those with a kernel of their own take ``qrs.shape_medians``."""
     xp = backend.xp_of(signal)
     bounds = list(itertools.accumulate(int(g.shape[0]) for g in groups))[:-1]
     _, width, slope = qrs.qrs_shape(signal, xp.concatenate(groups), fs, despike_s=cfg.despike_s,
@@ -355,22 +356,29 @@ def second_look(env, level, block: int, signal, positions, fs: float, cfg, polar
     spread over the recording, :func:`pipeline.qrs.spread`, as the other steps take them). In
     bigeminy the median block maximum is a large ventricular beat's, and a small normal beat
     between two of them stays under a quarter of it; Pan & Tompkins' search-back looks again
-    with half the threshold for the same reason."""
+    with half the threshold for the same reason. One thread a candidate (``second_look`` kernel)
+    refines and judges it, measuring its shape only where the gap passes: the host waits for the
+    device twice, for the candidates' count and for the added beats' (three times where one is
+    added)."""
     xp = backend.xp_of(positions)
     if positions.shape[0] < 3:
         return positions
-    lower = (cfg.threshold * cfg.second_look_threshold * level).astype(env.dtype)
-    extra = xp.flatnonzero(nms_gate(env, lower, block, max(1, int(round(cfg.refractory_s * fs))))).astype(xp.int64)
-    extra = _refine(signal, extra, fs, cfg, polarity)
-    after = xp.clip(xp.searchsorted(positions, extra), 1, positions.shape[0] - 1)
-    gap = xp.minimum(xp.abs(extra - positions[after - 1]), xp.abs(positions[after] - extra))
-    extra = extra[gap >= cfg.second_look_gap_s * fs]
-    if extra.shape[0] == 0:
+    lower = (cfg.threshold * cfg.second_look_threshold * level).astype(env.dtype, copy=False)
+    gate = nms_gate(env, lower, block, max(1, int(round(cfg.refractory_s * fs))))
+    extra = xp.flatnonzero(gate).astype(xp.int64, copy=False)
+    count = extra.shape[0]                          # host sync: one number (the gate's count)
+    medians = qrs.shape_medians(signal, xp.ascontiguousarray(qrs.spread(positions)), fs, despike_s=cfg.despike_s,
+                                width_cap_s=cfg.max_qrs_width_s)
+    moved, spare = xp.empty(count, dtype=xp.int64), xp.empty(count, dtype=xp.int64)
+    width, slope = xp.empty(count, dtype=xp.int32), xp.empty(count, dtype=xp.float32)
+    keep = xp.empty(count, dtype=xp.bool_)
+    _beat_kernels.launch("second_look", count, signal, positions, extra, *_shape_settings(fs, cfg), float(polarity),
+                         float(cfg.refine_rival), float(cfg.second_look_gap_s * fs), medians, 1.5,
+                         np.float32(cfg.second_look_slope), moved, width, slope, spare, keep)
+    added = moved[keep]
+    if added.shape[0] == 0:                         # host sync: the mask's count; most recordings stop here
         return positions
-    (width, slope), (extra_width, extra_slope) = _shapes(signal, [qrs.spread(positions), extra], fs, cfg)
-    narrow_and_steep = ((extra_width <= 1.5 * qrs.sample_median(width))
-                        & (extra_slope >= cfg.second_look_slope * qrs.sample_median(slope)))
-    return xp.unique(xp.concatenate([positions, extra[narrow_and_steep]]))
+    return xp.unique(xp.concatenate([positions, added]))
 
 
 def search_back(env, signal, positions, fs: float, cfg, polarity: float = 0.0):

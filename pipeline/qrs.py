@@ -1,5 +1,5 @@
 """Measures of the ECG itself at candidate beats: where the QRS extremum lies, how wide and steep
-its deflection is, the beats' usual polarity, and how like the recording's beats a candidate looks.
+its deflection is (and the beats' median of both), and the beats' usual polarity.
 
 The beat detector (:mod:`pipeline.peaks`) finds candidates on the Ricker response; every one of
 its checks (T wave or QRS, baseline step, rival deflection, small or hidden beat) then asks these
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline import _kernels, backend
+from pipeline import _beat_kernels, _kernels, backend
 
 
 def qrs_shape(signal, positions, fs: float, *, search_s: float = 0.0, baseline_s: float = 0.15,
@@ -45,13 +45,21 @@ def qrs_shape(signal, positions, fs: float, *, search_s: float = 0.0, baseline_s
     refined = xp.empty(count, dtype=xp.int64)
     width = xp.empty(count, dtype=xp.int32)
     slope = xp.empty(count, dtype=xp.float32)
-    samples = [max(0, int(round(v * fs))) for v in (search_s, baseline_s, width_cap_s, slope_reach_s)]
+    settings = shape_settings(fs, search_s=search_s, baseline_s=baseline_s, despike_s=despike_s,
+                              width_cap_s=width_cap_s, slope_step_s=slope_step_s, slope_reach_s=slope_reach_s)
+    _kernels.launch("qrs_shape", count, signal, positions, *settings, float(polarity), float(rival), refined, width,
+                    slope)
+    return refined, width, slope
+
+
+def shape_settings(fs: float, *, search_s: float = 0.0, baseline_s: float = 0.15, despike_s: float = 0.006,
+                   width_cap_s: float = 0.15, slope_step_s: float = 0.008, slope_reach_s: float = 0.06) -> tuple:
+    """:func:`qrs_shape`'s durations in samples, as its kernel takes them: (search, base, despike,
+    cap, step, reach). The kernels of :mod:`pipeline._beat_kernels` measure with the same."""
+    search, base, cap, reach = (max(0, int(round(v * fs))) for v in (search_s, baseline_s, width_cap_s, slope_reach_s))
     despike = min(7, max(1, int(round(despike_s * fs))))  # the median's cost grows with its square
     step = max(1, int(round(slope_step_s * fs)))
-    search, base, cap, reach = samples
-    _kernels.launch("qrs_shape", count, signal, positions, search, base, despike, cap, step, reach,
-                    float(polarity), float(rival), refined, width, slope)
-    return refined, width, slope
+    return search, base, despike, cap, step, reach
 
 
 def refine_to_extremum(signal, positions, fs: float, *, search_s: float = 0.05, baseline_s: float = 0.15,
@@ -103,24 +111,14 @@ def sample_median(values):
     return np.median(backend.to_host(values))
 
 
-def likeness(signal, positions, examples, fs: float, reach_s: float = 0.06):
-    """Per position, the largest correlation of the ECG within ±``reach_s`` of it with the ECG
-    within ±``reach_s`` of any of ``examples`` (the fiducials of beats of the same recording).
-
-    The Pearson correlation of the two stretches, each less its mean: 1 for the same shape at any
-    size or baseline. One gather per set and one matrix product (positions × examples), so keep
-    ``examples`` to a sample (:func:`spread`) and ``positions`` to the few candidates in question.
-    """
+def shape_medians(signal, sample, fs: float, *, despike_s: float = 0.006, width_cap_s: float = 0.15):
+    """The median width and slope of the deflections at ``sample`` (contiguous: :func:`spread`'s
+    sample of the beats, copied), as :func:`sample_median` of :func:`qrs_shape`'s measures gives
+    them, but left on the device (float64 [width, slope], the slope's float32 median held exactly):
+    for the per-beat kernels of :mod:`pipeline._beat_kernels`, which then need no host
+    synchronisation. One QRS-shape launch and one thread a value for the medians."""
     xp = backend.xp_of(signal)
-    if positions.shape[0] == 0 or examples.shape[0] == 0:
-        return xp.zeros(positions.shape[0], dtype=xp.float32)
-    reach, last = max(1, int(round(reach_s * fs))), signal.shape[0] - 1
-    offsets = xp.arange(-reach, reach + 1)
-
-    def unit_rows(at):
-        rows = signal[xp.clip(at[:, None] + offsets[None, :], 0, last)].astype(xp.float32)
-        rows -= rows.mean(axis=1, keepdims=True)
-        # A flat stretch (all zeros less its mean) correlates with nothing, not NaN.
-        return rows / xp.maximum(xp.sqrt((rows * rows).sum(axis=1, keepdims=True)), xp.float32(1e-12))
-
-    return (unit_rows(positions) @ unit_rows(examples).T).max(axis=1)
+    _, width, slope = qrs_shape(signal, sample, fs, despike_s=despike_s, width_cap_s=width_cap_s)
+    medians = xp.empty(2, dtype=xp.float64)
+    _beat_kernels.launch("shape_medians", sample.shape[0], width, slope, medians)
+    return medians

@@ -73,9 +73,9 @@ def test_parity_on_stress_cases(case):
 @pytest.mark.parametrize("fs", [128.0, 360.0])
 def test_parity_where_t_waves_hide_beats(fs):
     """The rescue of the QRS complexes that a ventricular beat's tall T wave hid from the
-    suppression (peaks.rescue_suppressed: the envelope's peaks, the likeness's matrix product, the
-    suppression run again among the peaks that pass): the GPU finds the CPU's beats, every hidden one
-    among them."""
+    suppression (peaks.rescue_suppressed: the envelope's peaks, the per-peak checks' kernel with
+    its likeness, the suppression run again among the peaks that pass): the GPU finds the CPU's
+    beats, every hidden one among them."""
     import cupy
 
     from pipeline import peaks, wavelet

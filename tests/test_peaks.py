@@ -1,6 +1,7 @@
 """Tests of pipeline.peaks: the NMS gate against SciPy's maximum filter, the adaptive threshold
-against a plain NumPy computation, fiducials against known R peaks (synthetic and MIT-BIH), and
-each of the detector's checks on a recording made to need it."""
+against a plain NumPy computation, fiducials against known R peaks (synthetic and MIT-BIH),
+each of the detector's checks on a recording made to need it, and the kernels of the checks
+against the whole-array formulas they replaced."""
 from __future__ import annotations
 
 import numpy as np
@@ -83,20 +84,27 @@ def test_running_median_equals_the_median_of_a_clipped_gather(n, dtype, xp):
         np.testing.assert_array_equal(got, np.median(values[around], axis=1))
 
 
-def test_suppression_among_peaks_equals_the_gate_on_a_sparse_envelope(xp):
-    """peaks._suppress_among (the rescue's second suppression) against nms_gate on an envelope
-    that holds only those peaks: the same winners, ties included."""
-    from pipeline.peaks import _suppress_among
+def test_suppression_among_passed_peaks_equals_the_gate_on_a_sparse_envelope(xp):
+    """The rescue's second suppression (the ``suppress_among`` kernel, one thread a peak) against
+    nms_gate on an envelope that holds only the peaks that passed: the same winners, ties
+    included; a peak that did not pass neither wins nor suppresses, however large."""
+    from pipeline import _beat_kernels
 
     rng = np.random.default_rng(4)
     for _ in range(50):
-        at = np.sort(rng.choice(2000, int(rng.integers(1, 60)), replace=False)).astype(np.int64)
-        value = rng.integers(1, 6, at.size).astype(np.float32)      # small integers: many ties
+        peak = np.sort(rng.choice(2000, int(rng.integers(1, 60)), replace=False)).astype(np.int64)
+        value = rng.integers(1, 6, peak.size).astype(np.float32)      # small integers: many ties
+        passed = rng.random(peak.size) < 0.7
         half = int(rng.integers(1, 200))
+        env = np.zeros(2000, np.float32)
+        env[peak] = np.where(passed, value, 9.0)                      # the others the largest
         sparse = np.zeros(2000, np.float32)
-        sparse[at] = value
+        sparse[peak[passed]] = value[passed]
         expected = np.flatnonzero(_host(nms_gate(xp.asarray(sparse), xp.zeros(1, dtype=xp.float32), 2000, half)))
-        np.testing.assert_array_equal(at[_host(_suppress_among(xp.asarray(at), xp.asarray(value), half))], expected)
+        won = xp.empty(peak.size, dtype=xp.bool_)
+        _beat_kernels.launch("suppress_among", peak.size, xp.asarray(env), xp.asarray(peak), xp.asarray(passed), half,
+                             won)
+        np.testing.assert_array_equal(peak[_host(won)], expected)
 
 
 # --------------------------------------------------------------------------- adaptive threshold
@@ -386,21 +394,11 @@ def test_find_beats_moves_a_beat_off_its_own_t_wave(fs, xp):
     deflection before the T wave, and the other beats stay where they are."""
     from pipeline.peaks import find_beats
     from pipeline.wavelet import ricker_response
+    from tests.support.own_t_waves import t_waves_outgrowing
 
     cfg = SignalConfig()
-    n = int(60 * fs)
-    # Three sinus beats 0.8 s apart, an early beat 0.5 s after the third, 1.4 s before the next.
-    cycle = 1.0 + 3.5 * np.arange(16)
-    normal = np.round(np.concatenate([cycle, cycle + 0.8, cycle + 1.6]) * fs).astype(np.int64)
-    normal = np.sort(normal[normal < 58 * fs])
-    wide = np.round((cycle + 2.1) * fs).astype(np.int64)
-    wide = wide[wide < 58 * fs]
-    signal = _spikes(fs, n, normal, np.full(normal.size, 1.5), sigma_s=0.008)
-    signal += _spikes(fs, n, normal + int(0.3 * fs), np.full(normal.size, 0.2), sigma_s=0.04)
-    signal += _spikes(fs, n, wide, np.full(wide.size, 0.6), sigma_s=0.012)
-    t_waves = wide + int(0.19 * fs)
-    signal += _spikes(fs, n, t_waves, np.full(wide.size, 1.5), sigma_s=0.045)
-    signal = xp.asarray((signal + 0.01 * np.random.default_rng(7).standard_normal(n)).astype(np.float32))
+    signal, normal, wide, t_waves = t_waves_outgrowing(fs)
+    signal = xp.asarray(signal)
     response = ricker_response(signal, fs, cfg.ricker_width_s)
     assert float(xp.abs(response[t_waves[0] - 3:t_waves[0] + 4]).max()) > float(xp.abs(response[wide[0]]))
     beats = np.sort(np.concatenate([normal, wide]))
@@ -443,14 +441,16 @@ def test_search_back_adds_nothing_without_a_long_gap(xp):
 
 def _unsuppressed_as_arrays(env, thresholds, block, own, candidates, half):
     """The peaks the rescue looks at again, by whole-array operations (the formula the
-    ``unsuppressed`` kernel replaced)."""
+    ``unsuppressed`` kernel replaced; with no beat's own peak, none suppressed by one)."""
     n = env.shape[0]
     inner = env[1:-1]
     peak = np.flatnonzero((inner > env[:-2]) & (inner >= env[2:]) & (inner > np.repeat(thresholds, block)[1:n - 1])) + 1
-    i, last = np.searchsorted(own, peak), own.shape[0] - 1
-    before, after, value = own[np.clip(i - 1, 0, last)], own[np.clip(i, 0, last)], env[peak]
-    by_a_beat = (((peak - before <= half) & (peak >= before) & (env[before] >= value))
-                 | ((after - peak <= half) & (after >= peak) & (env[after] > value)))
+    by_a_beat = np.zeros(peak.shape[0], dtype=bool)
+    if own.shape[0] > 0:
+        i, last = np.searchsorted(own, peak), own.shape[0] - 1
+        before, after, value = own[np.clip(i - 1, 0, last)], own[np.clip(i, 0, last)], env[peak]
+        by_a_beat = (((peak - before <= half) & (peak >= before) & (env[before] >= value))
+                     | ((after - peak <= half) & (after >= peak) & (env[after] > value)))
     j = np.clip(np.searchsorted(candidates, peak), 0, candidates.shape[0] - 1)
     return peak[~by_a_beat & (candidates[j] != peak)]
 
@@ -476,6 +476,464 @@ def test_unsuppressed_kernel_equals_the_whole_array_formula(xp):
                     xp.asarray(candidates), half, flag)
     assert expected.size > 100
     np.testing.assert_array_equal(np.flatnonzero(_host(flag)), expected)
+
+
+def _own_peaks_as_arrays(candidates, refined, positions, half):
+    """The beats' own peaks as the rescue took them before the ``own_peaks`` kernel (the
+    candidates whose refined point is a beat, by a mask), and the kernel's array: each other
+    candidate replaced by the nearest own peak before it (after it where none is before;
+    ``-half - 1`` where there is none)."""
+    count = positions.shape[0]
+    own = positions[np.clip(np.searchsorted(positions, refined), 0, count - 1)] == refined
+    if not own.any():
+        return candidates[own], np.full(candidates.shape[0], -half - 1)
+    index = np.arange(candidates.shape[0])
+    before = np.maximum.accumulate(np.where(own, index, -1))
+    after = np.minimum.accumulate(np.where(own, index, index.size)[::-1])[::-1]
+    return candidates[own], candidates[np.where(before >= 0, before, after)]
+
+
+def test_own_peaks_kernel_stands_in_for_the_beats_own_peaks(xp):
+    """The ``own_peaks`` kernel keeps each candidate that became a beat and puts its nearest such
+    neighbour in the place of each other one (before it, else after it): sorted, it holds the
+    beats' own peaks the mask gave, and the ``unsuppressed`` kernel finds the same peaks with it as
+    with them. Candidates that became no beats at the start, in a run inside and at the end; two
+    candidates refined to one point; no beat among them at all."""
+    from pipeline import _beat_kernels, _kernels
+
+    rng = np.random.default_rng(12)
+    n, block, half = 50_000, 100, 90
+    candidates = np.sort(rng.choice(np.arange(1, n - 1), 400, replace=False)).astype(np.int64)
+    refined = candidates + rng.integers(-3, 4, candidates.size)
+    refined[41] = refined[40]                                  # two candidates, one point
+    kept = rng.random(candidates.size) < 0.6
+    kept[:5] = kept[-7:] = kept[100:130] = False
+    positions = np.unique(refined[kept])
+    env = np.round(np.abs(rng.standard_normal(n)) * 4).astype(np.float32)
+    env[candidates] = 20.0
+    thresholds = (rng.random(n // block + 1) * 3).astype(np.float32)
+    on_device = [xp.asarray(a) for a in (candidates, refined, positions, env, thresholds)]
+
+    def kernels(positions):
+        own = xp.empty(candidates.size, dtype=xp.int64)
+        _beat_kernels.launch("own_peaks", candidates.size, *on_device[:2], positions, half, own)
+        flag = xp.empty(n, dtype=xp.uint8)
+        _kernels.launch("unsuppressed", n, *on_device[3:], block, own, on_device[0], half, flag)
+        return _host(own), np.flatnonzero(_host(flag))
+
+    own_peaks, expected = _own_peaks_as_arrays(candidates, refined, positions, half)
+    own, peak = kernels(on_device[2])
+    np.testing.assert_array_equal(own, expected)
+    np.testing.assert_array_equal(np.unique(own), own_peaks)
+    np.testing.assert_array_equal(peak, _unsuppressed_as_arrays(env, thresholds, block, own_peaks, candidates, half))
+    assert own_peaks.size > 100 and peak.size > 100
+    own, peak = kernels(xp.asarray(np.setdiff1d(np.arange(n), refined)[:50]))      # no candidate a beat
+    np.testing.assert_array_equal(own, np.full(candidates.size, -half - 1))
+    np.testing.assert_array_equal(peak, _unsuppressed_as_arrays(env, thresholds, block, own[:0], candidates, half))
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 5, 8, 999, 1000, 1999])
+def test_shape_medians_kernel_equals_numpys_median(count, xp):
+    """One thread a value gives NumPy's median of the widths (integers: float64) and of the slopes
+    (float32, the mean of an even count's middle values rounded in float32, held exactly in
+    float64): few distinct values (ties everywhere), values of many sizes (no ties, the middle
+    two far apart), and NaN where a slope is NaN."""
+    from pipeline import _beat_kernels
+
+    rng = np.random.default_rng(count)
+    width = rng.integers(3, 12, count).astype(np.int32)
+    tied = rng.integers(1, 6, count) * rng.choice(np.array([0.1, 3.7, 1e-3], np.float32), count)
+    spread_out = rng.random(count) * 10.0 ** rng.integers(-3, 3, count)
+
+    def medians(slope):
+        out = xp.empty(2, dtype=xp.float64)
+        _beat_kernels.launch("shape_medians", count, xp.asarray(width), xp.asarray(slope), out)
+        return _host(out)
+
+    for slope in (tied.astype(np.float32), spread_out.astype(np.float32)):
+        got = medians(slope)
+        assert got[0] == np.median(width) and got[1] == float(np.median(slope)), (got, np.median(width),
+                                                                                  np.median(slope))
+        slope[count // 2] = np.nan
+        assert np.isnan(medians(slope)[1])
+
+
+def test_rescue_likeness_is_the_best_correlation_with_the_examples(xp):
+    """The examples' stretches (``stretches`` kernel: mean and norm less the mean, float64 sums)
+    and the likeness the rescue kernel measures with them (its CPU twin; the CUDA twin runs the
+    same code) against np.corrcoef of the same stretches: the best over the examples, whatever a
+    beat's size and baseline; a flat stretch correlates with nothing (0, not NaN); NaN where the
+    ECG is."""
+    from pipeline import _beat_kernels
+
+    fs = 250.0
+    rng = np.random.default_rng(3)
+    signal = np.cumsum(rng.standard_normal(5000)).astype(np.float32)
+    signal[4000:4100] = 2.0                                       # flat
+    examples = np.array([500, 1200, 2100, 3300], np.int64)
+    signal[2900 - 15:2900 + 16] = 3 * signal[2100 - 15:2100 + 16] + 7     # a copy of an example, larger and higher
+    reach = round(0.06 * fs)
+    rows = lambda at: signal[at - reach:at + reach + 1].astype(np.float64)
+
+    def stretches_of(signal):
+        out = xp.empty((examples.size, 2), dtype=xp.float64)
+        _beat_kernels.launch("stretches", examples.size, xp.asarray(signal), xp.asarray(examples), reach, out)
+        return _host(out)
+
+    stretches = stretches_of(signal)
+    expected = [(rows(e).mean(), np.linalg.norm(rows(e) - rows(e).mean())) for e in examples]
+    np.testing.assert_allclose(stretches, expected, rtol=1e-12)
+    for p in (700, 1200, 2900, 4050):
+        expected = max(np.corrcoef(rows(p), rows(e))[0, 1] for e in examples) if p != 4050 else 0.0
+        got = _beat_kernels._likeness_cpu(signal, p, examples, stretches, reach)
+        assert got == pytest.approx(expected, abs=1e-9), (p, got, expected)
+    signal[3300] = np.nan
+    assert np.isnan(_beat_kernels._likeness_cpu(signal, 700, examples, stretches_of(signal), reach))
+
+
+def _likeness_as_arrays(signal, positions, examples, reach):
+    """The likeness as the rescue took it before the rescue kernel (``qrs.likeness``): each
+    stretch a float32 row less its mean over its norm, one matrix product, the best example."""
+    last = signal.shape[0] - 1
+    offsets = np.arange(-reach, reach + 1)
+
+    def unit_rows(at):
+        rows = signal[np.clip(at[:, None] + offsets[None, :], 0, last)].astype(np.float32)
+        rows -= rows.mean(axis=1, keepdims=True)
+        return rows / np.maximum(np.sqrt((rows * rows).sum(axis=1, keepdims=True)), np.float32(1e-12))
+
+    return (unit_rows(positions) @ unit_rows(examples).T).max(axis=1)
+
+
+def _rescue_as_arrays(signal, positions, peak, fs, cfg, polarity, limits):
+    """The rescue's checks of its peaks by whole-array operations (the code the ``rescue`` kernel
+    replaced), with the thresholds ``limits``: (moved, passed)."""
+    from pipeline.qrs import qrs_shape
+
+    gap, half, medians, width_ratio, slope_ratio, examples, reach, likeness = limits
+    count = positions.shape[0]
+    moved = refine_to_extremum(signal, peak, fs, search_s=cfg.refine_s, despike_s=cfg.despike_s, polarity=polarity,
+                               rival=cfg.refine_rival)
+    k = np.searchsorted(positions, moved)
+    previous, following = positions[np.clip(k - 1, 0, count - 1)], positions[np.clip(k, 0, count - 1)]
+    between = (k > 0) & (k < count) & (moved - previous >= gap) & (following - moved >= half)
+    _, width, slope = qrs_shape(signal, moved, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
+    shaped = (width <= width_ratio * medians[0]) & (slope >= slope_ratio * np.float32(medians[1]))
+    alike = _likeness_as_arrays(signal, moved, examples, reach) >= likeness
+    return moved, between & shaped & alike
+
+
+def _rescue_kernel(xp, signal, positions, peak, fs, cfg, polarity, limits):
+    """(moved, passed) of the ``rescue`` kernel with the thresholds ``limits``."""
+    from pipeline import _beat_kernels
+    from pipeline.peaks import _shape_settings
+
+    gap, half, medians, width_ratio, slope_ratio, examples, reach, likeness = limits
+    count = peak.shape[0]
+    stretches = xp.empty((examples.shape[0], 2), dtype=xp.float64)
+    _beat_kernels.launch("stretches", examples.shape[0], signal, xp.asarray(examples), reach, stretches)
+    moved, spare = xp.empty(count, dtype=xp.int64), xp.empty(count, dtype=xp.int64)
+    width, slope = xp.empty(count, dtype=xp.int32), xp.empty(count, dtype=xp.float32)
+    passed = xp.empty(count, dtype=xp.bool_)
+    _beat_kernels.launch("rescue", count, signal, xp.asarray(positions), xp.asarray(peak), *_shape_settings(fs, cfg),
+                         polarity, float(cfg.refine_rival), gap, half, xp.asarray(medians), width_ratio, slope_ratio,
+                         xp.asarray(examples), stretches, reach, likeness, moved, width, slope, spare, passed)
+    return _host(moved), _host(passed)
+
+
+@pytest.mark.parametrize("fs", [128.0, 360.0])
+def test_rescue_kernel_equals_the_whole_array_checks(fs, xp):
+    """The rescue kernel's verdicts on peaks (the hidden QRS complexes and points beside them, the
+    T waves that hid them, the small T waves, random samples, a QRS before the first beat and one
+    after the last) equal those of the whole-array checks it replaced, with the settings'
+    thresholds and with each threshold put on a value some peak has (``>=`` and ``<=`` include
+    it); the likeness includes its own float32 value too."""
+    from pipeline import _beat_kernels
+    from pipeline.qrs import qrs_shape, spread
+    from tests.support.hidden_beats import hidden_by_t_waves
+
+    cfg = SignalConfig()
+    signal, beats, hidden = hidden_by_t_waves(fs)
+    # The first and the last beat are peaks, not beats: neither lies between two beats. The beats
+    # are a view whose next element lies far away, so that a read past the last beat would pass.
+    positions = np.append(np.setdiff1d(beats, hidden)[1:-1], 10 ** 9)[:-1]
+    rng = np.random.default_rng(int(fs))
+    peak = np.unique(np.concatenate([hidden, hidden + 3, hidden - int(0.05 * fs), beats + int(0.2 * fs),
+                                     beats + int(0.3 * fs), rng.integers(0, signal.size, 60),
+                                     beats[[0, -1]]])).astype(np.int64)
+    examples = np.ascontiguousarray(spread(positions, 20))
+    _, width, slope = qrs_shape(signal, examples, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
+    medians = np.array([np.median(width), np.median(slope)])
+    limits = [float(cfg.second_look_gap_s * fs), int(round(cfg.refractory_s * fs)), medians,
+              float(cfg.search_back_width), np.float32(cfg.second_look_slope), examples,
+              max(1, int(round(cfg.rescue_likeness_s * fs))), np.float32(cfg.rescue_likeness)]
+    on_device = xp.asarray(signal)
+    moved, passed = _rescue_as_arrays(signal, positions, peak, fs, cfg, 1.0, limits)
+    got = _rescue_kernel(xp, on_device, positions, peak, fs, cfg, 1.0, limits)
+    np.testing.assert_array_equal(got[0], moved)
+    np.testing.assert_array_equal(got[1], passed)
+    assert passed.sum() >= hidden.size and (~passed).sum() > 60, passed.sum()
+    # Each threshold on a passing peak's own value: the gap before it, the room after it, its
+    # width and slope against the medians, its likeness.
+    stretches = np.empty((examples.size, 2))
+    _beat_kernels.launch("stretches", examples.size, signal, examples, limits[6], stretches)
+    for first in np.flatnonzero(passed):
+        k = np.searchsorted(positions, moved[first])
+        _, (w,), (s,) = qrs_shape(signal, moved[first:first + 1], fs, despike_s=cfg.despike_s,
+                                  width_cap_s=cfg.max_qrs_width_s)
+        width_ratio, slope_ratio = _ratio_onto(w, medians[0]), _ratio_onto(s, medians[1])
+        if width_ratio is not None and slope_ratio is not None:
+            break
+    alike = np.float32(_beat_kernels._likeness_cpu(signal, moved[first], examples, stretches, limits[6]))
+    for index, value in ((0, float(moved[first] - positions[k - 1])), (1, int(positions[k] - moved[first])),
+                         (3, width_ratio), (4, slope_ratio), (7, alike)):
+        tied = list(limits)
+        tied[index] = value
+        got = _rescue_kernel(xp, on_device, positions, peak, fs, cfg, 1.0, tied)[1]
+        assert got[first], index
+        if index != 7:                  # the whole-array likeness rounds its own way
+            np.testing.assert_array_equal(got, _rescue_as_arrays(signal, positions, peak, fs, cfg, 1.0, tied)[1])
+
+
+def _ratio_onto(value, median):
+    """A ratio whose product with ``median`` is ``value`` exactly in the arithmetic of the checks
+    (float32 for a slope against the float32 median, float64 for a whole-number width), or None."""
+    if isinstance(value, np.float32):
+        median = np.float32(median)
+        ratio = np.float32(value / median)
+        for candidate in (ratio, np.nextafter(ratio, np.float32(-np.inf)), np.nextafter(ratio, np.float32(np.inf))):
+            if candidate * median == value:
+                return candidate
+        return None
+    ratio = float(value) / float(median)
+    return ratio if ratio * median == value else None
+
+
+def _own_t_waves_as_arrays(env, thresholds, block, signal, positions, fs, cfg, polarity, medians, width_ratio,
+                           slope_ratio):
+    """off_own_t_waves as whole-array operations (the code the ``own_t_wave`` kernel replaced),
+    the beats' medians and the ratios given: (the rival of each beat after the first, the
+    positions)."""
+    from pipeline.qrs import qrs_shape
+
+    near, far = max(1, int(round(cfg.rival_min_s * fs))), max(1, int(round(cfg.refractory_s * fs)))
+    around = np.clip(positions[1:, None] - np.arange(near, far + 1)[None, :], 0, env.shape[0] - 1)
+    rival = around[np.arange(around.shape[0]), env[around].argmax(axis=1)]
+    which = np.flatnonzero(env[rival] > thresholds[rival // block]) + 1
+    _, width, slope = qrs_shape(signal, positions[which], fs, despike_s=cfg.despike_s,
+                                width_cap_s=cfg.max_qrs_width_s)
+    t_like = (width > width_ratio * medians[0]) & (slope < slope_ratio * np.float32(medians[1]))
+    which, width, slope = which[t_like], width[t_like], slope[t_like]
+    moved = refine_to_extremum(signal, rival[which - 1], fs, search_s=cfg.refine_s, despike_s=cfg.despike_s,
+                               polarity=polarity, rival=cfg.refine_rival)
+    _, moved_width, moved_slope = qrs_shape(signal, moved, fs, despike_s=cfg.despike_s,
+                                            width_cap_s=cfg.max_qrs_width_s)
+    swap = (moved_width < width) & (moved_slope > slope) & (moved - positions[which - 1] > far)
+    positions = positions.copy()
+    positions[which[swap]] = moved[swap]
+    return rival, which, positions
+
+
+def _own_t_wave_kernel(xp, env, thresholds, block, signal, positions, fs, cfg, polarity, medians, width_ratio,
+                       slope_ratio):
+    """(rival, positions) of the ``own_t_wave`` kernel."""
+    from pipeline import _beat_kernels
+    from pipeline.peaks import _shape_settings
+
+    count = positions.shape[0]
+    near, far = max(1, int(round(cfg.rival_min_s * fs))), max(1, int(round(cfg.refractory_s * fs)))
+    rival, moved, spare, out = (xp.empty(count, dtype=xp.int64) for _ in range(4))
+    width, moved_width = xp.empty(count, dtype=xp.int32), xp.empty(count, dtype=xp.int32)
+    slope, moved_slope = xp.empty(count, dtype=xp.float32), xp.empty(count, dtype=xp.float32)
+    env, thresholds, signal, positions = map(xp.asarray, (env, thresholds, signal, positions))
+    _beat_kernels.launch("own_t_wave", count, env, thresholds, block, signal, positions, near, far,
+                         *_shape_settings(fs, cfg), polarity, float(cfg.refine_rival), xp.asarray(medians),
+                         width_ratio, slope_ratio, rival, moved, width, slope, moved_width, moved_slope, spare, out)
+    return _host(rival), _host(out)
+
+
+def _tied_beats(seed: int = 8):
+    """Where the T-wave step's ties decide: an envelope of small whole numbers, most of them 0 (the
+    largest within a rival's reach is often one sample, at its far end too, or two equal ones),
+    whole-number thresholds that the largest often equals, an ECG of small whole numbers (equal
+    widths and slopes), and beats 60–140 samples apart (a moved rival often exactly ``far`` at
+    250 Hz after the beat before) from the recording's first sample to its last: (envelope,
+    thresholds, block, ECG, beats)."""
+    rng = np.random.default_rng(seed)
+    n, block = 100_000, 500
+    env = np.minimum(rng.geometric(0.5, n) - 1, 6).astype(np.float32)
+    thresholds = rng.integers(2, 6, -(-n // block)).astype(np.float32)
+    signal = rng.integers(-3, 4, n).astype(np.float32)
+    positions = np.cumsum(rng.integers(60, 140, 1200))
+    positions = np.concatenate([[0, 3], positions[positions < n - 4], [n - 2]]).astype(np.int64)
+    return env, thresholds, block, signal, positions
+
+
+@pytest.mark.parametrize("case", ["t_waves_128", "t_waves_360", "tied"])
+def test_own_t_wave_kernel_equals_the_whole_array_step(case, xp):
+    """The ``own_t_wave`` kernel moves the same beats to the same points as the whole-array step
+    it replaced: beats marked on the tall T wave of a small wide one (each moves back to its QRS),
+    with the settings' ratios, and with the width's or the slope's threshold on a T wave's own
+    value (not wider, not slower than itself: it stays); and on a recording of small whole
+    numbers (:func:`_tied_beats`), every beat taken for a T wave (ratios 0 and 1e30: the rival and
+    the shapes of the moved points decide), every beat's rival."""
+    from pipeline.peaks import adaptive_threshold, envelope
+    from pipeline.qrs import qrs_shape, spread
+    from pipeline.wavelet import ricker_response
+    from tests.support.own_t_waves import t_waves_outgrowing
+
+    cfg = SignalConfig()
+    if case == "tied":
+        fs = 250.0
+        env, thresholds, block, signal, positions = _tied_beats()
+        ratios = [(0.0, np.float32(1e30))]
+    else:
+        fs = float(case.split("_")[-1])
+        signal, normal, wide, t_waves = t_waves_outgrowing(fs)
+        env = envelope(ricker_response(signal, fs, cfg.ricker_width_s))
+        thresholds, block = adaptive_threshold(env, fs, cfg.threshold, cfg.level_block_s, cfg.level_blocks)
+        positions = np.sort(np.concatenate([normal, t_waves]))
+        ratios = [(float(cfg.search_back_width), np.float32(cfg.step_slope_ratio))]
+    _, width, slope = qrs_shape(signal, np.ascontiguousarray(spread(positions)), fs, despike_s=cfg.despike_s,
+                                width_cap_s=cfg.max_qrs_width_s)
+    medians = np.array([np.median(width), np.median(slope)])
+    tie = None
+    if case != "tied":           # a T wave's own width, then its own slope, as the threshold
+        for tie in np.searchsorted(positions, t_waves):
+            _, (w,), (s,) = qrs_shape(signal, positions[tie:tie + 1], fs, despike_s=cfg.despike_s,
+                                      width_cap_s=cfg.max_qrs_width_s)
+            if _ratio_onto(w, medians[0]) is not None and _ratio_onto(s, medians[1]) is not None:
+                break
+        ratios += [(_ratio_onto(w, medians[0]), ratios[0][1]), (ratios[0][0], _ratio_onto(s, medians[1]))]
+    for width_ratio, slope_ratio in ratios:
+        rival, which, expected = _own_t_waves_as_arrays(env, thresholds, block, signal, positions, fs, cfg, 1.0,
+                                                        medians, width_ratio, slope_ratio)
+        got_rival, got = _own_t_wave_kernel(xp, env, thresholds, block, signal, positions, fs, cfg, 1.0, medians,
+                                            width_ratio, slope_ratio)
+        np.testing.assert_array_equal(got, expected)
+        np.testing.assert_array_equal(got_rival[which], rival[which - 1])
+        moved = np.flatnonzero(got != positions)
+        if case == "tied":
+            assert which.size > 50 and 10 < moved.size < which.size, (which.size, moved.size)
+        elif (width_ratio, slope_ratio) == ratios[0]:
+            assert moved.size == wide.size and np.abs(got[moved] - wide).max() <= 2, got[moved] - wide
+        else:
+            assert got[tie] == positions[tie]
+
+
+def _bigeminy(fs: float, seconds: float = 40.0, seed: int = 4, small_height: float = 1.2):
+    """Large beats (sigma 20 ms) every 1.6 s from 1 s, each followed 0.8 s later by a small,
+    narrower one (sigma 8 ms, by default 0.3 × as tall), with T waves and noise: the median block
+    maximum is the large beats', the small ones stay under the threshold and above the second
+    look's, and are as steep as it asks. Returns (float32 ECG, large beats, small beats)."""
+    n = int(seconds * fs)
+    large = np.arange(int(1.0 * fs), n - int(1.0 * fs), int(1.6 * fs))
+    small = large + int(0.8 * fs)
+    signal = _spikes(fs, n, large, np.full(large.size, 4.0), sigma_s=0.02)
+    signal += _spikes(fs, n, small, np.full(small.size, small_height), sigma_s=0.008)
+    t_waves = np.concatenate([large, small]) + int(0.3 * fs)
+    signal += _spikes(fs, n, t_waves, np.full(t_waves.size, 0.3), sigma_s=0.04)
+    signal += 0.01 * np.random.default_rng(seed).standard_normal(n)
+    return signal.astype(np.float32), large, small
+
+
+def _second_look_as_arrays(signal, positions, extra, fs, cfg, polarity, gap, medians, width_ratio, slope_ratio):
+    """The second look's checks of its candidates by whole-array operations (the code the
+    ``second_look`` kernel replaced), with the thresholds given: (moved, keep)."""
+    from pipeline.qrs import qrs_shape
+
+    moved = refine_to_extremum(signal, extra, fs, search_s=cfg.refine_s, despike_s=cfg.despike_s, polarity=polarity,
+                               rival=cfg.refine_rival)
+    after = np.clip(np.searchsorted(positions, moved), 1, positions.shape[0] - 1)
+    distance = np.minimum(np.abs(moved - positions[after - 1]), np.abs(positions[after] - moved))
+    _, width, slope = qrs_shape(signal, moved, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
+    shaped = (width <= width_ratio * medians[0]) & (slope >= slope_ratio * np.float32(medians[1]))
+    return moved, (distance >= gap) & shaped
+
+
+def _second_look_kernel(xp, signal, positions, extra, fs, cfg, polarity, gap, medians, width_ratio, slope_ratio):
+    """(moved, keep) of the ``second_look`` kernel."""
+    from pipeline import _beat_kernels
+    from pipeline.peaks import _shape_settings
+
+    count = extra.shape[0]
+    moved, spare = xp.empty(count, dtype=xp.int64), xp.empty(count, dtype=xp.int64)
+    width, slope = xp.empty(count, dtype=xp.int32), xp.empty(count, dtype=xp.float32)
+    keep = xp.empty(count, dtype=xp.bool_)
+    _beat_kernels.launch("second_look", count, xp.asarray(signal), xp.asarray(positions), xp.asarray(extra),
+                         *_shape_settings(fs, cfg), polarity, float(cfg.refine_rival), gap, xp.asarray(medians),
+                         width_ratio, slope_ratio, moved, width, slope, spare, keep)
+    return _host(moved), _host(keep)
+
+
+@pytest.mark.parametrize("fs", [128.0, 250.0, 360.0])
+def test_second_look_kernel_equals_the_whole_array_checks(fs, xp):
+    """The ``second_look`` kernel's verdicts on candidates (the small beats of a bigeminy and points
+    beside them, the large beats themselves, T waves, random samples, a small beat before the
+    first large one and one after the last) equal those of the whole-array checks it replaced,
+    with the settings' thresholds and with each threshold put on a kept candidate's own value
+    (``>=`` and ``<=`` include it)."""
+    from pipeline.qrs import qrs_shape, spread
+
+    cfg = SignalConfig()
+    signal, large, small = _bigeminy(fs)
+    positions = large[1:-1]                   # the first and the last large beat outside the beats
+    rng = np.random.default_rng(int(fs))
+    extra = np.unique(np.concatenate([small, small + 2, small - int(0.1 * fs), large, large + int(0.3 * fs),
+                                      rng.integers(0, signal.size, 40)])).astype(np.int64)
+    _, width, slope = qrs_shape(signal, np.ascontiguousarray(spread(positions)), fs, despike_s=cfg.despike_s,
+                                width_cap_s=cfg.max_qrs_width_s)
+    medians = np.array([np.median(width), np.median(slope)])
+    limits = [float(cfg.second_look_gap_s * fs), medians, 1.5, np.float32(cfg.second_look_slope)]
+    moved, keep = _second_look_as_arrays(signal, positions, extra, fs, cfg, 1.0, *limits)
+    got = _second_look_kernel(xp, signal, positions, extra, fs, cfg, 1.0, *limits)
+    np.testing.assert_array_equal(got[0], moved)
+    np.testing.assert_array_equal(got[1], keep)
+    assert keep.sum() >= small.size and (~keep).sum() > 40, keep.sum()
+    assert keep[np.searchsorted(extra, large[[0, -1]])].all()       # outside the beats: the nearest two
+    for first in np.flatnonzero(keep):
+        after = min(max(np.searchsorted(positions, moved[first]), 1), positions.size - 1)
+        distance = min(abs(moved[first] - positions[after - 1]), abs(positions[after] - moved[first]))
+        _, (w,), (s,) = qrs_shape(signal, moved[first:first + 1], fs, despike_s=cfg.despike_s,
+                                  width_cap_s=cfg.max_qrs_width_s)
+        width_ratio, slope_ratio = _ratio_onto(w, medians[0]), _ratio_onto(s, medians[1])
+        if width_ratio is not None and slope_ratio is not None:
+            break
+    for index, value in ((0, float(distance)), (2, width_ratio), (3, slope_ratio)):
+        tied = list(limits)
+        tied[index] = value
+        got = _second_look_kernel(xp, signal, positions, extra, fs, cfg, 1.0, *tied)[1]
+        assert got[first], index
+        np.testing.assert_array_equal(got, _second_look_as_arrays(signal, positions, extra, fs, cfg, 1.0, *tied)[1])
+
+
+@pytest.mark.parametrize("fs", [128.0, 250.0, 360.0])
+def test_second_look_finds_the_small_beats_of_a_bigeminy_as_before(fs, xp):
+    """second_look adds the small beats of a bigeminy that the threshold missed and nothing else,
+    the same beats as the whole-array step it replaced (written here); with no small beat to
+    find (the large beats alone), it returns the beats as they were."""
+    from pipeline.peaks import block_levels, envelope, nms_gate, second_look
+    from pipeline.qrs import qrs_shape, spread
+    from pipeline.wavelet import ricker_response
+
+    cfg = SignalConfig()
+    for small_height in (1.2, 0.0):
+        signal, large, small = _bigeminy(fs, small_height=small_height)
+        env = envelope(ricker_response(signal, fs, cfg.ricker_width_s))
+        level, block = block_levels(env, fs, cfg.level_block_s, cfg.level_blocks)
+        lower = (cfg.threshold * cfg.second_look_threshold * level).astype(env.dtype)
+        extra = np.flatnonzero(nms_gate(env, lower, block, round(cfg.refractory_s * fs))).astype(np.int64)
+        _, width, slope = qrs_shape(signal, np.ascontiguousarray(spread(large)), fs, despike_s=cfg.despike_s,
+                                    width_cap_s=cfg.max_qrs_width_s)
+        medians = np.array([np.median(width), np.median(slope)])
+        moved, keep = _second_look_as_arrays(signal, large, extra, fs, cfg, 1.0, float(cfg.second_look_gap_s * fs),
+                                             medians, 1.5, np.float32(cfg.second_look_slope))
+        expected = np.unique(np.concatenate([large, moved[keep]]))
+        found = _host(second_look(*map(xp.asarray, (env, level)), block, xp.asarray(signal), xp.asarray(large), fs,
+                                  cfg, 1.0))
+        np.testing.assert_array_equal(found, expected)
+        beats = np.sort(np.concatenate([large, small])) if small_height else large
+        assert found.size == beats.size and np.abs(found - beats).max() <= 2, (found.size, beats.size)
 
 
 def _gap_peaks_as_arrays(env, first, stop, block, reach, level):
