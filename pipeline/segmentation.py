@@ -86,7 +86,5 @@ def quality_of_beats(signal, positions, found, fs: float):
     every beat inside a noise episode, whatever its own measures say."""
     from pipeline import episodes, quality
 
-    beat_quality = quality.beat_quality(signal, positions, fs)
-    in_noise = episodes.in_episodes(positions, found, fs, "noise")
-    beat_quality[in_noise] = backend.xp_of(beat_quality).minimum(beat_quality[in_noise], quality.LOW_QUALITY / 2)
-    return beat_quality
+    return quality.beat_quality(signal, positions, fs,
+                                noise_spans=episodes.episode_spans(found, "noise", backend.xp_of(positions)))
