@@ -30,8 +30,7 @@ def _block_stats_one(k, signal, size, step, lowest, highest, out):
     start = k * size
     low = signal[start]
     high = low
-    total = 0.0
-    energy = 0.0
+    total = energy = np.float64(0.0)  # typed, as the simulator's plain Python would add in float32
     rail = 0
     for i in range(start, start + size):
         value = signal[i]
@@ -41,7 +40,7 @@ def _block_stats_one(k, signal, size, step, lowest, highest, out):
         if value >= high_rail or value <= low_rail:
             rail += 1
         if i >= step and i + step < n:
-            d = signal[i - step] - 2.0 * value + signal[i + step]
+            d = signal[i - step] - np.float64(2.0) * value + signal[i + step]
             energy += d * d
     out[0, k] = energy / size
     out[1, k] = low
@@ -191,7 +190,7 @@ def _tick_measures_body(median_of):
         count = stats.shape[1]
         low = stats[1, min(max(k - half, 0), count - 1)]
         high = stats[2, min(max(k - half, 0), count - 1)]
-        rails = 0.0
+        rails = np.float64(0.0)
         for j in range(k - half, k + half):
             jj = min(max(j, 0), count - 1)
             low = min(low, stats[1, jj])

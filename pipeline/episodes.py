@@ -336,7 +336,8 @@ def _noise_ticks(signal, fs: float, positions, *, tick_s: float = 0.1, hf_ratio,
     count = signal.shape[0] // tick
     half = max(1, int(round(0.5 / tick_s)))
     few = max(3, int(round(0.5 / tick_s)) | 1)
-    limits = (float(hf_ratio), float(range_ratio), float(step_ratio), 2 * half * tick * rail_share, float(flat_ratio))
+    limits = (float(hf_ratio), float(range_ratio), float(step_ratio), float(2 * half * tick * rail_share),
+              float(flat_ratio))
     measures = xp.empty((6, count), dtype=xp.float32)
     if count == 0:
         return _NoiseTicks(measures, None, tick, tick / fs, limits)
