@@ -328,13 +328,18 @@ def test_tick_severity_matches_the_whole_array_formula(cases, name, xp):
     ticks = episodes._noise_ticks(xp.asarray(case.signal), case.fs, xp.asarray(case.beats), tick_s=0.1,
                                   hf_ratio=0.2, range_ratio=4.0, step_ratio=2.5, flat_ratio=0.005, rail_share=0.1)
     measures, amplitude = backend.to_host(ticks.measures), backend.to_host(ticks.amplitude)
-    masked = np.array([[case.episodes[0][1] + 0.3, 20.0, 20.5], [case.episodes[0][1] + 0.8, 20.2, 30.0]])
+    # Three ticks whose rail samples make a severity of exactly 1, the threshold.
+    measures[:, :3] = np.float32([[0.0], [1e3], [0.0], [0.0], [0.0], [2 * 5 * ticks.tick * 0.1]])
+    ticks = ticks._replace(measures=xp.asarray(measures))
+    centre = (np.array([[case.episodes[0][1] / 0.1, 200, 205], [case.episodes[0][1] / 0.1 + 5, 202, 300]]).round()
+              + 0.5) * ticks.seconds   # bounds on ticks' centres
     for level in (amplitude, amplitude / 10, np.zeros(1, np.float32)):
-        for spans in (np.zeros((2, 0)), masked):
+        for spans in (np.zeros((2, 0)), centre):
             mine = ticks._replace(amplitude=xp.asarray(level)).severity(xp.asarray(spans))
             severity, flagged, capped = _severity_reference(measures, float(level[0]), ticks.tick, 5, spans,
                                                             ticks.seconds)
             assert flagged.any() and (level is not amplitude or not flagged.all())
+            assert level[0] == 0 or (severity[:3] == 1).all()
             np.testing.assert_array_equal(backend.to_host(mine[0]), severity)
             np.testing.assert_array_equal(backend.to_host(mine[1]), flagged)
             np.testing.assert_array_equal(backend.to_host(mine[2]), capped)
@@ -363,10 +368,9 @@ def test_in_episodes_match_the_whole_array_formula(xp):
     """Overlapping and nested episodes of both kinds, fiducials on their bounds, a margin."""
     rng = np.random.default_rng(8)
     fs = 250.0
-    start = np.sort(rng.uniform(0, 600, 60))
-    found = Episodes(rng.choice(["noise", "flutter"], 60), start, start + rng.uniform(0.1, 20, 60), np.ones(60))
-    positions = np.unique(np.concatenate([rng.integers(0, 620 * 250, 20_000),
-                                          np.round(found.start_s * fs).astype(np.int64)]))
+    start, end = np.sort(rng.integers(0, 600 * 250, 60)), rng.integers(25, 5000, 60)
+    found = Episodes(rng.choice(["noise", "flutter"], 60), start / fs, (start + end) / fs, np.ones(60))
+    positions = np.unique(np.concatenate([rng.integers(0, 620 * 250, 20_000), start, start + end]))  # on the bounds
     for kinds, margin in (("noise", 0.0), (("noise", "flutter"), 0.3), ("flutter", 1.0)):
         keep = np.isin(found.kind, kinds)
         lo, hi = found.start_s[keep] - margin, found.end_s[keep] + margin

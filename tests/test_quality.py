@@ -171,7 +171,8 @@ def test_quality_kernel_matches_the_whole_array_formula(xp):
            "shift": rng.choice(np.float32([0.0, 0.6, 1.0, 1.5, 2.0]), n) * level,
            "corr": rng.choice(np.float32([-1.0, 0.0, 0.3, 0.5, 0.8, 0.95, np.nan]), n),
            "best": rng.choice(np.float32([-1.0, 0.3, 0.6, 0.8, 1.0]), n)}
-    raw = {key: value.astype(np.float32) for key, value in raw.items()}
+    raw = {key: np.where(rng.random(n) < 0.5, value, value * rng.uniform(0.5, 1.5, n)).astype(np.float32)
+           for key, value in raw.items()}   # half of them between the special values
     positions = np.arange(n, dtype=np.int64) * 50
     fs = 250.0
     spans = np.array([[10.0, 200.0, 400.0], [20.0, 300.0, 400.2]])
