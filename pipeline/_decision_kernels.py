@@ -59,6 +59,18 @@ def _inside(t, start, end):
     return low > 0 and t <= end[low - 1]
 
 
+def _median_of_ranked(ranked):
+    """NumPy's median of ``ranked`` (float64), an array partitioned around its middle and its last
+    element: NaN where that last is (NaN is the largest), else the middle value or the mean of the
+    two middle ones, summed in the array's precision as NumPy's mean sums them."""
+    m = ranked.shape[0]
+    if ranked[m - 1] != ranked[m - 1]:
+        return np.float64(ranked[m - 1])
+    if m % 2:
+        return np.float64(ranked[m // 2])
+    return np.float64(ranked[m // 2 - 1] + ranked[m // 2]) * 0.5
+
+
 def _larger(a, b):
     """NumPy's ``maximum`` of two floats: NaN if either is."""
     return a if a >= b or a != a else b
@@ -91,21 +103,21 @@ def _flutter_flags_one(w, dominant, concentration, off_baseline, sine_ratio, sub
     flags[w] = (CANDIDATE if candidate else 0) + (SINE if sine else 0)
 
 
-def _tick_severity_body(inside, larger):
-    """The per-tick body of the noise severity, closed over ``inside`` and ``larger`` (the CPU or
-    the CUDA twins of :func:`_inside` and :func:`_larger`: a body may call only functions compiled
-    for its own target)."""
+def _tick_severity_body(inside, larger, median_of_ranked):
+    """The per-tick body of the noise severity, closed over ``inside``, ``larger`` and
+    ``median_of_ranked`` (the CPU or the CUDA twins of :func:`_inside`, :func:`_larger` and
+    :func:`_median_of_ranked`: a body may call only functions compiled for its own target)."""
 
-    def tick_severity_one(k, measures, amplitude, hf_ratio, range_ratio, step_ratio, rail_limit, flat_ratio,
+    def tick_severity_one(k, measures, ranked, hf_ratio, range_ratio, step_ratio, rail_limit, flat_ratio,
                           tick_s, masked_start, masked_end, severity, flags, capped):
         """Severity of tick k from the rows of ``measures`` (those of ``tick_measures``: 0 range,
         1 short range, 2 high-frequency floor, 3 and 4 the median levels before and after, 5 rail
-        samples) against the typical QRS amplitude ``amplitude[0]`` (1 where not positive): the
-        largest measure / threshold ratio, in float32 step by step as the whole-array formula it
-        replaced. 0 where the tick's centre, ``(k + 0.5) tick_s`` seconds, lies in one of the
-        intervals masked_start..masked_end (sorted, disjoint). flags[k]: NOISY at or above 1;
-        capped[k]: the severity capped at 10 where NOISY, else 0."""
-        typical = np.float64(amplitude[0])
+        samples) against the typical QRS amplitude, the median of ``ranked`` (1 where it is not
+        positive): the largest measure / threshold ratio, in float32 step by step as the
+        whole-array formula it replaced. 0 where the tick's centre, ``(k + 0.5) tick_s`` seconds,
+        lies in one of the intervals masked_start..masked_end (sorted, disjoint). flags[k]: NOISY
+        at or above 1; capped[k]: the severity capped at 10 where NOISY, else 0."""
+        typical = median_of_ranked(ranked)
         if not typical > 0:
             typical = 1.0
         value = larger(np.float32(math.sqrt(measures[2, k])) / np.float32(hf_ratio * typical),
@@ -241,9 +253,10 @@ def _beat_quality_body(inside, larger, ramp):
 _joined_cpu = numba.njit(_joined, cache=True)
 _inside_cpu = numba.njit(_inside, cache=True)
 _larger_cpu = numba.njit(_larger, cache=True)
+_median_of_ranked_cpu = numba.njit(_median_of_ranked, cache=True)
 _ramp_cpu = numba.njit(_ramp, cache=True)
 _flutter_flags_cpu_body = numba.njit(_flutter_flags_one, cache=True)
-_tick_severity_cpu_body = numba.njit(_tick_severity_body(_inside_cpu, _larger_cpu), cache=True)
+_tick_severity_cpu_body = numba.njit(_tick_severity_body(_inside_cpu, _larger_cpu, _median_of_ranked_cpu), cache=True)
 _runs_cpu_body = numba.njit(_runs_body(_joined_cpu), cache=True)
 _in_spans_cpu_body = numba.njit(_in_spans_body(_inside_cpu), cache=True)
 _beat_quality_cpu_body = numba.njit(_beat_quality_body(_inside_cpu, _larger_cpu, _ramp_cpu), cache=True)
@@ -258,10 +271,10 @@ def _flutter_flags_cpu(n, dominant, concentration, off_baseline, sine_ratio, sub
 
 
 @numba.njit(parallel=True, cache=True)
-def _tick_severity_cpu(n, measures, amplitude, hf_ratio, range_ratio, step_ratio, rail_limit, flat_ratio, tick_s,
+def _tick_severity_cpu(n, measures, ranked, hf_ratio, range_ratio, step_ratio, rail_limit, flat_ratio, tick_s,
                        masked_start, masked_end, severity, flags, capped):
     for k in numba.prange(n):
-        _tick_severity_cpu_body(k, measures, amplitude, hf_ratio, range_ratio, step_ratio, rail_limit, flat_ratio,
+        _tick_severity_cpu_body(k, measures, ranked, hf_ratio, range_ratio, step_ratio, rail_limit, flat_ratio,
                                 tick_s, masked_start, masked_end, severity, flags, capped)
 
 
@@ -304,7 +317,7 @@ def _decision_cuda_kernels() -> dict:
 
     inside, larger = cuda.jit(device=True)(_inside), cuda.jit(device=True)(_larger)
     _flutter_flags_cuda_body = cuda.jit(device=True)(_flutter_flags_one)
-    _tick_severity_cuda_body = cuda.jit(device=True)(_tick_severity_body(inside, larger))
+    _tick_severity_cuda_body = cuda.jit(device=True)(_tick_severity_body(inside, larger, cuda.jit(device=True)(_median_of_ranked)))
     _runs_cuda_body = cuda.jit(device=True)(_runs_body(cuda.jit(device=True)(_joined)))
     _in_spans_cuda_body = cuda.jit(device=True)(_in_spans_body(inside))
     _beat_quality_cuda_body = cuda.jit(device=True)(_beat_quality_body(inside, larger, cuda.jit(device=True)(_ramp)))
@@ -317,11 +330,11 @@ def _decision_cuda_kernels() -> dict:
                                      high_hz, min_concentration, min_off_baseline, max_sine_ratio, max_subharmonic,
                                      flags)
 
-    def tick_severity(n, measures, amplitude, hf_ratio, range_ratio, step_ratio, rail_limit, flat_ratio, tick_s,
+    def tick_severity(n, measures, ranked, hf_ratio, range_ratio, step_ratio, rail_limit, flat_ratio, tick_s,
                       masked_start, masked_end, severity, flags, capped):
         k = cuda.grid(1)
         if k < n:
-            _tick_severity_cuda_body(k, measures, amplitude, hf_ratio, range_ratio, step_ratio, rail_limit,
+            _tick_severity_cuda_body(k, measures, ranked, hf_ratio, range_ratio, step_ratio, rail_limit,
                                      flat_ratio, tick_s, masked_start, masked_end, severity, flags, capped)
 
     def runs(n, flags, bit, mark, gap, chunk, prefix, counts, tables, t, write):

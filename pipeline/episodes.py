@@ -302,7 +302,7 @@ class _NoiseTicks(NamedTuple):
     """A recording's noise measures every tick (on its device) and what weighs them."""
 
     measures: Any    # (6, ticks) float32: the rows of the tick_measures kernel
-    amplitude: Any   # (1,) the typical QRS amplitude (None without a tick)
+    ranked: Any      # QRS amplitudes whose median is the typical one (see _typical_amplitude)
     tick: int        # samples a tick
     seconds: float   # a tick's length (s)
     limits: tuple    # the thresholds' ratios and the rail samples of a second (see tick_severity)
@@ -316,7 +316,7 @@ class _NoiseTicks(NamedTuple):
         masked = xp.empty((2, 0)) if masked is None else masked
         severity, capped = xp.empty((2, count), dtype=xp.float32)
         flags = xp.empty(count, dtype=xp.int8)
-        _decision_kernels.launch("tick_severity", count, self.measures, self.amplitude, *self.limits, self.seconds,
+        _decision_kernels.launch("tick_severity", count, self.measures, self.ranked, *self.limits, self.seconds,
                                  masked[0], masked[1], severity, flags, capped)
         return severity, flags, capped
 
@@ -340,7 +340,7 @@ def _noise_ticks(signal, fs: float, positions, *, tick_s: float = 0.1, hf_ratio,
               float(flat_ratio))
     measures = xp.empty((6, count), dtype=xp.float32)
     if count == 0:
-        return _NoiseTicks(measures, None, tick, tick / fs, limits)
+        return _NoiseTicks(measures, measures[0], tick, tick / fs, limits)  # no tick reads them
     stats = xp.empty((5, count), dtype=xp.float32)
     # The recording's extremes (the rails of a clipped amplifier) stay on the device.
     _episode_kernels.launch("block_stats", count, signal, tick, max(1, int(round(fs / 100.0))),
@@ -350,18 +350,18 @@ def _noise_ticks(signal, fs: float, positions, *, tick_s: float = 0.1, hf_ratio,
 
 
 def _typical_amplitude(signal, positions, fs: float, ranges, half_s: float = 0.05):
-    """The median peak-to-peak within ±``half_s`` of the fiducials (of 4096 of them at most,
-    evenly spread), else the median 1-s range: a (1,) array on the device, which
-    ``tick_severity`` reads (1 where it is not positive: a flat recording)."""
+    """The peak-to-peak within ±``half_s`` of the fiducials (of 4096 of them at most, evenly
+    spread), else the 1-s ``ranges``, partitioned around their middle: ``tick_severity`` reads
+    their median (NumPy's) as the typical QRS amplitude, which thus stays on the device."""
     xp = backend.xp_of(signal)
-    if positions is None or positions.shape[0] < 3:
-        return xp.median(ranges, keepdims=True)
-    # Beats spread evenly over the recording are enough for a median (a day holds 100,000).
-    every = max(1, positions.shape[0] // 4096)
-    ranges = xp.empty(-(-positions.shape[0] // every), dtype=signal.dtype)
-    _episode_kernels.launch("beat_range", ranges.shape[0], signal, positions, every,
-                            max(1, int(round(half_s * fs))), ranges)
-    return xp.median(ranges, keepdims=True)
+    if positions is not None and positions.shape[0] >= 3:
+        # Beats spread evenly over the recording are enough for a median (a day holds 100,000).
+        every = max(1, positions.shape[0] // 4096)
+        ranges = xp.empty(-(-positions.shape[0] // every), dtype=signal.dtype)
+        _episode_kernels.launch("beat_range", ranges.shape[0], signal, positions, every,
+                                max(1, int(round(half_s * fs))), ranges)
+    m = ranges.shape[0]
+    return xp.partition(ranges, sorted({(m - 1) // 2, m // 2, m - 1}))
 
 
 def _noise_episodes(table: np.ndarray, tick_s: float, duration: float, *, min_s) -> Episodes:

@@ -323,45 +323,50 @@ def _severity_reference(measures, amplitude, tick, half, masked, tick_s, hf_rati
 @pytest.mark.parametrize("name", ["noise_bursts", "electrode_motion", "noise_bursts_128hz"])
 def test_tick_severity_matches_the_whole_array_formula(cases, name, xp):
     """The severity, flags and capped severity of every tick, with and without a mask, for the
-    typical amplitude measured, a tenth of it, and none (a flat recording divides by 1)."""
+    typical amplitude measured, a tenth of it, the mean of two, none (a flat recording divides by
+    1) and NaN (as none)."""
     case = cases[name]
     ticks = episodes._noise_ticks(xp.asarray(case.signal), case.fs, xp.asarray(case.beats), tick_s=0.1,
                                   hf_ratio=0.2, range_ratio=4.0, step_ratio=2.5, flat_ratio=0.005, rail_share=0.1)
-    measures, amplitude = backend.to_host(ticks.measures), backend.to_host(ticks.amplitude)
+    measures, ranked = backend.to_host(ticks.measures), backend.to_host(ticks.ranked)
     # Three ticks whose rail samples make a severity of exactly 1, the threshold.
     measures[:, :3] = np.float32([[0.0], [1e3], [0.0], [0.0], [0.0], [2 * 5 * ticks.tick * 0.1]])
     ticks = ticks._replace(measures=xp.asarray(measures))
     centre = (np.array([[case.episodes[0][1] / 0.1, 200, 205], [case.episodes[0][1] / 0.1 + 5, 202, 300]]).round()
               + 0.5) * ticks.seconds   # bounds on ticks' centres
-    for level in (amplitude, amplitude / 10, np.zeros(1, np.float32)):
+    typical = np.median(ranked)
+    for values in (ranked, ranked / 10, np.float32([typical / 3, typical * 2]), np.zeros(1, np.float32),
+                   np.float32([typical, np.nan, typical])):
         for spans in (np.zeros((2, 0)), centre):
-            mine = ticks._replace(amplitude=xp.asarray(level)).severity(xp.asarray(spans))
-            severity, flagged, capped = _severity_reference(measures, float(level[0]), ticks.tick, 5, spans,
+            mine = ticks._replace(ranked=xp.asarray(np.sort(values))).severity(xp.asarray(spans))
+            severity, flagged, capped = _severity_reference(measures, float(np.median(values)), ticks.tick, 5, spans,
                                                             ticks.seconds)
-            assert flagged.any() and (level is not amplitude or not flagged.all())
-            assert level[0] == 0 or (severity[:3] == 1).all()
+            assert (severity[:3] == 1).all() and (values is not ranked or not flagged.all())
             np.testing.assert_array_equal(backend.to_host(mine[0]), severity)
             np.testing.assert_array_equal(backend.to_host(mine[1]), flagged)
             np.testing.assert_array_equal(backend.to_host(mine[2]), capped)
 
 
-def test_typical_amplitude_matches_the_whole_array_formula(xp):
-    """Of 9,000 fiducials (every second one measured), some at the recording's ends; without
-    fiducials, the median range."""
+@pytest.mark.parametrize("count", [9000, 4999])
+def test_typical_amplitude_matches_the_whole_array_formula(count, xp):
+    """Of 9,000 fiducials (every second one measured) or 4,999, some at the recording's ends, the
+    peak-to-peaks partitioned around their median; without fiducials, the ranges."""
     rng = np.random.default_rng(4)
     fs, n = 250.0, 2_000_000
     signal = np.cumsum(rng.normal(0, 0.05, n)).astype(np.float32)
-    positions = np.sort(rng.choice(np.arange(n), 9000, replace=False))
+    positions = np.sort(rng.choice(np.arange(n), count, replace=False))
     positions[:2], positions[-2:] = [0, 3], [n - 4, n - 1]
     half = int(round(0.05 * fs))
-    sample = positions[::2]
+    sample = positions[:: max(1, count // 4096)]
     window = signal[np.clip(sample[:, None] + np.arange(-half, half + 1)[None, :], 0, n - 1)]
-    expected = np.median(window.max(axis=1) - window.min(axis=1))
     ranges = rng.random(1001).astype(np.float32)
-    mine = episodes._typical_amplitude(xp.asarray(signal), xp.asarray(positions), fs, xp.asarray(ranges))
-    assert mine.shape == (1,) and backend.to_host(mine)[0] == expected
-    assert backend.to_host(episodes._typical_amplitude(xp.asarray(signal), None, fs, xp.asarray(ranges)))[0] == \
-        np.median(ranges)
+    for where, values in ((positions, window.max(axis=1) - window.min(axis=1)), (None, ranges)):
+        found = backend.to_host(episodes._typical_amplitude(xp.asarray(signal), None if where is None else
+                                                            xp.asarray(where), fs, xp.asarray(ranges)))
+        ordered = np.sort(values)
+        np.testing.assert_array_equal(np.sort(found), ordered)
+        middle = [(values.shape[0] - 1) // 2, values.shape[0] // 2, -1]
+        np.testing.assert_array_equal(found[middle], ordered[middle])
 
 
 def test_in_episodes_match_the_whole_array_formula(xp):
