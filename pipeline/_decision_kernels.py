@@ -135,9 +135,25 @@ def _tick_severity_body(inside, larger, median_of_ranked):
     return tick_severity_one
 
 
-def _runs_body(joined):
-    """The per-chunk body of the run table, closed over ``joined`` (the CPU or CUDA twin of
-    :func:`_joined`)."""
+def _marked_within_body(joined):
+    """The walk within a run, closed over ``joined`` (the CPU or CUDA twin of :func:`_joined`)."""
+
+    def marked_within(flags, bit, gap, mark, i, step):
+        """The nearest index from i on, going ``step`` (1 or -1) within i's run of ``bit`` (see
+        :func:`_joined`), that has ``mark``; -1 where none has."""
+        n = flags.shape[0]
+        while 0 <= i < n and joined(flags, bit, gap, i):
+            if flags[i] & mark:
+                return i
+            i += step
+        return -1
+
+    return marked_within
+
+
+def _runs_body(joined, marked_within):
+    """The per-chunk body of the run table, closed over the CPU or CUDA twins of :func:`_joined`
+    and of the walk within a run (:func:`_marked_within_body`)."""
 
     def runs_one(c, flags, bit, mark, gap, chunk, prefix, counts, tables, t, write):
         """The runs of ``bit`` in ``flags`` (gaps of at most ``gap`` bridged, see :func:`_joined`)
@@ -173,13 +189,7 @@ def _runs_body(joined):
                     tables[row, t, 1] = i - 1
                     tables[row, t, 3] = base + marked
                     tables[row, t, 5] = prefix[i - 1] if prefix.shape[0] else 0.0
-                    found = -1
-                    j = i - 1
-                    while found < 0 and j >= 0 and joined(flags, bit, gap, j):
-                        if flags[j] & mark:
-                            found = j
-                        j -= 1
-                    tables[row, t, 7] = found
+                    tables[row, t, 7] = marked_within(flags, bit, gap, mark, i - 1, -1)
                 ends += 1
             if i < stop:
                 if now and not before:                         # a run starts at i
@@ -188,13 +198,7 @@ def _runs_body(joined):
                         tables[row, t, 0] = i
                         tables[row, t, 2] = base + marked
                         tables[row, t, 4] = prefix[i - 1] if i > 0 and prefix.shape[0] else 0.0
-                        found = -1
-                        j = i
-                        while found < 0 and j < n and joined(flags, bit, gap, j):
-                            if flags[j] & mark:
-                                found = j
-                            j += 1
-                        tables[row, t, 6] = found
+                        tables[row, t, 6] = marked_within(flags, bit, gap, mark, i, 1)
                     starts += 1
                 if flags[i] & mark:
                     marked += 1
@@ -237,7 +241,7 @@ def _beat_quality_body(inside, larger, ramp):
         ratio = larger(amp[i] / level, np.float32(1e-6))
         good_hf = ramp(hf[i] / level, hf_good, hf_bad)
         good_shift = ramp(shift[i] / level, shift_good, shift_bad)
-        good_amplitude = ramp(larger(ratio, np.float32(1.0) / ratio), amp_good, amp_bad)
+        good_amplitude = ramp(larger(ratio, np.float32(1.0) / ratio), amp_good, amp_bad)  # 0.4 counts as 2.5
         good_shape = ramp(larger(corr[i], best[i]), shape_good, shape_bad)
         shape_factor = np.float32(1.0) - np.float32(shape_weight) * np.float32(np.float32(1.0) - good_shape)
         value = np.float32(np.float32(good_hf * good_shift) * good_amplitude) * shape_factor
@@ -257,7 +261,8 @@ _median_of_ranked_cpu = numba.njit(_median_of_ranked, cache=True)
 _ramp_cpu = numba.njit(_ramp, cache=True)
 _flutter_flags_cpu_body = numba.njit(_flutter_flags_one, cache=True)
 _tick_severity_cpu_body = numba.njit(_tick_severity_body(_inside_cpu, _larger_cpu, _median_of_ranked_cpu), cache=True)
-_runs_cpu_body = numba.njit(_runs_body(_joined_cpu), cache=True)
+_runs_cpu_body = numba.njit(_runs_body(_joined_cpu, numba.njit(_marked_within_body(_joined_cpu), cache=True)),
+                            cache=True)
 _in_spans_cpu_body = numba.njit(_in_spans_body(_inside_cpu), cache=True)
 _beat_quality_cpu_body = numba.njit(_beat_quality_body(_inside_cpu, _larger_cpu, _ramp_cpu), cache=True)
 
@@ -315,12 +320,13 @@ def _decision_cuda_kernels() -> dict:
     global _in_spans_cuda_body, _beat_quality_cuda_body
     from numba import cuda
 
-    inside, larger = cuda.jit(device=True)(_inside), cuda.jit(device=True)(_larger)
-    _flutter_flags_cuda_body = cuda.jit(device=True)(_flutter_flags_one)
-    _tick_severity_cuda_body = cuda.jit(device=True)(_tick_severity_body(inside, larger, cuda.jit(device=True)(_median_of_ranked)))
-    _runs_cuda_body = cuda.jit(device=True)(_runs_body(cuda.jit(device=True)(_joined)))
-    _in_spans_cuda_body = cuda.jit(device=True)(_in_spans_body(inside))
-    _beat_quality_cuda_body = cuda.jit(device=True)(_beat_quality_body(inside, larger, cuda.jit(device=True)(_ramp)))
+    device = cuda.jit(device=True)
+    inside, larger, joined = device(_inside), device(_larger), device(_joined)
+    _flutter_flags_cuda_body = device(_flutter_flags_one)
+    _tick_severity_cuda_body = device(_tick_severity_body(inside, larger, device(_median_of_ranked)))
+    _runs_cuda_body = device(_runs_body(joined, device(_marked_within_body(joined))))
+    _in_spans_cuda_body = device(_in_spans_body(inside))
+    _beat_quality_cuda_body = device(_beat_quality_body(inside, larger, device(_ramp)))
 
     def flutter_flags(n, dominant, concentration, off_baseline, sine_ratio, subharmonic, low_hz, high_hz,
                       min_concentration, min_off_baseline, max_sine_ratio, max_subharmonic, flags):

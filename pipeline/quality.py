@@ -20,8 +20,8 @@ median of the QRS amplitudes on the input's device:
 
 Each measure becomes a factor in [0, 1] by a linear ramp between a "good" and a "bad" value;
 their product is the quality, made by a second kernel (``beat_quality``, one thread per beat), which
-also caps the beats inside noise episodes: on the GPU, three kernels and the running median, no
-synchronisation.
+also caps the beats inside noise episodes: on the GPU, two kernels and the running median's filter,
+and no synchronisation.
 
 Compared with NeuroKit2's ``ecg_quality`` (``averageQRS``, ``templatematch``): those correlate
 each beat with the recording's average beat, so that every ventricular beat scores low; here
