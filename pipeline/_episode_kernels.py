@@ -52,7 +52,9 @@ def _block_stats_one(k, signal, size, step, lowest, highest, out):
 def _beat_range_one(i, signal, positions, every, half, out):
     """out[i]: the peak-to-peak of ``signal`` within ±``half`` samples of fiducial
     ``positions[i every]`` (indices clipped to the recording, as a clipped gather repeats the
-    ends); NaN where a sample there is NaN, as NumPy's max and min give."""
+    ends); NaN where a sample there is NaN, as NumPy's max and min give. Every ``every``-th
+    fiducial is read by its index rather than passed as a strided view, whose layout would make
+    another compilation for long recordings only."""
     n = signal.shape[0]
     p = positions[np.int64(i) * every]  # a CPU prange index is unsigned: Numba mixes it with ints as a float
     low = high = signal[min(max(p - half, 0), n - 1)]
