@@ -16,17 +16,21 @@ import numpy as np
 from pipeline import _kernels
 
 
-def _block_stats_one(k, signal, size, step, low_rail, high_rail, out):
-    """Statistics of block k, ``signal[k size : (k+1) size]``, written to ``out[k]``:
+def _block_stats_one(k, signal, size, step, lowest, highest, out):
+    """Statistics of block k, ``signal[k size : (k+1) size]``, written to ``out[:, k]``:
     0 the mean square of the second difference ``x[i-step] - 2 x[i] + x[i+step]`` (high-frequency
     content: its gain is 0 at 0 Hz and peaks at fs / (2 step)), 1 the minimum, 2 the maximum,
-    3 the mean, 4 the number of samples at or beyond the rails (a clipped amplifier)."""
+    3 the mean, 4 the number of samples at or beyond the rails (a clipped amplifier): within a
+    thousandth of the recording's range of its extremes ``lowest[0]`` and ``highest[0]``, read on
+    the device so that the host need not wait for them."""
     n = signal.shape[0]
+    low_end, high_end = np.float64(lowest[0]), np.float64(highest[0])
+    margin = 1e-3 * (high_end - low_end)
+    low_rail, high_rail = low_end + margin, high_end - margin
     start = k * size
     low = signal[start]
     high = low
-    total = 0.0
-    energy = 0.0
+    total = energy = np.float64(0.0)  # typed, as the simulator's plain Python would add in float32
     rail = 0
     for i in range(start, start + size):
         value = signal[i]
@@ -36,13 +40,32 @@ def _block_stats_one(k, signal, size, step, low_rail, high_rail, out):
         if value >= high_rail or value <= low_rail:
             rail += 1
         if i >= step and i + step < n:
-            d = signal[i - step] - 2.0 * value + signal[i + step]
+            d = signal[i - step] - np.float64(2.0) * value + signal[i + step]
             energy += d * d
-    out[k, 0] = energy / size
-    out[k, 1] = low
-    out[k, 2] = high
-    out[k, 3] = total / size
-    out[k, 4] = rail
+    out[0, k] = energy / size
+    out[1, k] = low
+    out[2, k] = high
+    out[3, k] = total / size
+    out[4, k] = rail
+
+
+def _beat_range_one(i, signal, positions, every, half, out):
+    """out[i]: the peak-to-peak of ``signal`` within ±``half`` samples of fiducial
+    ``positions[i every]`` (indices clipped to the recording, as a clipped gather repeats the
+    ends); NaN where a sample there is NaN, as NumPy's max and min give. Every ``every``-th
+    fiducial is read by its index rather than passed as a strided view, whose layout would make
+    another compilation for long recordings only."""
+    n = signal.shape[0]
+    p = positions[np.int64(i) * every]  # a CPU prange index is unsigned: Numba mixes it with ints as a float
+    low = high = signal[min(max(p - half, 0), n - 1)]
+    for j in range(p - half, p + half + 1):
+        value = signal[min(max(j, 0), n - 1)]
+        if value != value:
+            out[i] = value
+            return
+        low = min(low, value)
+        high = max(high, value)
+    out[i] = high - low
 
 
 def _beat_stats_one(i, signal, positions, half_qrs, before, after, step, edge, t_lo, t_hi, t_step, k,
@@ -159,32 +182,33 @@ def _tick_measures_body(median_of):
     :func:`pipeline._kernels._median_of`)."""
 
     def tick_measures_one(k, stats, means, half, few, out):
-        """From the block statistics of :func:`_block_stats_one` (one block a tick), the measures
-        of tick k: out[k] = (range over the ticks k-half..k+half-1, range over the ``few`` ticks
-        centred on k, second-lowest mean square of the second difference over those ``few``,
-        median block mean of the ``half`` ticks before k, of the ``half`` ticks from k on, rail
-        samples over the ticks k-half..k+half-1). ``means`` is column 3 of ``stats`` as its own
-        1-D array, for the median. Indices are clipped to the recording."""
-        count = stats.shape[0]
-        low = stats[min(max(k - half, 0), count - 1), 1]
-        high = stats[min(max(k - half, 0), count - 1), 2]
-        rails = 0.0
+        """From the block statistics of :func:`_block_stats_one` (one block a tick, a row a
+        statistic), the measures of tick k, ``out[:, k]``: 0 range over the ticks
+        k-half..k+half-1, 1 range over the ``few`` ticks centred on k, 2 second-lowest mean square
+        of the second difference over those ``few``, 3 median block mean of the ``half`` ticks
+        before k, 4 of the ``half`` ticks from k on, 5 rail samples over the ticks
+        k-half..k+half-1. ``means`` is row 3 of ``stats``, for the median. Indices are clipped to
+        the recording."""
+        count = stats.shape[1]
+        low = stats[1, min(max(k - half, 0), count - 1)]
+        high = stats[2, min(max(k - half, 0), count - 1)]
+        rails = np.float64(0.0)
         for j in range(k - half, k + half):
             jj = min(max(j, 0), count - 1)
-            low = min(low, stats[jj, 1])
-            high = max(high, stats[jj, 2])
-            rails += stats[jj, 4]
+            low = min(low, stats[1, jj])
+            high = max(high, stats[2, jj])
+            rails += stats[4, jj]
         near_first = k - few // 2
-        near_low = stats[min(max(near_first, 0), count - 1), 1]
-        near_high = stats[min(max(near_first, 0), count - 1), 2]
-        lowest = stats[min(max(near_first, 0), count - 1), 0]
+        near_low = stats[1, min(max(near_first, 0), count - 1)]
+        near_high = stats[2, min(max(near_first, 0), count - 1)]
+        lowest = stats[0, min(max(near_first, 0), count - 1)]
         second = lowest
         seen = 0
         for j in range(near_first, near_first + few):
             jj = min(max(j, 0), count - 1)
-            near_low = min(near_low, stats[jj, 1])
-            near_high = max(near_high, stats[jj, 2])
-            value = stats[jj, 0]
+            near_low = min(near_low, stats[1, jj])
+            near_high = max(near_high, stats[2, jj])
+            value = stats[0, jj]
             if seen == 0:
                 lowest = value
             elif seen == 1:
@@ -196,12 +220,12 @@ def _tick_measures_body(median_of):
             elif value < second:
                 second = value
             seen += 1
-        out[k, 0] = high - low
-        out[k, 1] = near_high - near_low
-        out[k, 2] = second
-        out[k, 3] = median_of(means, k - half, k - 1)
-        out[k, 4] = median_of(means, k, k + half - 1)
-        out[k, 5] = rails
+        out[0, k] = high - low
+        out[1, k] = near_high - near_low
+        out[2, k] = second
+        out[3, k] = median_of(means, k - half, k - 1)
+        out[4, k] = median_of(means, k, k + half - 1)
+        out[5, k] = rails
 
     return tick_measures_one
 
@@ -291,6 +315,7 @@ def _flutter_measures_one(w, spectrum, freqs, first, last, low, reach, half_reac
 
 
 _block_stats_cpu_body = numba.njit(_block_stats_one, cache=True)
+_beat_range_cpu_body = numba.njit(_beat_range_one, cache=True)
 _beat_stats_cpu_body = numba.njit(_beat_stats_one, cache=True)
 _tick_measures_cpu_body = numba.njit(_tick_measures_body(_kernels._median_of_cpu), cache=True)
 _flutter_frames_cpu_body = numba.njit(_flutter_frames_one, cache=True)
@@ -298,9 +323,15 @@ _flutter_measures_cpu_body = numba.njit(_flutter_measures_one, cache=True)
 
 
 @numba.njit(parallel=True, cache=True)
-def _block_stats_cpu(n, signal, size, step, low_rail, high_rail, out):
+def _block_stats_cpu(n, signal, size, step, lowest, highest, out):
     for k in numba.prange(n):
-        _block_stats_cpu_body(k, signal, size, step, low_rail, high_rail, out)
+        _block_stats_cpu_body(k, signal, size, step, lowest, highest, out)
+
+
+@numba.njit(parallel=True, cache=True)
+def _beat_range_cpu(n, signal, positions, every, half, out):
+    for i in numba.prange(n):
+        _beat_range_cpu_body(i, signal, positions, every, half, out)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -334,7 +365,7 @@ def _flutter_measures_cpu(n, spectrum, freqs, first, last, low, reach, half_reac
 # Set by _episode_cuda_kernels() on the GPU path only, as in pipeline._kernels: the CUDA wrappers
 # reach numba.cuda and the device bodies as module globals rather than closure cells, so that their
 # on-disk cache key is the same in every process.
-cuda = _block_stats_cuda_body = _beat_stats_cuda_body = _tick_measures_cuda_body = None
+cuda = _block_stats_cuda_body = _beat_range_cuda_body = _beat_stats_cuda_body = _tick_measures_cuda_body = None
 _flutter_frames_cuda_body = _flutter_measures_cuda_body = None
 
 
@@ -343,20 +374,26 @@ def _episode_cuda_kernels() -> dict:
     """CUDA twins of this module's kernels, compiled on first use and cached on disk like
     :func:`pipeline._kernels._cuda_kernels` (numba.cuda and the device bodies reached as module
     globals, so that the cache key is the same in every process)."""
-    global cuda, _block_stats_cuda_body, _beat_stats_cuda_body, _tick_measures_cuda_body
+    global cuda, _block_stats_cuda_body, _beat_range_cuda_body, _beat_stats_cuda_body, _tick_measures_cuda_body
     global _flutter_frames_cuda_body, _flutter_measures_cuda_body
     from numba import cuda
 
     _block_stats_cuda_body = cuda.jit(device=True)(_block_stats_one)
+    _beat_range_cuda_body = cuda.jit(device=True)(_beat_range_one)
     _beat_stats_cuda_body = cuda.jit(device=True)(_beat_stats_one)
     _tick_measures_cuda_body = cuda.jit(device=True)(_tick_measures_body(_kernels._median_of_cuda()))
     _flutter_frames_cuda_body = cuda.jit(device=True)(_flutter_frames_one)
     _flutter_measures_cuda_body = cuda.jit(device=True)(_flutter_measures_one)
 
-    def block_stats(n, signal, size, step, low_rail, high_rail, out):
+    def block_stats(n, signal, size, step, lowest, highest, out):
         k = cuda.grid(1)
         if k < n:
-            _block_stats_cuda_body(k, signal, size, step, low_rail, high_rail, out)
+            _block_stats_cuda_body(k, signal, size, step, lowest, highest, out)
+
+    def beat_range(n, signal, positions, every, half, out):
+        i = cuda.grid(1)
+        if i < n:
+            _beat_range_cuda_body(i, signal, positions, every, half, out)
 
     def beat_stats(n, signal, positions, half_qrs, before, after, step, edge, t_lo, t_hi, t_step, k,
                    amp, hf, shift, corr, best):
@@ -383,14 +420,15 @@ def _episode_cuda_kernels() -> dict:
                                         concentration, sine_ratio, subharmonic)
 
     return {"block_stats": _kernels._cuda_jit_cached(block_stats),
+            "beat_range": _kernels._cuda_jit_cached(beat_range),
             "beat_stats": _kernels._cuda_jit_cached(beat_stats),
             "tick_measures": _kernels._cuda_jit_cached(tick_measures),
             "flutter_frames": _kernels._cuda_jit_cached(flutter_frames),
             "flutter_measures": _kernels._cuda_jit_cached(flutter_measures)}
 
 
-_CPU = {"block_stats": _block_stats_cpu, "tick_measures": _tick_measures_cpu, "beat_stats": _beat_stats_cpu,
-        "flutter_frames": _flutter_frames_cpu, "flutter_measures": _flutter_measures_cpu}
+_CPU = {"block_stats": _block_stats_cpu, "beat_range": _beat_range_cpu, "tick_measures": _tick_measures_cpu,
+        "beat_stats": _beat_stats_cpu, "flutter_frames": _flutter_frames_cpu, "flutter_measures": _flutter_measures_cpu}
 
 
 def launch(name: str, n: int, *arrays_and_scalars):

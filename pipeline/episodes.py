@@ -29,10 +29,13 @@ count) over the recording's typical QRS amplitude; the range of the surrounding 
 step between the median levels of its two halves, over the same amplitude; a flat half-second (a
 lead off); samples at the recording's extremes (a clipped amplifier).
 
-Per-sample work is one decimation and one Numba kernel (``block_stats``), then one kernel over
-the 0.1-s blocks (``tick_measures``) and vectorised per-window measures, all on the input's
-device; only the bounds of the runs of flagged windows come to the host, where the episodes are
-made (:class:`Episodes` holds NumPy arrays).
+All of it runs on the input's device as Numba kernels (of :mod:`pipeline._episode_kernels` and
+:mod:`pipeline._decision_kernels`), a dozen launches: the flutter measures (:mod:`pipeline.flutter`)
+and one kernel that flags the windows; one kernel over the samples (``block_stats``), one over the
+0.1-s blocks (``tick_measures``), the typical QRS amplitude and one kernel that weighs the
+measures against it and flags the ticks; then a table of the runs of flagged windows and ticks,
+copied to the host at once (one synchronisation), where the episodes are made (:class:`Episodes`
+holds NumPy arrays). A recording with flutter takes a second copy: noise is not called inside it.
 
 See Also
 --------
@@ -45,10 +48,12 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from pipeline import _episode_kernels, backend
+from pipeline import _decision_kernels, _episode_kernels, backend
+from pipeline._decision_kernels import CANDIDATE, NOISY, SINE
 from pipeline.flutter import flutter_features
 
 KINDS = ("flutter", "noise")
@@ -175,9 +180,9 @@ def find_episodes(signal, fs: float, positions=None, *, flutter: bool = True, no
     Returns
     -------
     Episodes
-        Host NumPy arrays (the copies to the host are the runs' bounds and sums: a few numbers an
-        episode, and three scalars). Noise is not called inside flutter: the large, fast waves of
-        flutter would pass the range test.
+        Host NumPy arrays (the copies to the host are tables of the runs of flagged windows and
+        ticks: a few numbers an episode). Noise is not called inside flutter: the large, fast waves
+        of flutter would pass the range test.
 
     Raises
     ------
@@ -192,23 +197,30 @@ def find_episodes(signal, fs: float, positions=None, *, flutter: bool = True, no
     if positions is not None and (positions.ndim != 1 or positions.dtype.kind not in "iu"):
         raise ValueError(f"positions must be a 1-D integer array of sample indices; got shape "
                          f"{positions.shape}, dtype {positions.dtype}")
+    xp = backend.xp_of(signal)
     duration = signal.shape[0] / fs
-    found = []
+    runs, found = [], []
     if flutter:
         features = flutter_features(signal, fs, window_s=window_s, hop_s=hop_s)
-        found.append(_flutter_episodes(features, duration, window_s=window_s, hop_s=hop_s, flutter_hz=flutter_hz,
-                                       min_concentration=min_concentration, min_off_baseline=min_off_baseline,
-                                       max_sine_ratio=max_sine_ratio, max_subharmonic=max_subharmonic,
-                                       min_sine_share=min_sine_share,
-                                       min_s=min_flutter_s, max_gap_s=max_flutter_gap_s))
+        runs.append(_flutter_runs(features, max(0, int(round(max_flutter_gap_s / hop_s))), flutter_hz=flutter_hz,
+                                  min_concentration=min_concentration, min_off_baseline=min_off_baseline,
+                                  max_sine_ratio=max_sine_ratio, max_subharmonic=max_subharmonic))
     if noise:
-        severity, tick = noise_severity(signal, fs, positions, hf_ratio=hf_ratio, range_ratio=range_ratio,
-                                        step_ratio=step_ratio, flat_ratio=flat_ratio, rail_share=rail_share)
+        ticks = _noise_ticks(signal, fs, positions, hf_ratio=hf_ratio, range_ratio=range_ratio, step_ratio=step_ratio,
+                             flat_ratio=flat_ratio, rail_share=rail_share)
+        noise_gap = max(0, int(round(max_noise_gap_s / ticks.seconds)))
+        runs.append(ticks.runs(noise_gap))
+    tables = _run_tables(runs, xp) if runs else []
+    if flutter:
+        found.append(_flutter_episodes(tables[0], features["centre_s"], duration, window_s=window_s, hop_s=hop_s,
+                                       min_sine_share=min_sine_share, min_s=min_flutter_s))
+    if noise:
+        noisy = tables[-1]
         if flutter and len(found[0]):
-            xp = backend.xp_of(severity)
-            centres = (xp.arange(severity.shape[0]) + 0.5) * (tick / fs)
-            severity = xp.where(_inside(centres, found[0].start_s, found[0].end_s), 0.0, severity)
-        found.append(_noise_episodes(severity, tick / fs, duration, min_s=min_noise_s, max_gap_s=max_noise_gap_s))
+            # The noise runs were counted before the flutter was known: again, with the ticks inside
+            # it masked (a second copy, on the recordings that have flutter).
+            noisy = _run_tables([ticks.runs(noise_gap, masked=episode_spans(found[0], "flutter", xp))], xp)[0]
+        found.append(_noise_episodes(noisy, ticks.seconds, duration, min_s=min_noise_s))
     return Episodes.concat(found)
 
 
@@ -216,42 +228,49 @@ def in_episodes(positions, episodes: Episodes, fs: float, kinds=KINDS, *, margin
     """Boolean mask (on the positions' device): which fiducials lie inside an episode of ``kinds``,
     widened by ``margin_s`` on both sides. The run keeps these out of the beats it models."""
     xp = backend.xp_of(positions)
+    spans = episode_spans(episodes, kinds, xp, margin_s=margin_s)
+    inside = xp.empty(positions.shape[0], dtype=bool)
+    _decision_kernels.launch("in_spans", positions.shape[0], positions, float(fs), spans[0], spans[1], inside)
+    return inside
+
+
+def episode_spans(episodes: Episodes, kinds, xp, *, margin_s: float = 0.0):
+    """The episodes of ``kinds``, widened by ``margin_s`` on both sides and merged where they
+    overlap: sorted, disjoint (start, end) seconds as one (2, k) float64 array on ``xp``'s device
+    (one small copy there), which kernels test times against."""
     kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
     unknown = sorted(set(kinds) - set(KINDS))
     if unknown:
         raise ValueError(f"kinds must be among {', '.join(KINDS)}; got {unknown}")
     keep = np.isin(episodes.kind, kinds)
-    start, end = episodes.start_s[keep] - margin_s, episodes.end_s[keep] + margin_s
-    return _inside(positions / fs, start, end)
+    return xp.asarray(np.stack(_merged(episodes.start_s[keep] - margin_s, episodes.end_s[keep] + margin_s)))
 
 
 # --------------------------------------------------------------------------- flutter
-def _flutter_episodes(features: dict, duration: float, *, window_s, hop_s, flutter_hz, min_concentration,
-                      min_off_baseline, max_sine_ratio, max_subharmonic, min_sine_share, min_s,
-                      max_gap_s) -> Episodes:
-    dominant = features["dominant_hz"]
-    candidate = ((features["concentration"] >= min_concentration) & (features["off_baseline"] >= min_off_baseline)
-                 & (dominant >= flutter_hz[0]) & (dominant <= flutter_hz[1]))
-    # A subharmonic in the flutter band means complexes at half the rate; below it (VF at 3 Hz,
-    # 1.5 Hz) it is baseline wander and does not count.
-    halving = (features["subharmonic"] > max_subharmonic) & (dominant >= 2 * flutter_hz[0])
-    sine = candidate & (features["sine_ratio"] <= max_sine_ratio) & ~halving
-    first, last = _runs(candidate, max(0, int(round(max_gap_s / hop_s))))
-    if first.shape[0] == 0:
-        return Episodes()
-    share = _run_sums(sine, first, last) / (last - first + 1)
+def _flutter_runs(features: dict, gap: int, *, flutter_hz, min_concentration, min_off_baseline, max_sine_ratio,
+                  max_subharmonic) -> _Runs:
+    """The runs of candidate windows (the spectral tests passed; runs ``gap`` windows apart or
+    less are one), their sine-like windows marked: one kernel flags the windows."""
+    xp = backend.xp_of(features["dominant_hz"])
+    flags = xp.empty(features["dominant_hz"].shape[0], dtype=xp.int8)
+    _decision_kernels.launch("flutter_flags", flags.shape[0], features["dominant_hz"], features["concentration"],
+                             features["off_baseline"], features["sine_ratio"], features["subharmonic"],
+                             float(flutter_hz[0]), float(flutter_hz[1]), float(min_concentration),
+                             float(min_off_baseline), float(max_sine_ratio), float(max_subharmonic), flags)
+    return _Runs(flags, CANDIDATE, SINE, gap, xp.empty(0, dtype=xp.float64))
+
+
+def _flutter_episodes(table: np.ndarray, centre: np.ndarray, duration: float, *, window_s, hop_s, min_sine_share,
+                      min_s) -> Episodes:
+    """Flutter episodes from the run table of the candidate windows (see :func:`_flutter_runs`)
+    and the windows' centres (s)."""
+    first, last = table[:, 0].astype(np.int64), table[:, 1].astype(np.int64)
+    share = (table[:, 3] - table[:, 2]) / (last - first + 1)
     # The episode runs from the run's first sine-like window to its last: at its edges a run of
     # wide complexes (the ventricular beats that often lead into flutter) passes the first tests
     # but not the sine test, and its beats are beats.
-    sine_first, sine_last = _runs(sine, 0)
-    if sine_first.shape[0]:
-        after = np.minimum(np.searchsorted(sine_last, first), sine_first.shape[0] - 1)
-        before = np.maximum(np.searchsorted(sine_first, last, side="right") - 1, 0)
-        inside_first = (sine_last[after] >= first) & (sine_first[after] <= last)
-        inside_last = (sine_first[before] <= last) & (sine_last[before] >= first)
-        first, last = (np.where(inside_first, np.maximum(sine_first[after], first), first),
-                       np.where(inside_last, np.minimum(sine_last[before], last), last))
-    centre = features["centre_s"]
+    sine_first, sine_last = table[:, 6].astype(np.int64), table[:, 7].astype(np.int64)
+    first, last = np.where(sine_first >= 0, sine_first, first), np.where(sine_last >= 0, sine_last, last)
     reach = (window_s - hop_s) / 2.0
     start = np.clip(centre[first] - reach, 0.0, duration)
     end = np.clip(centre[last] + reach, 0.0, duration)
@@ -265,101 +284,134 @@ def noise_severity(signal, fs: float, positions=None, *, tick_s: float = 0.1, hf
                    rail_share: float = 0.1):
     """Noise severity every ``tick_s`` (float32, on the input's device) and the tick in samples.
 
-    Two kernels: ``block_stats`` over the samples (one block a tick), then ``tick_measures`` over
-    the blocks: each tick's 1-s neighbourhood gives its range, rail samples and the step between
-    the median levels of its two halves; the five ticks around it (half a second) give the
+    Kernels: ``block_stats`` over the samples (one block a tick), then ``tick_measures`` over the
+    blocks: each tick's 1-s neighbourhood gives its range, rail samples and the step between the
+    median levels of its two halves; the five ticks around it (half a second) give the
     high-frequency floor (the second-lowest of five: the block a QRS complex falls in does not
     count, yet a burst of 0.5 s is seen) and the range that tells a flat lead. Each is measured
-    against the typical QRS amplitude (see :func:`find_episodes` for the tests); the severity is
-    the largest measure / threshold ratio, 1 at the threshold of the first test crossed.
+    against the typical QRS amplitude (see :func:`find_episodes` for the tests) by
+    ``tick_severity``: the largest measure / threshold ratio, 1 at the threshold of the first test
+    crossed.
     """
+    ticks = _noise_ticks(signal, fs, positions, tick_s=tick_s, hf_ratio=hf_ratio, range_ratio=range_ratio,
+                         step_ratio=step_ratio, flat_ratio=flat_ratio, rail_share=rail_share)
+    return ticks.severity()[0], ticks.tick
+
+
+class _NoiseTicks(NamedTuple):
+    """A recording's noise measures every tick (on its device) and what weighs them."""
+
+    measures: Any    # (6, ticks) float32: the rows of the tick_measures kernel
+    ranked: Any      # QRS amplitudes whose median is the typical one (see _typical_amplitude)
+    tick: int        # samples a tick
+    seconds: float   # a tick's length (s)
+    limits: tuple    # the thresholds' ratios and the rail samples of a second (see tick_severity)
+
+    def severity(self, masked=None):
+        """Severity (float32), flags (int8, NOISY at or above 1) and the severity capped at 10 where
+        NOISY, else 0 (float32), of every tick, from one kernel; 0 at the ticks whose centre lies in
+        ``masked``, sorted, disjoint (start, end) seconds (see :func:`episode_spans`)."""
+        xp = backend.xp_of(self.measures)
+        count = self.measures.shape[1]
+        masked = xp.empty((2, 0)) if masked is None else masked
+        severity, capped = xp.empty((2, count), dtype=xp.float32)
+        flags = xp.empty(count, dtype=xp.int8)
+        _decision_kernels.launch("tick_severity", count, self.measures, self.ranked, *self.limits, self.seconds,
+                                 masked[0], masked[1], severity, flags, capped)
+        return severity, flags, capped
+
+    def runs(self, gap: int, masked=None) -> _Runs:
+        """The runs of NOISY ticks (runs ``gap`` ticks apart or less are one) and the running sum of
+        the capped severity, whose values at a run's bounds give its mean severity."""
+        _, flags, capped = self.severity(masked)
+        xp = backend.xp_of(capped)
+        return _Runs(flags, NOISY, NOISY, gap, xp.cumsum(capped, dtype=xp.float64))
+
+
+def _noise_ticks(signal, fs: float, positions, *, tick_s: float = 0.1, hf_ratio, range_ratio, step_ratio, flat_ratio,
+                 rail_share) -> _NoiseTicks:
+    """The measures of :func:`noise_severity`: two kernels, and the typical amplitude."""
     xp = backend.xp_of(signal)
     tick = max(1, int(round(tick_s * fs)))
     count = signal.shape[0] // tick
-    if count == 0:
-        return xp.zeros(0, dtype=xp.float32), tick
-    low, high = float(signal.min()), float(signal.max())  # two syncs: the rails of a clipped amplifier
-    margin = 1e-3 * (high - low)
-    stats = xp.empty((count, 5), dtype=xp.float32)
-    _episode_kernels.launch("block_stats", count, signal, tick, max(1, int(round(fs / 100.0))), low + margin,
-                          high - margin, stats)
     half = max(1, int(round(0.5 / tick_s)))
     few = max(3, int(round(0.5 / tick_s)) | 1)
-    measures = xp.empty((count, 6), dtype=xp.float32)
-    means = xp.ascontiguousarray(stats[:, 3])          # the kernels' one median reads a 1-D array
-    _episode_kernels.launch("tick_measures", count, stats, means, half, few, measures)
-    ranges, short_ranges = measures[:, 0], measures[:, 1]
-    amplitude = _typical_amplitude(signal, positions, fs, ranges)
-    severity = xp.maximum(xp.sqrt(measures[:, 2]) / (hf_ratio * amplitude), ranges / (range_ratio * amplitude))
-    severity = xp.maximum(severity, xp.abs(measures[:, 4] - measures[:, 3]) / (step_ratio * amplitude))
-    severity = xp.maximum(severity, measures[:, 5] / (2 * half * tick * rail_share))
-    severity = xp.maximum(severity, flat_ratio * amplitude / xp.maximum(short_ranges, xp.float32(1e-30)))
-    return severity.astype(xp.float32), tick
+    limits = (float(hf_ratio), float(range_ratio), float(step_ratio), float(2 * half * tick * rail_share),
+              float(flat_ratio))
+    measures = xp.empty((6, count), dtype=xp.float32)
+    if count == 0:
+        return _NoiseTicks(measures, measures[0], tick, tick / fs, limits)  # no tick reads them
+    stats = xp.empty((5, count), dtype=xp.float32)
+    # The recording's extremes (the rails of a clipped amplifier) stay on the device.
+    _episode_kernels.launch("block_stats", count, signal, tick, max(1, int(round(fs / 100.0))),
+                            signal.min(keepdims=True), signal.max(keepdims=True), stats)
+    _episode_kernels.launch("tick_measures", count, stats, stats[3], half, few, measures)
+    return _NoiseTicks(measures, _typical_amplitude(signal, positions, fs, measures[0]), tick, tick / fs, limits)
 
 
-def _typical_amplitude(signal, positions, fs: float, ranges, half_s: float = 0.05) -> float:
-    """The median peak-to-peak within ±``half_s`` of the fiducials (of 4096 of them at most,
-    evenly spread), else the median 1-s range."""
+def _typical_amplitude(signal, positions, fs: float, ranges, half_s: float = 0.05):
+    """The peak-to-peak within ±``half_s`` of the fiducials (of 4096 of them at most, evenly
+    spread), else the 1-s ``ranges``, partitioned around their middle: ``tick_severity`` reads
+    their median (NumPy's) as the typical QRS amplitude, which thus stays on the device."""
     xp = backend.xp_of(signal)
     if positions is not None and positions.shape[0] >= 3:
-        half = max(1, int(round(half_s * fs)))
         # Beats spread evenly over the recording are enough for a median (a day holds 100,000).
-        sample = positions[:: max(1, positions.shape[0] // 4096)]
-        around = xp.clip(sample[:, None] + xp.arange(-half, half + 1)[None, :], 0, signal.shape[0] - 1)
-        window = signal[around]
-        value = float(xp.median(window.max(axis=1) - window.min(axis=1)))  # sync: a scalar
-    else:
-        value = float(xp.median(ranges))
-    return value if value > 0 else 1.0  # a flat recording: every range test divides by 1
+        every = max(1, positions.shape[0] // 4096)
+        ranges = xp.empty(-(-positions.shape[0] // every), dtype=signal.dtype)
+        _episode_kernels.launch("beat_range", ranges.shape[0], signal, positions, every,
+                                max(1, int(round(half_s * fs))), ranges)
+    m = ranges.shape[0]
+    return xp.partition(ranges, sorted({(m - 1) // 2, m // 2, m - 1}))
 
 
-def _noise_episodes(severity, tick_s: float, duration: float, *, min_s, max_gap_s) -> Episodes:
-    flagged = severity >= 1.0
-    first, last = _runs(flagged, max(0, int(round(max_gap_s / tick_s))))
-    if first.shape[0] == 0:
-        return Episodes()
+def _noise_episodes(table: np.ndarray, tick_s: float, duration: float, *, min_s) -> Episodes:
+    """Noise episodes from the run table of the noisy ticks (see :meth:`_NoiseTicks.runs`)."""
+    first, last = table[:, 0].astype(np.int64), table[:, 1].astype(np.int64)
     start = first * tick_s
     end = np.minimum((last + 1) * tick_s, duration)
     keep = end - start >= min_s
     # The mean severity of the flagged ticks of each run (capped, so that a flat stretch's
     # enormous ratio does not stand for the whole run).
-    xp = backend.xp_of(severity)
-    capped = xp.where(flagged, xp.minimum(severity, 10.0), 0.0)
-    sums = _run_sums(xp.stack([capped, flagged.astype(capped.dtype)]), first, last)
-    level = sums[0] / np.maximum(sums[1], 1)
+    level = (table[:, 5] - table[:, 4]) / np.maximum(table[:, 3] - table[:, 2], 1)
     confidence = np.clip(1.0 - 0.5 / np.maximum(level, 1.0), 0.0, 1.0)
     return Episodes(np.full(int(keep.sum()), "noise"), start[keep], end[keep], confidence[keep])
 
 
-# --------------------------------------------------------------------------- helpers
-# Flags and values stay on their device; only the runs' bounds and sums (a few numbers an
-# episode) come to the host.
-def _runs(flags, max_gap: int) -> tuple[np.ndarray, np.ndarray]:
-    """Host arrays: first and last index of each run of True in ``flags`` (on its device), runs
-    less than ``max_gap`` + 1 apart joined."""
-    xp = backend.xp_of(flags)
-    edges = xp.diff(flags.astype(xp.int8), prepend=0, append=0)
-    changes = xp.flatnonzero(edges)
-    changes, rising = backend.to_host(changes), backend.to_host(edges[changes] > 0)  # two numbers a run
-    first, last = changes[rising], changes[~rising] - 1
-    if first.shape[0] > 1:
-        joined = first[1:] - last[:-1] - 1 <= max_gap
-        first = first[np.concatenate([[True], ~joined])]
-        last = last[np.concatenate([~joined, [True]])]
-    return first, last
+# --------------------------------------------------------------------------- runs
+# Flags and values stay on their device; only a table of the runs (a few numbers an episode)
+# comes to the host, in one copy for the flutter and the noise together.
+class _Runs(NamedTuple):
+    """What one run table is made from (see the ``runs`` kernel of :mod:`pipeline._decision_kernels`)."""
+
+    flags: Any    # int8 flags on the device
+    bit: int      # the runs are those of this bit...
+    mark: int     # ...within which this one is counted and found
+    gap: int      # runs this many indices apart or less are one
+    prefix: Any   # float64 running sum read at the runs' bounds (empty: none)
 
 
-def _run_sums(values, first: np.ndarray, last: np.ndarray) -> np.ndarray:
-    """Host float64 array: the sums of ``values`` (on its device; 1-D, or 2-D for several rows at
-    once) over each run first..last."""
-    xp = backend.xp_of(values)
-    rows = values.reshape(-1, values.shape[-1])
-    bounds = xp.asarray(np.concatenate([first, last + 1]))
-    # One 1-D scan a row: CuPy scans a long 1-D array in parallel, the rows of a 2-D one slowly.
-    ends = xp.stack([xp.concatenate([xp.zeros(1), xp.cumsum(row, dtype=xp.float64)])[bounds] for row in rows])
-    ends = backend.to_host(ends)  # two numbers a run
-    sums = ends[:, first.shape[0]:] - ends[:, :first.shape[0]]
-    return sums.reshape(values.shape[:-1] + (first.shape[0],))
+# Rows of each run table in the first copy to the host; a recording with more runs takes a second.
+_HEAD_ROWS = 512
+
+
+def _run_tables(runs: list[_Runs], xp) -> list[np.ndarray]:
+    """The run tables (host float64, a row a run: the columns of the ``runs`` kernel) of several
+    flag arrays, made on the device in one buffer, two launches a table, and copied to the host
+    together: the one synchronisation of :func:`find_episodes` on most recordings."""
+    rows = 1 + max((r.flags.shape[0] + r.gap + 1) // (r.gap + 2) for r in runs)  # the most runs there can be
+    tables = xp.empty((rows, len(runs), _decision_kernels.RUN_COLUMNS), dtype=xp.float64)
+    for t, r in enumerate(runs):
+        chunk = max(256, math.isqrt(r.flags.shape[0]))  # as many chunks as indices a chunk, at most
+        chunks = max(1, -(-r.flags.shape[0] // chunk))
+        counts = xp.empty((chunks, 2), dtype=xp.int64)
+        for write in (0, 1):
+            _decision_kernels.launch("runs", chunks, r.flags, r.bit, r.mark, r.gap, chunk, r.prefix, counts, tables,
+                                     t, write)
+    head = backend.to_host(tables[:_HEAD_ROWS + 1])
+    total = head[0, :, 0].astype(np.int64)
+    if total.max() > _HEAD_ROWS:
+        head = np.concatenate([head, backend.to_host(tables[_HEAD_ROWS + 1:total.max() + 1])])
+    return [head[1:1 + total[t], t] for t in range(len(runs))]
 
 
 def _merged(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -371,14 +423,3 @@ def _merged(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     new = np.concatenate([[True], start[1:] > end[:-1]])
     last = np.concatenate([np.flatnonzero(new)[1:] - 1, [start.shape[0] - 1]])
     return start[new], end[last]
-
-
-def _inside(t, start: np.ndarray, end: np.ndarray):
-    """Boolean mask on ``t``'s device: which times (s) lie in one of the intervals (host arrays)."""
-    xp = backend.xp_of(t)
-    start, end = _merged(np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64))
-    if start.shape[0] == 0:
-        return xp.zeros(t.shape[0], dtype=bool)
-    start, end = xp.asarray(start), xp.asarray(end)  # small host → device copies
-    slot = xp.searchsorted(start, t, side="right") - 1
-    return (slot >= 0) & (t <= end[xp.clip(slot, 0, None)])

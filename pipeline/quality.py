@@ -1,8 +1,8 @@
 """How clean each beat is: a quality in [0, 1] per fiducial (1 = clean), from the noise around it
 and its likeness to its neighbours.
 
-Four measures per beat, from one Numba kernel (one thread per beat, ``beat_stats``) and a few
-vectorised gathers on the input's device:
+Four measures per beat, from one Numba kernel (one thread per beat, ``beat_stats``) and the running
+median of the QRS amplitudes on the input's device:
 
 - **high-frequency noise**: the RMS of the second difference (gain peaking near 50 Hz: muscle
   noise, mains) over the beat's window outside its own QRS, over the median QRS amplitude of the
@@ -19,7 +19,9 @@ vectorised gathers on the input's device:
   ``shape_weight``, enough to tip a noisy beat of odd shape below :data:`LOW_QUALITY`.
 
 Each measure becomes a factor in [0, 1] by a linear ramp between a "good" and a "bad" value;
-their product is the quality.
+their product is the quality, made by a second kernel (``beat_quality``, one thread per beat), which
+also caps the beats inside noise episodes: on the GPU, two kernels and the running median's filter,
+and no synchronisation.
 
 Compared with NeuroKit2's ``ecg_quality`` (``averageQRS``, ``templatematch``): those correlate
 each beat with the recording's average beat, so that every ventricular beat scores low; here
@@ -36,7 +38,7 @@ from __future__ import annotations
 import math
 import numbers
 
-from pipeline import _episode_kernels, backend
+from pipeline import _decision_kernels, _episode_kernels, backend
 
 #: A beat whose quality is below this is "low quality". A beat in muscle noise as large as a tenth
 #: of the QRS complexes scores ~0.5; clean beats, premature ones included, score 1 or ≥ 0.6.
@@ -45,7 +47,8 @@ LOW_QUALITY = 0.5
 
 def beat_quality(signal, positions, fs: float, *, hf_ramp: tuple[float, float] = (0.15, 0.35),
                  shift_ramp: tuple[float, float] = (0.6, 1.5), amplitude_ramp: tuple[float, float] = (2.5, 5.0),
-                 shape_ramp: tuple[float, float] = (0.8, 0.3), shape_weight: float = 0.4, **measure_options):
+                 shape_ramp: tuple[float, float] = (0.8, 0.3), shape_weight: float = 0.4, noise_spans=None,
+                 **measure_options):
     """Quality of every beat, float32 in [0, 1] on the input's device (1 = clean).
 
     Parameters
@@ -67,6 +70,10 @@ def beat_quality(signal, positions, fs: float, *, hf_ramp: tuple[float, float] =
         and 0.
     shape_weight : float
         The most that shape lowers the quality (0: not at all).
+    noise_spans : (2, k) float64 array, optional
+        Sorted, disjoint (start, end) seconds of noise on the signal's device
+        (:func:`pipeline.episodes.episode_spans`): a beat inside scores at most half of
+        :data:`LOW_QUALITY`, whatever its own measures say.
     **measure_options
         Passed to :func:`quality_measures`.
 
@@ -74,20 +81,19 @@ def beat_quality(signal, positions, fs: float, *, hf_ramp: tuple[float, float] =
     -------
     float32 array of ``len(positions)`` values; below :data:`LOW_QUALITY`, a beat is low quality.
     """
-    m = quality_measures(signal, positions, fs, **measure_options)
-    xp = backend.xp_of(m["hf"])
-    good_hf = _ramp(xp, m["hf"], *hf_ramp)
-    good_shift = _ramp(xp, m["shift"], *shift_ramp)
-    ratio = xp.maximum(m["amplitude"], xp.float32(1e-6))
-    good_amplitude = _ramp(xp, xp.maximum(ratio, 1.0 / ratio), *amplitude_ramp)  # 0.4 counts as 2.5
-    good_shape = _ramp(xp, m["shape"], *shape_ramp)
-    quality = good_hf * good_shift * good_amplitude * (1.0 - shape_weight * (1.0 - good_shape))
-    return quality.astype(xp.float32)
+    m = _beat_stats(signal, positions, fs, **measure_options)
+    xp = backend.xp_of(m["amp"])
+    spans = xp.empty((2, 0)) if noise_spans is None else noise_spans
+    quality = xp.empty(m["amp"].shape[0], dtype=xp.float32)
+    # One kernel combines the measures (each the ramp of a ratio to the local amplitude).
+    _decision_kernels.launch("beat_quality", quality.shape[0], m["amp"], m["hf"], m["shift"], m["corr"], m["best"],
+                             m["local"], *(float(v) for v in (*hf_ramp, *shift_ramp, *amplitude_ramp, *shape_ramp)),
+                             float(shape_weight), m["positions"], float(fs), spans[0], spans[1], LOW_QUALITY / 2,
+                             quality)
+    return quality
 
 
-def quality_measures(signal, positions, fs: float, *, half_qrs_s: float = 0.06, before_s: float = 0.35,
-                     after_s: float = 0.5, edge_s: float = 0.04, template_s: tuple[float, float] = (-0.1, 0.15),
-                     neighbours: int = 4, amplitude_neighbours: int = 8) -> dict:
+def quality_measures(signal, positions, fs: float, **options) -> dict:
     """The four measures behind :func:`beat_quality` (float32 arrays on the input's device).
 
     Parameters
@@ -113,6 +119,20 @@ def quality_measures(signal, positions, fs: float, *, half_qrs_s: float = 0.06, 
         amplitude over the local one), ``shape`` (correlation, -1..1), ``qrs_amplitude`` (signal
         units).
     """
+    m = _beat_stats(signal, positions, fs, **options)
+    xp = backend.xp_of(m["amp"])
+    local = xp.maximum(m["local"], xp.float32(1e-12))
+    return {"hf": (m["hf"] / local).astype(xp.float32), "shift": (m["shift"] / local).astype(xp.float32),
+            "amplitude": (m["amp"] / local).astype(xp.float32),
+            "shape": xp.maximum(m["corr"], m["best"]), "qrs_amplitude": m["amp"]}
+
+
+def _beat_stats(signal, positions, fs: float, *, half_qrs_s: float = 0.06, before_s: float = 0.35,
+                after_s: float = 0.5, edge_s: float = 0.04, template_s: tuple[float, float] = (-0.1, 0.15),
+                neighbours: int = 4, amplitude_neighbours: int = 8) -> dict:
+    """The raw measures of the ``beat_stats`` kernel (``amp``, ``hf``, ``shift``, ``corr``,
+    ``best``: see :func:`pipeline._episode_kernels._beat_stats_one`), ``local``, the running
+    median of ``amp``, and ``positions`` as int64 (the options: :func:`quality_measures`)."""
     xp = backend.xp_of(signal)
     if signal.ndim != 1:
         raise ValueError(f"signal must be 1-D (one lead); got shape {signal.shape}")
@@ -125,31 +145,24 @@ def quality_measures(signal, positions, fs: float, *, half_qrs_s: float = 0.06, 
         raise ValueError("signal and positions must be on the same device (both CuPy or both NumPy)")
     count = int(positions.shape[0])
     out = {name: xp.empty(count, dtype=xp.float32) for name in ("amp", "hf", "shift", "corr", "best")}
+    out["positions"] = positions = positions.astype(xp.int64, copy=False)
     if count == 0:
-        return {"hf": out["hf"], "shift": out["shift"], "amplitude": out["amp"], "shape": out["corr"],
-                "qrs_amplitude": out["amp"]}
+        out["local"] = out["amp"]
+        return out
 
     def samples(seconds):
         return max(1, int(round(seconds * fs)))
 
-    positions = positions.astype(xp.int64, copy=False)
     _episode_kernels.launch("beat_stats", count, signal, positions, samples(half_qrs_s), samples(before_s),
                             samples(after_s), max(1, int(round(fs / 100.0))), samples(edge_s),
                             int(round(template_s[0] * fs)), int(round(template_s[1] * fs)), max(1, int(fs // 125)),
                             int(neighbours),
                             out["amp"], out["hf"], out["shift"], out["corr"], out["best"])
-    local = backend.running_median(out["amp"], amplitude_neighbours)
-    local = xp.maximum(local, xp.float32(1e-12))
-    return {"hf": (out["hf"] / local).astype(xp.float32), "shift": (out["shift"] / local).astype(xp.float32),
-            "amplitude": (out["amp"] / local).astype(xp.float32),
-            "shape": xp.maximum(out["corr"], out["best"]), "qrs_amplitude": out["amp"]}
+    out["local"] = backend.running_median(out["amp"], amplitude_neighbours)
+    return out
 
 
 def low_quality(quality, threshold: float = LOW_QUALITY):
     """Boolean mask of the low-quality beats (``quality < threshold``)."""
     return quality < threshold
 
-
-def _ramp(xp, values, good: float, bad: float):
-    """1 at or before ``good``, 0 at or beyond ``bad``, linear between (either order)."""
-    return xp.clip((values - bad) / (good - bad), 0.0, 1.0)

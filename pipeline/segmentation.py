@@ -74,10 +74,11 @@ def heartbeats(response, signal, fs: float, cfg: SignalConfig, other=None):
     positions = peaks.find_beats(response, signal, fs, cfg)
     positions, added = other_lead.fill_gaps(positions, other if cfg.other_lead else None, fs, cfg)
     found = episodes.find_episodes(signal, fs, positions)
-    positions = positions[~episodes.in_episodes(positions, found, fs, "flutter")]
-    if added.shape[0]:
-        added = added[~backend.to_host(episodes.in_episodes(backend.xp_of(positions).asarray(added), found, fs,
-                                                              "flutter"))]
+    if len(found.select("flutter")):  # the fiducials kept are a copy whose length the host waits for
+        positions = positions[~episodes.in_episodes(positions, found, fs, "flutter")]
+        if added.shape[0]:
+            added = added[~backend.to_host(episodes.in_episodes(backend.xp_of(positions).asarray(added), found, fs,
+                                                                  "flutter"))]
     return positions, found, rhythm.pauses(positions, fs, cfg.pause_s), int(added.shape[0])
 
 
@@ -86,7 +87,5 @@ def quality_of_beats(signal, positions, found, fs: float):
     every beat inside a noise episode, whatever its own measures say."""
     from pipeline import episodes, quality
 
-    beat_quality = quality.beat_quality(signal, positions, fs)
-    in_noise = episodes.in_episodes(positions, found, fs, "noise")
-    beat_quality[in_noise] = backend.xp_of(beat_quality).minimum(beat_quality[in_noise], quality.LOW_QUALITY / 2)
-    return beat_quality
+    return quality.beat_quality(signal, positions, fs,
+                                noise_spans=episodes.episode_spans(found, "noise", backend.xp_of(positions)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline import backend, stress
+from pipeline import backend, episodes, stress
 from pipeline.episodes import Episodes, find_episodes, in_episodes, noise_severity
 from pipeline.flutter import flutter_features
 
@@ -212,6 +212,177 @@ def test_flutter_kernels_match_the_whole_array_formula(fs, xp):
     for key in ("concentration", "off_baseline", "sine_ratio", "subharmonic"):
         assert found[key].dtype == np.float32 and isinstance(found[key], xp.ndarray)
         np.testing.assert_allclose(backend.to_host(found[key]), expected[key], rtol=1e-4, atol=1e-6, err_msg=key)
+
+
+# --------------------------------------------------------------------------- the decision kernels
+# Each against the whole-array formula it replaced, written out here.
+def _flags_reference(f, flutter_hz=(2.2, 8.0), min_concentration=0.5, min_off_baseline=0.45, max_sine_ratio=1.35,
+                     max_subharmonic=0.35) -> np.ndarray:
+    dominant = f["dominant_hz"]
+    candidate = ((f["concentration"] >= min_concentration) & (f["off_baseline"] >= min_off_baseline)
+                 & (dominant >= flutter_hz[0]) & (dominant <= flutter_hz[1]))
+    halving = (f["subharmonic"] > max_subharmonic) & (dominant >= 2 * flutter_hz[0])
+    sine = candidate & (f["sine_ratio"] <= max_sine_ratio) & ~halving
+    return candidate.astype(np.int8) + 2 * sine.astype(np.int8)
+
+
+def test_flutter_flags_match_the_whole_array_formula(xp):
+    """Values on every threshold and one float32 step below it: NumPy compares a float32 array with
+    a Python float in float32 (0.45 as float32 is below 0.45)."""
+    rng = np.random.default_rng(2)
+
+    def around(*values):
+        values = np.float32(values)
+        return np.concatenate([values, np.nextafter(values, np.float32(0)), np.float32([np.nan])])
+
+    features = {"dominant_hz": rng.choice(around(1.6, 2.2, 4.4, 8.0, 9.0), 4000),
+                **{key: rng.choice(around(0.35, 0.45, 0.5, 1.35), 4000)
+                   for key in ("concentration", "off_baseline", "sine_ratio", "subharmonic")}}
+    expected = _flags_reference(features)
+    assert {0, 1, 3} <= set(expected.tolist())
+    runs = episodes._flutter_runs({key: xp.asarray(v) for key, v in features.items()}, 4, flutter_hz=(2.2, 8.0),
+                                  min_concentration=0.5, min_off_baseline=0.45, max_sine_ratio=1.35,
+                                  max_subharmonic=0.35)
+    np.testing.assert_array_equal(backend.to_host(runs.flags), expected)
+
+
+def _runs_reference(flags: np.ndarray, gap: int) -> tuple[np.ndarray, np.ndarray]:
+    """First and last index of each run of True, runs less than ``gap`` + 1 apart joined."""
+    edges = np.diff(flags.astype(np.int8), prepend=0, append=0)
+    changes = np.flatnonzero(edges)
+    rising = edges[changes] > 0
+    first, last = changes[rising], changes[~rising] - 1
+    if first.shape[0] > 1:
+        joined = first[1:] - last[:-1] - 1 <= gap
+        first, last = first[np.concatenate([[True], ~joined])], last[np.concatenate([~joined, [True]])]
+    return first, last
+
+
+@pytest.mark.parametrize("head", [5, 10_000])
+@pytest.mark.parametrize("gap", [0, 1, 4, 30])
+def test_run_tables_match_the_whole_array_formula(gap, head, xp, monkeypatch):
+    """Random flags over twenty chunks of the kernel, a run across chunks and runs at both ends;
+    two tables in one buffer, with more runs than the first copy holds (``head`` 5) or fewer."""
+    monkeypatch.setattr(episodes, "_HEAD_ROWS", head)
+    rng = np.random.default_rng(gap)
+    n = 5000
+    bits, marks = rng.random(n) < (0.3 if gap < 10 else 0.01), rng.random(n) < 0.4
+    bits[1000:1400] = bits[:2] = bits[-2:] = True
+    marks[1000:1100] = False
+    flags = (bits.astype(np.int8) | (2 * (bits & marks)).astype(np.int8))
+    prefix = np.cumsum(rng.random(n).astype(np.float32), dtype=np.float64)
+    tables = episodes._run_tables([episodes._Runs(xp.asarray(flags), 1, 2, gap, xp.asarray(prefix)),
+                                   episodes._Runs(xp.asarray(flags[:700]), 1, 1, gap, xp.empty(0, xp.float64))], xp)
+    first, last = _runs_reference(bits, gap)
+    assert first.shape[0] > 10
+    table = tables[0]
+    np.testing.assert_array_equal(table[:, 0], first)
+    np.testing.assert_array_equal(table[:, 1], last)
+    marked = np.concatenate([[0], np.cumsum(bits & marks)])
+    np.testing.assert_array_equal(table[:, 2], marked[first])
+    np.testing.assert_array_equal(table[:, 3], marked[last + 1])
+    ends = np.concatenate([[0.0], prefix])
+    np.testing.assert_array_equal(table[:, 4], ends[first])
+    np.testing.assert_array_equal(table[:, 5], ends[last + 1])
+    # The first and the last marked index within each run, as the flutter episodes' edges were found.
+    mark_first, mark_last = _runs_reference(bits & marks, 0)
+    after = np.minimum(np.searchsorted(mark_last, first), mark_first.shape[0] - 1)
+    before = np.maximum(np.searchsorted(mark_first, last, side="right") - 1, 0)
+    has_first = (mark_last[after] >= first) & (mark_first[after] <= last)
+    has_last = (mark_first[before] <= last) & (mark_last[before] >= first)
+    np.testing.assert_array_equal(table[:, 6], np.where(has_first, np.maximum(mark_first[after], first), -1))
+    np.testing.assert_array_equal(table[:, 7], np.where(has_last, np.minimum(mark_last[before], last), -1))
+    first, last = _runs_reference(bits[:700], gap)
+    np.testing.assert_array_equal(tables[1][:, [0, 1, 6, 7]], np.stack([first, last, first, last], axis=1))
+    np.testing.assert_array_equal(tables[1][:, 4:6], 0.0)
+
+
+def test_run_tables_of_nothing(xp):
+    none = xp.zeros(0, dtype=xp.int8)
+    tables = episodes._run_tables([episodes._Runs(none, 1, 1, 3, xp.empty(0, xp.float64)),
+                                   episodes._Runs(xp.zeros(10, dtype=xp.int8), 1, 1, 0, xp.zeros(10, xp.float64))], xp)
+    assert [t.shape for t in tables] == [(0, 8), (0, 8)]
+
+
+def _severity_reference(measures, amplitude, tick, half, masked, tick_s, hf_ratio=0.2, range_ratio=4.0,
+                        step_ratio=2.5, flat_ratio=0.005, rail_share=0.1):
+    amplitude = amplitude if amplitude > 0 else 1.0
+    ranges, short_ranges = measures[0], measures[1]
+    severity = np.maximum(np.sqrt(measures[2]) / (hf_ratio * amplitude), ranges / (range_ratio * amplitude))
+    severity = np.maximum(severity, np.abs(measures[4] - measures[3]) / (step_ratio * amplitude))
+    severity = np.maximum(severity, measures[5] / (2 * half * tick * rail_share))
+    severity = np.maximum(severity, flat_ratio * amplitude / np.maximum(short_ranges, np.float32(1e-30)))
+    centres = (np.arange(severity.shape[0]) + 0.5) * tick_s
+    slot = np.searchsorted(masked[0], centres, side="right") - 1
+    inside = (slot >= 0) & (centres <= masked[1][np.clip(slot, 0, None)]) if masked.shape[1] else False
+    severity = np.where(inside, 0.0, severity)
+    flagged = severity >= 1.0
+    return severity, flagged, np.where(flagged, np.minimum(severity, 10.0), 0.0)
+
+
+@pytest.mark.parametrize("name", ["noise_bursts", "electrode_motion", "noise_bursts_128hz"])
+def test_tick_severity_matches_the_whole_array_formula(cases, name, xp):
+    """The severity, flags and capped severity of every tick, with and without a mask, for the
+    typical amplitude measured, a tenth of it, the mean of two, none (a flat recording divides by
+    1) and NaN (as none)."""
+    case = cases[name]
+    ticks = episodes._noise_ticks(xp.asarray(case.signal), case.fs, xp.asarray(case.beats), tick_s=0.1,
+                                  hf_ratio=0.2, range_ratio=4.0, step_ratio=2.5, flat_ratio=0.005, rail_share=0.1)
+    measures, ranked = backend.to_host(ticks.measures), backend.to_host(ticks.ranked)
+    # Three ticks whose rail samples make a severity of exactly 1, the threshold.
+    measures[:, :3] = np.float32([[0.0], [1e3], [0.0], [0.0], [0.0], [2 * 5 * ticks.tick * 0.1]])
+    ticks = ticks._replace(measures=xp.asarray(measures))
+    centre = (np.array([[case.episodes[0][1] / 0.1, 200, 205], [case.episodes[0][1] / 0.1 + 5, 202, 300]]).round()
+              + 0.5) * ticks.seconds   # bounds on ticks' centres
+    typical = np.median(ranked)
+    for values in (ranked, ranked / 10, np.float32([typical / 3, typical * 2]), np.zeros(1, np.float32),
+                   np.float32([typical, np.nan, typical])):
+        for spans in (np.zeros((2, 0)), centre):
+            mine = ticks._replace(ranked=xp.asarray(np.sort(values))).severity(xp.asarray(spans))
+            severity, flagged, capped = _severity_reference(measures, float(np.median(values)), ticks.tick, 5, spans,
+                                                            ticks.seconds)
+            assert (severity[:3] == 1).all() and (values is not ranked or not flagged.all())
+            np.testing.assert_array_equal(backend.to_host(mine[0]), severity)
+            np.testing.assert_array_equal(backend.to_host(mine[1]), flagged)
+            np.testing.assert_array_equal(backend.to_host(mine[2]), capped)
+
+
+@pytest.mark.parametrize("count", [9000, 4999])
+def test_typical_amplitude_matches_the_whole_array_formula(count, xp):
+    """Of 9,000 fiducials (every second one measured) or 4,999, some at the recording's ends, the
+    peak-to-peaks partitioned around their median; without fiducials, the ranges."""
+    rng = np.random.default_rng(4)
+    fs, n = 250.0, 2_000_000
+    signal = np.cumsum(rng.normal(0, 0.05, n)).astype(np.float32)
+    positions = np.sort(rng.choice(np.arange(n), count, replace=False))
+    positions[:2], positions[-2:] = [0, 3], [n - 4, n - 1]
+    half = int(round(0.05 * fs))
+    sample = positions[:: max(1, count // 4096)]
+    window = signal[np.clip(sample[:, None] + np.arange(-half, half + 1)[None, :], 0, n - 1)]
+    ranges = rng.random(1001).astype(np.float32)
+    for where, values in ((positions, window.max(axis=1) - window.min(axis=1)), (None, ranges)):
+        found = backend.to_host(episodes._typical_amplitude(xp.asarray(signal), None if where is None else
+                                                            xp.asarray(where), fs, xp.asarray(ranges)))
+        ordered = np.sort(values)
+        np.testing.assert_array_equal(np.sort(found), ordered)
+        middle = [(values.shape[0] - 1) // 2, values.shape[0] // 2, -1]
+        np.testing.assert_array_equal(found[middle], ordered[middle])
+
+
+def test_in_episodes_match_the_whole_array_formula(xp):
+    """Overlapping and nested episodes of both kinds, fiducials on their bounds, a margin."""
+    rng = np.random.default_rng(8)
+    fs = 250.0
+    start, end = np.sort(rng.integers(0, 600 * 250, 60)), rng.integers(25, 5000, 60)
+    found = Episodes(rng.choice(["noise", "flutter"], 60), start / fs, (start + end) / fs, np.ones(60))
+    positions = np.unique(np.concatenate([rng.integers(0, 620 * 250, 20_000), start, start + end]))  # on the bounds
+    for kinds, margin in (("noise", 0.0), (("noise", "flutter"), 0.3), ("flutter", 1.0)):
+        keep = np.isin(found.kind, kinds)
+        lo, hi = found.start_s[keep] - margin, found.end_s[keep] + margin
+        t = positions / fs
+        expected = ((lo[None, :] <= t[:, None]) & (t[:, None] <= hi[None, :])).any(axis=1)
+        inside = in_episodes(xp.asarray(positions), found, fs, kinds, margin_s=margin)
+        np.testing.assert_array_equal(backend.to_host(inside), expected)
 
 
 # --------------------------------------------------------------------------- the dataclass and errors

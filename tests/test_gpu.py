@@ -524,7 +524,7 @@ def test_torch_keeps_its_own_allocator():
 CACHE_SCRIPT = """
 import json
 import cupy
-from pipeline import _episode_kernels, _kernels, embed, episodes, peaks, quality, wavelet
+from pipeline import _decision_kernels, _episode_kernels, _kernels, embed, episodes, peaks, quality, wavelet
 fs = 250.0
 t = cupy.arange(60 * 250) / fs
 signal = cupy.exp(-((t % 0.8) - 0.4) ** 2 / 2e-4).astype(cupy.float32)
@@ -532,9 +532,11 @@ from pipeline.config import SignalConfig
 positions = peaks.find_beats(wavelet.ricker_response(signal, fs, 0.025), signal, fs, SignalConfig())
 peaks._gap_peaks(cupy.abs(signal), cupy.asarray([40]), cupy.asarray([60]), 12, 4, 5.0)  # no long gap above
 embed.embed_beats(signal, positions, fs, width=256)
-episodes.find_episodes(signal, fs, positions)
+found = episodes.find_episodes(signal, fs, positions)
+episodes.in_episodes(positions, found, fs)
 quality.beat_quality(signal, positions, fs)
-kernels = {**_kernels._cuda_kernels(), **_episode_kernels._episode_cuda_kernels()}
+kernels = {**_kernels._cuda_kernels(), **_episode_kernels._episode_cuda_kernels(),
+           **_decision_kernels._decision_cuda_kernels()}
 print(json.dumps({name: [sum(k._cache_hits.values()), sum(k._cache_misses.values())] for name, k in kernels.items()}))
 """
 
@@ -556,8 +558,9 @@ def test_cuda_kernels_come_from_the_disk_cache_in_a_new_process():
     counts()
     second = counts()
     assert second == {name: [1, 0] for name in ("nms", "embed", "qrs_shape", "rival", "gap_peaks", "unsuppressed",
-                                                "block_stats", "beat_stats", "tick_measures", "flutter_frames",
-                                                "flutter_measures")}, second
+                                                "block_stats", "beat_range", "beat_stats", "tick_measures",
+                                                "flutter_frames", "flutter_measures", "flutter_flags", "tick_severity",
+                                                "runs", "in_spans", "beat_quality")}, second
 
 
 # --------------------------------------------------------------------------- the two dashboard boards

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline import _episode_kernels, backend, stress
+from pipeline import _decision_kernels, _episode_kernels, backend, stress
 from pipeline.quality import LOW_QUALITY, beat_quality, low_quality, quality_measures
 
 # Tolerances: beats inside noise are low quality, clean beats (normal or not) are not.
@@ -140,6 +140,72 @@ def test_kernel_equals_numpy(xp):
                             *out)
     for key, values in zip(("amp", "hf", "shift", "corr", "best"), out):
         np.testing.assert_allclose(backend.to_host(values), expected[key], rtol=1e-4, atol=1e-5, err_msg=key)
+
+
+def _quality_reference(raw: dict, noisy, hf_ramp=(0.15, 0.35), shift_ramp=(0.6, 1.5), amplitude_ramp=(2.5, 5.0),
+                       shape_ramp=(0.8, 0.3), shape_weight=0.4) -> np.ndarray:
+    """The whole-array formula that the beat_quality kernel replaced, from beat_stats' measures and
+    the running median of the amplitudes (``local``), capped where ``noisy``."""
+    def ramp(values, good, bad):
+        return np.clip((values - bad) / (good - bad), 0.0, 1.0)
+
+    local = np.maximum(raw["local"], np.float32(1e-12))
+    ratio = np.maximum((raw["amp"] / local).astype(np.float32), np.float32(1e-6))
+    quality = (ramp((raw["hf"] / local).astype(np.float32), *hf_ramp)
+               * ramp((raw["shift"] / local).astype(np.float32), *shift_ramp)
+               * ramp(np.maximum(ratio, 1.0 / ratio), *amplitude_ramp)
+               * (1.0 - shape_weight * (1.0 - ramp(np.maximum(raw["corr"], raw["best"]), *shape_ramp))))
+    quality[noisy] = np.minimum(quality[noisy], LOW_QUALITY / 2)
+    return quality
+
+
+def test_quality_kernel_matches_the_whole_array_formula(xp):
+    """Measures on the ramps' ends and between, NaN, a local amplitude of 0, beats on the bounds
+    of the noise; the default ramps and others (one in reverse order, no shape weight)."""
+    rng = np.random.default_rng(6)
+    n = 3000
+    local = rng.choice(np.float32([0.0, 0.5, 1.0, 2.0]), n)
+    level = np.maximum(local, np.float32(1e-12))
+    raw = {"local": local, "amp": (rng.choice(np.float32([0.1, 0.2, 0.4, 1.0, 2.5, 5.0, 7.0]), n) * level),
+           "hf": rng.choice(np.float32([0.0, 0.15, 0.2, 0.35, 0.5, np.nan]), n) * level,
+           "shift": rng.choice(np.float32([0.0, 0.6, 1.0, 1.5, 2.0]), n) * level,
+           "corr": rng.choice(np.float32([-1.0, 0.0, 0.3, 0.5, 0.8, 0.95, np.nan]), n),
+           "best": rng.choice(np.float32([-1.0, 0.3, 0.6, 0.8, 1.0]), n)}
+    raw = {key: np.where(rng.random(n) < 0.5, value, value * rng.uniform(0.5, 1.5, n)).astype(np.float32)
+           for key, value in raw.items()}   # half of them between the special values
+    positions = np.arange(n, dtype=np.int64) * 50
+    fs = 250.0
+    spans = np.array([[10.0, 200.0, 400.0], [20.0, 300.0, 400.2]])
+    t = positions / fs
+    noisy = ((spans[0][None, :] <= t[:, None]) & (t[:, None] <= spans[1][None, :])).any(axis=1)
+    assert noisy.sum() > 100 and (t == 400.0).any()
+    for options in ({}, {"hf_ramp": (0.35, 0.15), "shape_weight": 0.0, "amplitude_ramp": (2.0, 4.0)}):
+        ramps = {"hf_ramp": (0.15, 0.35), "shift_ramp": (0.6, 1.5), "amplitude_ramp": (2.5, 5.0),
+                 "shape_ramp": (0.8, 0.3), "shape_weight": 0.4, **options}
+        quality = xp.full(n, -1.0, dtype=xp.float32)
+        _decision_kernels.launch("beat_quality", n, *(xp.asarray(raw[k]) for k in ("amp", "hf", "shift", "corr",
+                                                                                  "best", "local")),
+                                 *ramps["hf_ramp"], *ramps["shift_ramp"], *ramps["amplitude_ramp"],
+                                 *ramps["shape_ramp"], ramps["shape_weight"], xp.asarray(positions), fs,
+                                 xp.asarray(spans[0]), xp.asarray(spans[1]), LOW_QUALITY / 2, quality)
+        expected = _quality_reference(raw, noisy, **ramps)
+        assert np.isnan(expected).any() and (expected == 0).any() and (expected == 1).any()
+        np.testing.assert_array_equal(backend.to_host(quality), expected)
+
+
+@pytest.mark.parametrize("name", ["noise_bursts", "electrode_motion"])
+def test_beats_in_noise_are_capped(cases, name, xp):
+    """beat_quality with noise spans: the whole-array formula on its own measures, capped inside."""
+    case = cases[name]
+    signal, positions = xp.asarray(case.signal), xp.asarray(case.beats)
+    spans = np.array([[start for _, start, _ in case.episodes], [end for _, _, end in case.episodes]])
+    t = case.beats / case.fs
+    noisy = ((spans[0][None, :] <= t[:, None]) & (t[:, None] <= spans[1][None, :])).any(axis=1)
+    quality = backend.to_host(beat_quality(signal, positions, case.fs, noise_spans=xp.asarray(spans)))
+    free = backend.to_host(beat_quality(signal, positions, case.fs))
+    assert noisy.sum() >= 3 and (quality[noisy] <= LOW_QUALITY / 2).all()
+    np.testing.assert_array_equal(quality[~noisy], free[~noisy])
+    np.testing.assert_array_equal(quality[noisy], np.minimum(free[noisy], np.float32(LOW_QUALITY / 2)))
 
 
 # --------------------------------------------------------------------------- backends, shapes, errors
