@@ -190,7 +190,10 @@ def test_quality_kernel_matches_the_whole_array_formula(xp):
                                  xp.asarray(spans[0]), xp.asarray(spans[1]), LOW_QUALITY / 2, quality)
         expected = _quality_reference(raw, noisy, **ramps)
         assert np.isnan(expected).any() and (expected == 0).any() and (expected == 1).any()
-        np.testing.assert_array_equal(backend.to_host(quality), expected)
+        if xp is np:
+            np.testing.assert_array_equal(quality, expected)
+        else:   # CUDA contracts a multiply and an add into one rounding (FMA): within a float32 step
+            np.testing.assert_allclose(backend.to_host(quality), expected, rtol=2.4e-7, atol=0)
 
 
 @pytest.mark.parametrize("name", ["noise_bursts", "electrode_motion"])
