@@ -58,7 +58,8 @@ def ricker_response(signal, fs: float, width_s: float):
     n = signal.shape[0]
     mean = signal.mean(dtype=xp.float64).astype(xp.float32)
     if xp is not np and n + points - 1 > BLOCK:
-        return _in_blocks(signal, mean, wavelet, xp, fft)
+        kernel = _block_spectrum_on_gpu(points, a, xp.cuda.runtime.getDevice())
+        return _in_blocks(signal, mean, points, kernel, xp, fft)
     nfft = fft.next_fast_len(n + points - 1, real=True)
     padded = xp.zeros(nfft, dtype=xp.float32)
     padded[:n] = signal
@@ -72,29 +73,26 @@ def ricker_response(signal, fs: float, width_s: float):
     return xp.ascontiguousarray(response[start:start + n], dtype=xp.float32)
 
 
-def _in_blocks(signal, mean, wavelet, xp, fft):
+def _in_blocks(signal, mean, points: int, kernel, xp, fft):
     """:func:`ricker_response` by overlap-save: the mean-free signal, led by half the wavelet's
     length of zeros, cut into blocks of :data:`BLOCK` samples that overlap by the wavelet's length
     less one; each block's circular convolution is the linear one past that overlap, and those
     parts, one after another, are the response. :data:`BATCH` blocks a transform, the last batch
-    filled with zeros."""
-    n, points = signal.shape[0], wavelet.shape[0]
+    filled with zeros; ``kernel`` is the wavelet's spectrum at a block's length."""
+    n = signal.shape[0]
     hop = BLOCK - (points - 1)
     batches = math.ceil(n / (hop * BATCH))
     lead = (points - 1) - (points - 1) // 2
     padded = xp.zeros(batches * BATCH * hop + points - 1, dtype=xp.float32)
-    padded[lead:lead + n] = signal
-    padded[lead:lead + n] -= mean
-    kernel = fft.rfft(wavelet, BLOCK)
-    response = xp.empty(batches * BATCH * hop, dtype=xp.float32)
+    xp.subtract(signal, mean, out=padded[lead:lead + n])
+    response = xp.empty((batches * BATCH, hop), dtype=xp.float32)
     for b in range(batches):
-        at = b * BATCH * hop
-        blocks = xp.lib.stride_tricks.as_strided(padded[at:], shape=(BATCH, BLOCK),
+        blocks = xp.lib.stride_tricks.as_strided(padded[b * BATCH * hop:], shape=(BATCH, BLOCK),
                                                  strides=(hop * padded.itemsize, padded.itemsize))
         spectrum = fft.rfft(blocks, axis=-1)
         spectrum *= kernel
-        response[at:at + BATCH * hop] = fft.irfft(spectrum, BLOCK, axis=-1)[:, points - 1:].reshape(-1)
-    return response[:n]
+        response[b * BATCH:(b + 1) * BATCH] = fft.irfft(spectrum, BLOCK, axis=-1)[:, points - 1:]
+    return response.reshape(-1)[:n]
 
 
 @functools.lru_cache(maxsize=8)
@@ -105,3 +103,12 @@ def _ricker_on_gpu(points: int, a: float, device: int):
     import cupy
 
     return cupy.asarray(ricker(points, a))
+
+
+@functools.lru_cache(maxsize=8)
+def _block_spectrum_on_gpu(points: int, a: float, device: int):
+    """The spectrum of :func:`_ricker_on_gpu` at a block's length (:data:`BLOCK`), made once: the
+    same for every call, never written to."""
+    import cupyx.scipy.fft
+
+    return cupyx.scipy.fft.rfft(_ricker_on_gpu(points, a, device), BLOCK)
