@@ -12,7 +12,7 @@ import itertools
 
 import numpy as np
 
-from pipeline import _beat_kernels, _kernels, backend, qrs
+from pipeline import _beat_kernels, _kernels, _rhythm_kernels, backend, qrs
 
 
 def envelope(response):
@@ -300,9 +300,10 @@ def keep_the_rhythm(env, thresholds, block: int, signal, positions, fs: float, c
     deflection is at least ``cfg.rival_slope`` × as steep as the beat's, and it is as narrow as a
     QRS complex (at most ``cfg.search_back_width`` × the beats' median width). Two beats in a row
     on the wrong wave keep each other's error (the RR between them looks right): they are judged
-    together, over the three RR intervals around them. One kernel searches and judges the rivals
-    of all beats (on the GPU one launch instead of dozens of small operations over the beats);
-    shapes are measured only for the few beats that qualify.
+    together, over the three RR intervals around them. One thread a beat (``rhythm`` kernel)
+    searches and judges its rival, and measures shapes only where the rival keeps the rhythm, the
+    beats' median width over ~1000 of them (:func:`pipeline.qrs.spread`) on the device: the host
+    waits for the device once, for one flag (and in the sort where a beat's rival keeps the rhythm).
     Returns the positions, sorted.
     """
     xp = backend.xp_of(positions)
@@ -310,22 +311,19 @@ def keep_the_rhythm(env, thresholds, block: int, signal, positions, fs: float, c
     if count < 3:
         return positions
     near, far = max(1, int(round(cfg.rival_min_s * fs))), max(1, int(round(cfg.refractory_s * fs)))
-    rival = xp.empty(count, dtype=xp.int64)
-    better = xp.empty(count, dtype=xp.bool_)
-    _kernels.launch("rival", count, env, thresholds, block, positions, _local_rr(positions), near, far,
-                    float(cfg.rival_gain), rival, better)
-    which = xp.flatnonzero(better)
-    if which.shape[0] == 0:                         # host sync: one number
+    medians = qrs.shape_medians(signal, xp.ascontiguousarray(qrs.spread(positions)), fs, despike_s=cfg.despike_s,
+                                width_cap_s=cfg.max_qrs_width_s)
+    rival, moved, spare, out = (xp.empty(count, dtype=xp.int64) for _ in range(4))
+    width, moved_width = xp.empty(count, dtype=xp.int32), xp.empty(count, dtype=xp.int32)
+    slope, moved_slope = xp.empty(count, dtype=xp.float32), xp.empty(count, dtype=xp.float32)
+    better, any_better = xp.empty(count, dtype=xp.bool_), xp.zeros(1, dtype=xp.uint8)
+    _rhythm_kernels.launch("rhythm", count, env, thresholds, block, positions, _local_rr(positions), near, far,
+                           float(cfg.rival_gain), signal, *_shape_settings(fs, cfg), float(polarity),
+                           float(cfg.refine_rival), medians, float(cfg.search_back_width), np.float32(cfg.rival_slope),
+                           rival, better, moved, width, slope, moved_width, moved_slope, spare, out, any_better)
+    if not backend.to_host(any_better)[0]:          # host sync: one flag
         return positions
-    moved = _refine(signal, rival[which], fs, cfg, polarity)
-    shapes = _shapes(signal, [positions[which], moved, qrs.spread(positions)], fs, cfg)
-    (_, slope), (moved_width, moved_slope), (typical, _) = shapes
-    swap = ((xp.abs(moved - positions[which]) >= near)      # still another deflection, not the beat's own
-            & (moved_slope >= cfg.rival_slope * slope)
-            & (moved_width <= cfg.search_back_width * qrs.sample_median(typical)))
-    positions = positions.copy()
-    positions[which[swap]] = moved[swap]
-    return xp.unique(positions)
+    return xp.unique(out)
 
 
 def _shapes(signal, groups, fs: float, cfg):

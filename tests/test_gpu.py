@@ -93,8 +93,8 @@ def test_parity_where_t_waves_hide_beats(fs):
 
 
 def test_keep_the_rhythm_parity():
-    """peaks.keep_the_rhythm on the GPU (the rival kernel, then the shapes of the beats that may
-    move) moves the same beats to the same samples as on the CPU: beats on a tall P wave, one
+    """peaks.keep_the_rhythm on the GPU (the rhythm kernel: the rival search, then the shapes of
+    the beats that may move) moves the same beats to the same samples as on the CPU: beats on a tall P wave, one
     alone and two in a row, back to their QRS complex."""
     import cupy
 
@@ -524,7 +524,8 @@ def test_torch_keeps_its_own_allocator():
 CACHE_SCRIPT = """
 import json
 import cupy
-from pipeline import _decision_kernels, _episode_kernels, _kernels, embed, episodes, peaks, quality, wavelet
+from pipeline import _decision_kernels, _episode_kernels, _kernels, _rhythm_kernels, embed, episodes, peaks, quality
+from pipeline import wavelet
 fs = 250.0
 t = cupy.arange(60 * 250) / fs
 signal = cupy.exp(-((t % 0.8) - 0.4) ** 2 / 2e-4).astype(cupy.float32)
@@ -536,7 +537,7 @@ found = episodes.find_episodes(signal, fs, positions)
 episodes.in_episodes(positions, found, fs)
 quality.beat_quality(signal, positions, fs)
 kernels = {**_kernels._cuda_kernels(), **_episode_kernels._episode_cuda_kernels(),
-           **_decision_kernels._decision_cuda_kernels()}
+           **_decision_kernels._decision_cuda_kernels(), **_rhythm_kernels._rhythm_cuda_kernels()}
 print(json.dumps({name: [sum(k._cache_hits.values()), sum(k._cache_misses.values())] for name, k in kernels.items()}))
 """
 
@@ -557,7 +558,7 @@ def test_cuda_kernels_come_from_the_disk_cache_in_a_new_process():
 
     counts()
     second = counts()
-    assert second == {name: [1, 0] for name in ("nms", "embed", "qrs_shape", "rival", "gap_peaks", "unsuppressed",
+    assert second == {name: [1, 0] for name in ("nms", "embed", "qrs_shape", "rhythm", "gap_peaks", "unsuppressed",
                                                 "block_stats", "beat_range", "beat_stats", "tick_measures",
                                                 "flutter_frames", "flutter_measures", "flutter_flags", "tick_severity",
                                                 "runs", "in_spans", "beat_quality")}, second

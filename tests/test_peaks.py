@@ -321,31 +321,28 @@ def _rivals_as_vectorised(env, thresholds, block, positions, near, far, gain):
 
 @pytest.mark.parametrize("case", ["wrong_wave", "tied"])
 def test_rival_kernel_equals_the_vectorised_formula(case, xp):
-    """The rival kernel gives every beat the rival and the verdict of the vectorised formula it
-    replaced, where beats move alone (beat 10) and only as a pair (beats 30 and 31: moved alone,
-    either one would break the rhythm the other keeps), and on an envelope full of ties."""
-    from pipeline import _kernels
-    from pipeline.peaks import _local_rr
+    """The rhythm kernel's rival search (:func:`pipeline._kernels._rival_body`) gives every beat the
+    rival and the verdict of the vectorised formula it replaced, where beats move alone (beat 10)
+    and only as a pair (beats 30 and 31: moved alone, either one would break the rhythm the other
+    keeps), and on an envelope full of ties."""
     from tests.support.wrong_waves import on_the_wrong_wave, tied_envelope
 
     fs, cfg = 360.0, SignalConfig()
     if case == "wrong_wave":
-        _, env, thresholds, block, positions, _ = on_the_wrong_wave(fs)
+        signal, env, thresholds, block, positions, _ = on_the_wrong_wave(fs)
     else:
         env, thresholds, block, positions = tied_envelope()
+        signal = np.zeros(env.shape[0], dtype=np.float32)
     near, far = int(round(cfg.rival_min_s * fs)), int(round(cfg.refractory_s * fs))
     expected = _rivals_as_vectorised(env, thresholds, block, positions, near, far, cfg.rival_gain)
-    count = positions.shape[0]
-    rival, better = xp.empty(count, dtype=xp.int64), xp.empty(count, dtype=xp.bool_)
-    on_device = xp.asarray(positions)
-    _kernels.launch("rival", count, xp.asarray(env), xp.asarray(thresholds), block, on_device, _local_rr(on_device),
-                    near, far, float(cfg.rival_gain), rival, better)
-    np.testing.assert_array_equal(_host(rival), expected[0])
-    np.testing.assert_array_equal(_host(better), expected[1])
+    rival, better, _, _ = _rhythm_kernel(xp, env, thresholds, block, signal, positions, fs, cfg, 0.0, 10.0, 1.5,
+                                         np.float32(0.5))
+    np.testing.assert_array_equal(rival, expected[0])
+    np.testing.assert_array_equal(better, expected[1])
     if case == "wrong_wave":
         np.testing.assert_array_equal(np.flatnonzero(expected[1]), [10, 30, 31])
     else:
-        assert 10 < expected[1].sum() < count - 10, expected[1].sum()
+        assert 10 < expected[1].sum() < positions.shape[0] - 10, expected[1].sum()
 
 
 def test_keep_the_rhythm_moves_beats_off_tall_p_waves(xp):
@@ -359,6 +356,99 @@ def test_keep_the_rhythm_moves_beats_off_tall_p_waves(xp):
     moved = _host(keep_the_rhythm(*map(xp.asarray, (env, thresholds)), block, xp.asarray(signal),
                                   xp.asarray(positions), fs, cfg))
     assert moved.shape == beats.shape and np.abs(moved - beats).max() <= 2, np.abs(moved - beats).max()
+
+
+def _keep_the_rhythm_as_arrays(env, thresholds, block, signal, positions, fs, cfg, polarity, median_width,
+                               width_ratio, slope_ratio):
+    """keep_the_rhythm's swap as whole-array operations (the code the ``rhythm`` kernel replaced),
+    the beats' median width and the ratios given, before its sort: (better, the positions)."""
+    from pipeline.qrs import qrs_shape
+
+    near, far = max(1, int(round(cfg.rival_min_s * fs))), max(1, int(round(cfg.refractory_s * fs)))
+    rival, better = _rivals_as_vectorised(env, thresholds, block, positions, near, far, cfg.rival_gain)
+    which = np.flatnonzero(better)
+    moved = refine_to_extremum(signal, rival[which], fs, search_s=cfg.refine_s, despike_s=cfg.despike_s,
+                               polarity=polarity, rival=cfg.refine_rival)
+    _, _, slope = qrs_shape(signal, positions[which], fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
+    _, moved_width, moved_slope = qrs_shape(signal, moved, fs, despike_s=cfg.despike_s,
+                                            width_cap_s=cfg.max_qrs_width_s)
+    swap = ((np.abs(moved - positions[which]) >= near) & (moved_slope >= slope_ratio * slope)
+            & (moved_width <= width_ratio * median_width))
+    positions = positions.copy()
+    positions[which[swap]] = moved[swap]
+    return better, positions
+
+
+def _rhythm_kernel(xp, env, thresholds, block, signal, positions, fs, cfg, polarity, median_width, width_ratio,
+                   slope_ratio):
+    """(rival, better, positions, the any-better flag) of the ``rhythm`` kernel."""
+    from pipeline import _rhythm_kernels
+    from pipeline.peaks import _local_rr, _shape_settings
+
+    count = positions.shape[0]
+    near, far = max(1, int(round(cfg.rival_min_s * fs))), max(1, int(round(cfg.refractory_s * fs)))
+    rival, moved, spare, out = (xp.empty(count, dtype=xp.int64) for _ in range(4))
+    width, moved_width = xp.empty(count, dtype=xp.int32), xp.empty(count, dtype=xp.int32)
+    slope, moved_slope = xp.empty(count, dtype=xp.float32), xp.empty(count, dtype=xp.float32)
+    better, flag = xp.empty(count, dtype=xp.bool_), xp.zeros(1, dtype=xp.uint8)
+    env, thresholds, signal, positions = map(xp.asarray, (env, thresholds, signal, positions))
+    _rhythm_kernels.launch("rhythm", count, env, thresholds, block, positions, _local_rr(positions), near, far,
+                           float(cfg.rival_gain), signal, *_shape_settings(fs, cfg), float(polarity),
+                           float(cfg.refine_rival), xp.asarray([median_width, 0.0]), width_ratio, slope_ratio,
+                           rival, better, moved, width, slope, moved_width, moved_slope, spare, out, flag)
+    return _host(rival), _host(better), _host(out), int(_host(flag)[0])
+
+
+@pytest.mark.parametrize("case", ["wrong_wave", "tied"])
+def test_rhythm_kernel_equals_the_whole_array_step(case, xp):
+    """The ``rhythm`` kernel moves the same beats to the same points as the whole-array step it
+    replaced: beats on tall P waves (one alone, two in a row), with the settings' ratios and with
+    the slope's or the width's threshold on a moved beat's own value (it still moves: both
+    comparisons include equality); and on an envelope and an ECG of small whole numbers (ties
+    everywhere), with ratios that let every rival keeping the rhythm move and some in between."""
+    from pipeline.qrs import qrs_shape, spread
+    from tests.support.wrong_waves import on_the_wrong_wave, tied_envelope
+
+    fs, cfg = 360.0, SignalConfig()
+    if case == "wrong_wave":
+        signal, env, thresholds, block, positions, _ = on_the_wrong_wave(fs)
+        polarity = 1.0
+    else:
+        env, thresholds, block, positions = tied_envelope()
+        signal = np.random.default_rng(5).integers(-3, 4, env.shape[0]).astype(np.float32)
+        polarity = 0.0
+    _, typical, _ = qrs_shape(signal, np.ascontiguousarray(spread(positions)), fs, despike_s=cfg.despike_s,
+                              width_cap_s=cfg.max_qrs_width_s)
+    median_width = float(np.median(typical))
+    ratios = [(float(cfg.search_back_width), np.float32(cfg.rival_slope)), (1e30, np.float32(0.0)),
+              (1.0, np.float32(1.0))]
+    better, moved_once = _keep_the_rhythm_as_arrays(env, thresholds, block, signal, positions, fs, cfg, polarity,
+                                                    median_width, *ratios[0])
+    moves = np.flatnonzero(moved_once != positions)
+    if case == "wrong_wave":                       # a moved beat's own slope and width as the threshold
+        for k in moves:
+            _, (w,), (s,) = qrs_shape(signal, moved_once[k:k + 1], fs, despike_s=cfg.despike_s,
+                                      width_cap_s=cfg.max_qrs_width_s)
+            _, _, (beat_slope,) = qrs_shape(signal, positions[k:k + 1], fs, despike_s=cfg.despike_s,
+                                            width_cap_s=cfg.max_qrs_width_s)
+            if _ratio_onto(s, beat_slope) is not None and _ratio_onto(w, median_width) is not None:
+                break
+        ratios += [(_ratio_onto(w, median_width), ratios[0][1]), (ratios[0][0], _ratio_onto(s, beat_slope))]
+        assert None not in ratios[-1] and None not in ratios[-2], ratios
+    for width_ratio, slope_ratio in ratios:
+        better, expected = _keep_the_rhythm_as_arrays(env, thresholds, block, signal, positions, fs, cfg, polarity,
+                                                      median_width, width_ratio, slope_ratio)
+        _, got_better, got, flag = _rhythm_kernel(xp, env, thresholds, block, signal, positions, fs, cfg, polarity,
+                                               median_width, width_ratio, slope_ratio)
+        np.testing.assert_array_equal(got_better, better)
+        np.testing.assert_array_equal(got, expected)
+        assert flag == int(better.any())
+        if case == "wrong_wave" and (width_ratio, slope_ratio) == ratios[0]:
+            np.testing.assert_array_equal(moves, [10, 30, 31])
+        elif case == "wrong_wave" and (width_ratio, slope_ratio) in ratios[3:]:
+            assert got[k] == moved_once[k] != positions[k], (width_ratio, slope_ratio)
+    if case == "tied":
+        assert 10 < better.sum() and 0 < moves.size < better.sum(), (better.sum(), moves.size)
 
 
 @pytest.mark.parametrize("fs", [128.0, 360.0])
