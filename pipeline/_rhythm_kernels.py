@@ -1,6 +1,8 @@
-"""Numba kernels of the beat detector's rhythm step (:func:`pipeline.peaks.keep_the_rhythm`): one
-thread a beat searches its rival deflection, judges whether it keeps the rhythm, and, where it
-does, moves it to its QRS extremum and compares their shapes.
+"""Numba kernels of the beat detector's rhythm checks: the rhythm step
+(:func:`pipeline.peaks.keep_the_rhythm`: one thread a beat searches its rival deflection, judges
+whether it keeps the rhythm, and, where it does, moves it to its QRS extremum and compares their
+shapes), and the drop of T waves and baseline steps (:func:`pipeline.peaks.drop_non_qrs`: one
+thread a candidate judges it against the candidate before, the early beats in a second pass).
 Twinned as in :mod:`pipeline._kernels` and :mod:`pipeline._beat_kernels`: a per-index body,
 compiled with ``numba.njit`` inside a parallel loop on the CPU and with ``numba.cuda.jit`` (one
 thread per index) on the GPU, the twin chosen from the array type. On the GPU the step was the
@@ -14,6 +16,7 @@ file alone: after a change to those, clear ``__pycache__``.
 from __future__ import annotations
 
 import functools
+import math
 
 import numba
 import numpy as np
@@ -21,7 +24,133 @@ import numpy as np
 from pipeline import _beat_kernels, _kernels
 
 
+# --------------------------------------------------------------------------- device functions
+def _window_median(values, first, last):
+    """(True, NumPy's median of values[first : last+1]) (indices clipped to the array, as a
+    clipped gather repeats the end values), (False, a value) where any value is NaN (the median
+    is NaN): the middle value of an odd count, the mean of the two middle values of an even one,
+    in the values' own precision (a NaN of its own would make it float64). O(count²) without an
+    array, for the few candidates that need it."""
+    n = values.shape[0]
+    count = last - first + 1
+    low, high = (count - 1) // 2, count // 2
+    for a in range(first, last + 1):
+        if values[min(max(a, 0), n - 1)] != values[min(max(a, 0), n - 1)]:
+            return False, values[min(max(a, 0), n - 1)]
+    for a in range(first, last + 1):
+        value = values[min(max(a, 0), n - 1)]
+        below = equal = 0
+        upper = value
+        larger = False
+        for b in range(first, last + 1):
+            other = values[min(max(b, 0), n - 1)]
+            below += other < value
+            equal += other == value
+            if other > value and (not larger or other < upper):
+                upper = other
+                larger = True
+        if below <= low < below + equal:
+            if high < below + equal:
+                return True, value
+            return True, (value + upper) * np.float32(0.5)
+    return False, values[min(max(first, 0), n - 1)]
+
+
+def _steps_baseline_body(window_median):
+    """The baseline-step test of one candidate, closed over the CPU or the CUDA twin of
+    :func:`_window_median`."""
+
+    def steps_baseline(signal, p, before_first, before_last, after_first, after_last, reach):
+        """Whether the median of the ECG ``after_first``..``after_last`` samples from p lies more
+        than half the peak-to-peak deflection within ±``reach`` away from the median over
+        ``before_first``..``before_last`` (indices clipped): :func:`pipeline.peaks._steps_baseline`
+        for one candidate, False where a value in the windows is NaN."""
+        n = signal.shape[0]
+        found_before, before = window_median(signal, p + before_first, p + before_last)
+        found_after, after = window_median(signal, p + after_first, p + after_last)
+        if not (found_before and found_after):
+            return False
+        top = bottom = signal[min(max(p - reach, 0), n - 1)]
+        for t in range(p - reach, p + reach + 1):
+            value = signal[min(max(t, 0), n - 1)]
+            if value != value:
+                return False
+            top = max(top, value)
+            bottom = min(bottom, value)
+        return abs(after - before) > np.float32(0.5) * (top - bottom)
+
+    return steps_baseline
+
+
+def _deflection(signal, p, reach):
+    """|ECG at p less the mean of its values ``reach`` before and after| (indices clipped), in the
+    ECG's precision: :func:`pipeline.qrs.deflection`'s size."""
+    n = signal.shape[0]
+    return abs(signal[p] - np.float32(0.5) * (signal[min(max(p - reach, 0), n - 1)]
+                                              + signal[min(max(p + reach, 0), n - 1)]))
+
+
 # --------------------------------------------------------------------------- per-index bodies
+def _non_qrs_body(steps_baseline):
+    """The per-candidate body of the non-QRS kernel, closed over the CPU or the CUDA twin of
+    :func:`_steps_baseline_body`'s test."""
+
+    def non_qrs_one(i, signal, positions, width, slope, medians, cap, step_ratio, before_first, before_last,
+                    after_first, after_last, reach, window, rr_fraction, width_ratio, slope_ratio, flat_ratio, keep,
+                    slow, any_slow):
+        """keep[i]: whether candidate i stays a beat in :func:`pipeline.peaks.drop_non_qrs`, taking
+        it for no early beat. A deflection wider than ``cap`` is a baseline step unless at least
+        ``step_ratio`` (float32) × as steep as the candidates' median slope (medians[1]); a wide,
+        steep one is still a step where the baseline stays moved (``steps_baseline``). A candidate
+        less than ``window`` samples (at most ``rr_fraction`` × the gap before the previous one)
+        after the previous one is a T wave when more than ``width_ratio`` × as wide and less than
+        ``slope_ratio`` × as steep ("wide and slow"), or less than ``flat_ratio`` × as steep.
+        slow[i]: 0 where candidate i is not wide and slow, 2 where it is, is not flat and is no
+        step (an early beat would keep it, :func:`_early_beats_body`), else 1; any_slow[0] is set
+        to 1 where any candidate is wide and slow (several threads write the same 1)."""
+        j = np.int64(i)      # a CPU prange index is unsigned: Numba mixes it with ints as a float
+        wide = width[j] > cap
+        steep = slope[j] >= step_ratio * np.float32(medians[1])
+        stays = not wide or steep
+        if wide and steep:
+            stays = not steps_baseline(signal, positions[j], before_first, before_last, after_first, after_last,
+                                       reach)
+        slow[j] = 0
+        if j >= 1:
+            gap = positions[j] - positions[j - 1]
+            gap_before = math.inf if j == 1 else float(positions[j - 1] - positions[j - 2])
+            near = gap < min(window, rr_fraction * gap_before)
+            wide_and_slow = near and width[j] > width_ratio * width[j - 1] and slope[j] < slope_ratio * slope[j - 1]
+            flat = near and slope[j] < flat_ratio * slope[j - 1]
+            if wide_and_slow:
+                any_slow[0] = 1
+                slow[j] = 2 if stays and not flat else 1
+            stays = stays and not (wide_and_slow or flat)
+        keep[j] = stays
+
+    return non_qrs_one
+
+
+def _early_beats_body(deflection):
+    """The per-candidate body of the early-beat kernel, closed over the CPU or the CUDA twin of
+    :func:`_deflection`."""
+
+    def early_beats_one(i, signal, positions, slow, reach, height_ratio, gap, keep):
+        """keep[i] = True where slow[i] is 2 (:func:`_non_qrs_body`) and candidate i an early beat:
+        its deflection (:func:`_deflection` over ±``reach``) at least ``height_ratio`` (float32) ×
+        the previous candidate's, and its neighbours more than ``gap`` (float64) samples apart
+        (none after the last candidate)."""
+        j = np.int64(i)      # a CPU prange index is unsigned: Numba mixes it with ints as a float
+        if slow[j] != 2:
+            return
+        between = float(positions[j + 1] - positions[j - 1]) if j + 1 < positions.shape[0] else 0.0
+        if (deflection(signal, positions[j], reach) >= height_ratio * deflection(signal, positions[j - 1], reach)
+                and between > gap):
+            keep[j] = True
+
+    return early_beats_one
+
+
 def _rhythm_body(rival_one, refine, measure):
     """The per-beat body of the rhythm kernel, closed over the CPU or the CUDA twins of
     :func:`pipeline._kernels._rival_body`'s body and :func:`pipeline._beat_kernels._shape_steps`'
@@ -55,6 +184,9 @@ def _rhythm_body(rival_one, refine, measure):
 
 
 # --------------------------------------------------------------------------- twins
+_non_qrs_cpu_body = numba.njit(_non_qrs_body(numba.njit(_steps_baseline_body(numba.njit(_window_median, cache=True)),
+                                                        cache=True)), cache=True)
+_early_beats_cpu_body = numba.njit(_early_beats_body(numba.njit(_deflection, cache=True)), cache=True)
 _rhythm_cpu_body = numba.njit(_rhythm_body(_kernels._rival_cpu_body, _beat_kernels._refine_cpu,
                                            _beat_kernels._measure_cpu), cache=True)
 
@@ -70,17 +202,32 @@ def _rhythm_cpu(n, env, thresholds, block, positions, local, near, far, gain, si
                          moved_width, moved_slope, spare, out, any_better)
 
 
+@numba.njit(parallel=True, cache=True)
+def _non_qrs_cpu(n, signal, positions, width, slope, medians, cap, step_ratio, before_first, before_last, after_first,
+                 after_last, reach, window, rr_fraction, width_ratio, slope_ratio, flat_ratio, keep, slow, any_slow):
+    for i in numba.prange(n):
+        _non_qrs_cpu_body(i, signal, positions, width, slope, medians, cap, step_ratio, before_first, before_last,
+                          after_first, after_last, reach, window, rr_fraction, width_ratio, slope_ratio, flat_ratio,
+                          keep, slow, any_slow)
+
+
+@numba.njit(parallel=True, cache=True)
+def _early_beats_cpu(n, signal, positions, slow, reach, height_ratio, gap, keep):
+    for i in numba.prange(n):
+        _early_beats_cpu_body(i, signal, positions, slow, reach, height_ratio, gap, keep)
+
+
 # Set by _rhythm_cuda_kernels() on the GPU path only, as in pipeline._kernels: the CUDA wrappers reach
 # numba.cuda and the device bodies as module globals rather than closure cells, so that their
 # on-disk cache key is the same in every process.
-cuda = _rhythm_cuda_body = None
+cuda = _rhythm_cuda_body = _non_qrs_cuda_body = _early_beats_cuda_body = None
 
 
 @functools.cache
 def _rhythm_cuda_kernels() -> dict:
     """CUDA twins of this module's kernels, compiled on first use and cached on disk like
     :func:`pipeline._kernels._cuda_kernels`."""
-    global cuda, _rhythm_cuda_body
+    global cuda, _rhythm_cuda_body, _non_qrs_cuda_body, _early_beats_cuda_body
     from numba import cuda
 
     device = cuda.jit(device=True)
@@ -88,6 +235,8 @@ def _rhythm_cuda_kernels() -> dict:
     refine, measure = (device(step) for step in _beat_kernels._shape_steps(qrs_shape_one))
     rival_one = device(_kernels._rival_body(device(_kernels._strongest_around)))
     _rhythm_cuda_body = device(_rhythm_body(rival_one, refine, measure))
+    _non_qrs_cuda_body = device(_non_qrs_body(device(_steps_baseline_body(device(_window_median)))))
+    _early_beats_cuda_body = device(_early_beats_body(device(_deflection)))
 
     def rhythm(n, env, thresholds, block, positions, local, near, far, gain, signal, search, base, despike, cap, step,
                shape_reach, polarity, rival_ratio, medians, width_ratio, slope_ratio, rival_at, better, moved, width,
@@ -99,10 +248,24 @@ def _rhythm_cuda_kernels() -> dict:
                               rival_ratio, medians, width_ratio, slope_ratio, rival_at, better, moved, width, slope,
                               moved_width, moved_slope, spare, out, any_better)
 
-    return {"rhythm": _kernels._cuda_jit_cached(rhythm)}
+    def non_qrs(n, signal, positions, width, slope, medians, cap, step_ratio, before_first, before_last, after_first,
+                after_last, reach, window, rr_fraction, width_ratio, slope_ratio, flat_ratio, keep, slow, any_slow):
+        i = cuda.grid(1)
+        if i < n:
+            _non_qrs_cuda_body(i, signal, positions, width, slope, medians, cap, step_ratio, before_first,
+                               before_last, after_first, after_last, reach, window, rr_fraction, width_ratio,
+                               slope_ratio, flat_ratio, keep, slow, any_slow)
+
+    def early_beats(n, signal, positions, slow, reach, height_ratio, gap, keep):
+        i = cuda.grid(1)
+        if i < n:
+            _early_beats_cuda_body(i, signal, positions, slow, reach, height_ratio, gap, keep)
+
+    kernels = {"rhythm": rhythm, "non_qrs": non_qrs, "early_beats": early_beats}
+    return {name: _kernels._cuda_jit_cached(kernel) for name, kernel in kernels.items()}
 
 
-_CPU = {"rhythm": _rhythm_cpu}
+_CPU = {"rhythm": _rhythm_cpu, "non_qrs": _non_qrs_cpu, "early_beats": _early_beats_cpu}
 
 
 def launch(name: str, n: int, *arrays_and_scalars):

@@ -98,41 +98,35 @@ def drop_non_qrs(signal, positions, fs: float, *, window_s: float = 0.38, width_
     and dropping it would leave a gap over ``early_beat_gap_rr`` × the median RR of the others:
     an early ventricular beat, and the pause after it (a T wave is seldom the taller, and never
     leaves a pause behind).
-    Per-candidate work (one kernel and a few gathers); returns the kept positions.
+    One thread a candidate (``non_qrs`` kernel) judges it against the one before, on its shape
+    (one QRS-shape launch) and the candidates' median slope on the device, and a second pass
+    (``early_beats``) looks for early beats only where a candidate is wide and slow: the host waits
+    for the device for one flag, for the kept positions, and, where a candidate is wide and slow,
+    for the other candidates' median RR. Returns the kept positions.
     """
     xp = backend.xp_of(positions)
-    if positions.shape[0] == 0:
+    count = positions.shape[0]
+    if count == 0:
         return positions
     _, width, slope = qrs.qrs_shape(signal, positions, fs, despike_s=despike_s, width_cap_s=max_width_s)
-    wide = width > max_width_s * fs
-    steep = slope >= step_slope_ratio * qrs.sample_median(qrs.spread(slope))
-    keep = ~wide | steep
-    doubtful = xp.flatnonzero(wide & steep)         # a few: whether the baseline stays moved decides
-    keep[doubtful] = ~_steps_baseline(signal, positions[doubtful], fs)
-    gap = xp.diff(positions)
-    gap_before = xp.concatenate([xp.full(1, xp.inf), gap[:-1].astype(xp.float64)])
-    window = xp.minimum(window_s * fs, window_rr_fraction * gap_before)
-    wide_and_slow = (gap < window) & (width[1:] > width_ratio * width[:-1]) & (slope[1:] < slope_ratio * slope[:-1])
-    flat = (gap < window) & (slope[1:] < flat_slope_ratio * slope[:-1])
-    keep[1:] &= ~((wide_and_slow & ~_early_beats(signal, positions, wide_and_slow, fs, early_beat_height,
-                                                  early_beat_gap_rr)) | flat)
+    medians = xp.empty(2, dtype=xp.float64)          # the candidates' median width and slope
+    sample = [xp.ascontiguousarray(qrs.spread(values)) for values in (width, slope)]
+    _beat_kernels.launch("shape_medians", sample[0].shape[0], *sample, medians)
+    (before_first, before_last), (after_first, after_last) = ((int(round(v * fs)) for v in window)
+                                                              for window in ((-0.3, -0.2), (0.4, 0.5)))
+    keep, slow, any_slow = xp.empty(count, dtype=xp.bool_), xp.empty(count, dtype=xp.uint8), xp.zeros(1, xp.uint8)
+    _rhythm_kernels.launch("non_qrs", count, signal, positions, width, slope, medians, max_width_s * fs,
+                           np.float32(step_slope_ratio), before_first, before_last, after_first, after_last,
+                           int(round(0.1 * fs)), window_s * fs, float(window_rr_fraction), float(width_ratio),
+                           np.float32(slope_ratio), np.float32(flat_slope_ratio), keep, slow, any_slow)
+    if backend.to_host(any_slow)[0]:                # host sync: one flag
+        # The median RR of the candidates that are not wide and slow (over ~1000 of their
+        # intervals): a gather and one host copy (two syncs), where some are.
+        others = positions[slow == 0]
+        rr = float(qrs.sample_median(qrs.spread(xp.diff(others)))) if others.shape[0] > 1 else float("inf")
+        _rhythm_kernels.launch("early_beats", count, signal, positions, slow, max(1, int(round(0.15 * fs))),
+                               np.float32(early_beat_height), early_beat_gap_rr * rr, keep)
     return positions[keep]
-
-
-def _early_beats(signal, positions, wide_and_slow, fs: float, height_ratio: float, gap_rr: float):
-    """Of the candidates after the first, which are early beats though T-wave-like (see
-    :func:`drop_non_qrs`): at least ``height_ratio`` × as tall as the one before, and a gap over
-    ``gap_rr`` × the median RR of the other candidates (over ~1000 of their intervals, spread over
-    the recording) between their neighbours."""
-    xp = backend.xp_of(positions)
-    if not bool(wide_and_slow.any()):                  # host sync: one number
-        return wide_and_slow
-    height = xp.abs(qrs.deflection(signal, positions, fs, 0.15))
-    others = positions[xp.concatenate([xp.ones(1, dtype=bool), ~wide_and_slow])]
-    # host sync: one number
-    rr = float(qrs.sample_median(qrs.spread(xp.diff(others)))) if others.shape[0] > 1 else float("inf")
-    between = xp.concatenate([(positions[2:] - positions[:-2]).astype(xp.float64), xp.zeros(1)])
-    return (height[1:] >= height_ratio * height[:-1]) & (between > gap_rr * rr)
 
 
 def find_beats(response, signal, fs: float, cfg):
@@ -442,23 +436,6 @@ def _gap_peaks(env, first, stop, block: int, reach: int, level: float):
     _kernels.launch("gap_peaks", first.shape[0], env, first, stop, ends - lengths, block, reach,
                     np.float32(level), maxima, where, peak)
     return where[peak.astype(bool)]
-
-
-def _steps_baseline(signal, positions, fs: float, before_s=(-0.3, -0.2), after_s=(0.4, 0.5), reach_s: float = 0.1):
-    """Whether the baseline after each candidate (the median over ``after_s``, past a ventricular
-    beat's T wave) lies more than half the candidate's peak-to-peak deflection (within ±``reach_s``)
-    away from the one before it (over ``before_s``): a step of the baseline stays, a heartbeat
-    comes back."""
-    xp = backend.xp_of(signal)
-    last = signal.shape[0] - 1
-
-    def around(start_s, stop_s):
-        offsets = xp.arange(int(round(start_s * fs)), int(round(stop_s * fs)) + 1)
-        return signal[xp.clip(positions[:, None] + offsets[None, :], 0, last)]
-
-    before, after = xp.median(around(*before_s), axis=1), xp.median(around(*after_s), axis=1)
-    deflection = around(-reach_s, reach_s)
-    return xp.abs(after - before) > 0.5 * (deflection.max(axis=1) - deflection.min(axis=1))
 
 
 def beat_lengths(positions):

@@ -524,6 +524,7 @@ def test_torch_keeps_its_own_allocator():
 CACHE_SCRIPT = """
 import json
 import cupy
+import numpy
 from pipeline import _decision_kernels, _episode_kernels, _kernels, _rhythm_kernels, embed, episodes, peaks, quality
 from pipeline import wavelet
 fs = 250.0
@@ -532,6 +533,8 @@ signal = cupy.exp(-((t % 0.8) - 0.4) ** 2 / 2e-4).astype(cupy.float32)
 from pipeline.config import SignalConfig
 positions = peaks.find_beats(wavelet.ricker_response(signal, fs, 0.025), signal, fs, SignalConfig())
 peaks._gap_peaks(cupy.abs(signal), cupy.asarray([40]), cupy.asarray([60]), 12, 4, 5.0)  # no long gap above
+slow, keep = cupy.zeros(positions.shape[0], cupy.uint8), cupy.ones(positions.shape[0], bool)
+_rhythm_kernels.launch("early_beats", 1, signal, positions, slow, 38, numpy.float32(1.0), 1.5, keep)  # none slow above
 embed.embed_beats(signal, positions, fs, width=256)
 found = episodes.find_episodes(signal, fs, positions)
 episodes.in_episodes(positions, found, fs)
@@ -558,8 +561,8 @@ def test_cuda_kernels_come_from_the_disk_cache_in_a_new_process():
 
     counts()
     second = counts()
-    assert second == {name: [1, 0] for name in ("nms", "embed", "qrs_shape", "rhythm", "gap_peaks", "unsuppressed",
-                                                "block_stats", "beat_range", "beat_stats", "tick_measures",
+    assert second == {name: [1, 0] for name in ("nms", "embed", "qrs_shape", "rhythm", "non_qrs", "early_beats",
+                                                "gap_peaks", "unsuppressed", "block_stats", "beat_range", "beat_stats", "tick_measures",
                                                 "flutter_frames", "flutter_measures", "flutter_flags", "tick_severity",
                                                 "runs", "in_spans", "beat_quality")}, second
 

@@ -257,6 +257,77 @@ def test_drop_non_qrs_keeps_an_early_wide_beat_that_leaves_a_pause(xp):
         np.testing.assert_array_equal(np.setdiff1d(kept, [pvc]), sinus)
 
 
+def _drop_non_qrs_as_arrays(signal, positions, fs, window_s, width_ratio, slope_ratio, window_rr_fraction,
+                            max_width_s, step_slope_ratio, flat_slope_ratio, early_beat_height, early_beat_gap_rr):
+    """drop_non_qrs as whole-array operations (the code the ``non_qrs`` and ``early_beats``
+    kernels replaced), NumPy: (the kept positions, the counts of wide and steep, wide and slow,
+    flat and early candidates)."""
+    from pipeline.qrs import deflection, qrs_shape, sample_median, spread
+
+    _, width, slope = qrs_shape(signal, positions, fs, width_cap_s=max_width_s)
+    wide = width > max_width_s * fs
+    steep = slope >= step_slope_ratio * sample_median(spread(slope))
+    keep = ~wide | steep
+    doubtful = np.flatnonzero(wide & steep)
+    last = signal.shape[0] - 1
+
+    def around(start_s, stop_s):
+        offsets = np.arange(int(round(start_s * fs)), int(round(stop_s * fs)) + 1)
+        return signal[np.clip(positions[doubtful][:, None] + offsets[None, :], 0, last)]
+
+    before, after = np.median(around(-0.3, -0.2), axis=1), np.median(around(0.4, 0.5), axis=1)
+    swing = around(-0.1, 0.1)
+    keep[doubtful] = ~(np.abs(after - before) > 0.5 * (swing.max(axis=1) - swing.min(axis=1)))
+    gap = np.diff(positions)
+    gap_before = np.concatenate([np.full(1, np.inf), gap[:-1].astype(np.float64)])
+    window = np.minimum(window_s * fs, window_rr_fraction * gap_before)
+    wide_and_slow = (gap < window) & (width[1:] > width_ratio * width[:-1]) & (slope[1:] < slope_ratio * slope[:-1])
+    flat = (gap < window) & (slope[1:] < flat_slope_ratio * slope[:-1])
+    early = np.zeros_like(wide_and_slow)
+    if wide_and_slow.any():
+        height = np.abs(deflection(signal, positions, fs, 0.15))
+        others = positions[np.concatenate([np.ones(1, dtype=bool), ~wide_and_slow])]
+        rr = float(sample_median(spread(np.diff(others)))) if others.shape[0] > 1 else float("inf")
+        between = np.concatenate([(positions[2:] - positions[:-2]).astype(np.float64), np.zeros(1)])
+        early = (height[1:] >= early_beat_height * height[:-1]) & (between > early_beat_gap_rr * rr) & wide_and_slow
+    keep[1:] &= ~((wide_and_slow & ~early) | flat)
+    counts = (doubtful.size, int(wide_and_slow.sum()), int(flat.sum()), int((early & keep[1:]).sum()))
+    return positions[keep], counts
+
+
+@pytest.mark.parametrize("fs", [250.0, 360.0])
+def test_non_qrs_kernels_equal_the_whole_array_step(fs, xp):
+    """drop_non_qrs (the ``non_qrs`` and ``early_beats`` kernels) keeps the same candidates as the
+    whole-array step it replaced, on an ECG of small whole numbers with steps of the baseline
+    (ties in every median and comparison; at 250 Hz the baseline windows hold an even count, a
+    median the mean of two values) and candidates 40–400 samples apart from the first sample to the
+    last (often at equal gaps: a window of the gap before equals the gap), under settings that make
+    some candidates wide and steep, wide and slow, flat and early."""
+    rng = np.random.default_rng(11)
+    n = 60_000
+    signal = (rng.integers(-2, 3, n) + np.repeat(rng.integers(-6, 7, n // 500), 500)).astype(np.float32)
+    positions = np.cumsum(rng.choice([40, 60, 90, 150, 240, 400], 400))
+    positions = np.concatenate([[0, 2], positions[positions < n - 3], [n - 1]]).astype(np.int64)
+    base = dict(window_s=0.38, width_ratio=2.0, slope_ratio=0.8, window_rr_fraction=0.6, max_width_s=0.15,
+                step_slope_ratio=0.5, flat_slope_ratio=0.35, early_beat_height=1.0, early_beat_gap_rr=1.5)
+    settings = [base, {**base, "max_width_s": 0.01, "step_slope_ratio": 0.9, "window_s": 2.0,
+                       "window_rr_fraction": 2.0, "width_ratio": 0.9, "slope_ratio": 1.2, "flat_slope_ratio": 0.8,
+                       "early_beat_height": 0.8, "early_beat_gap_rr": 0.9},
+                {**base, "max_width_s": 0.02, "step_slope_ratio": 1.0, "window_s": 2.0, "window_rr_fraction": 3.0,
+                 "width_ratio": 1.0, "slope_ratio": 1.0, "flat_slope_ratio": 0.5, "early_beat_height": 1.0,
+                 "early_beat_gap_rr": 1.0},
+                {**base, "window_s": 2.0, "window_rr_fraction": 1.0, "width_ratio": 0.5, "slope_ratio": 1.5,
+                 "flat_slope_ratio": 0.0, "early_beat_gap_rr": 0.5}]
+    seen = np.zeros(4, dtype=int)
+    for kwargs in settings:
+        expected, counts = _drop_non_qrs_as_arrays(signal, positions, fs, **kwargs)
+        seen += counts
+        got = _host(drop_non_qrs(xp.asarray(signal), xp.asarray(positions), fs, despike_s=0.006, **kwargs))
+        np.testing.assert_array_equal(got, expected)
+        assert 0 < got.size < positions.size
+    assert (seen > 0).all(), seen
+
+
 def _spikes(fs, n, centres, heights, sigma_s=0.01):
     t = np.arange(n)
     signal = np.zeros(n)
