@@ -2,7 +2,8 @@
 (:func:`pipeline.peaks.keep_the_rhythm`: one thread a beat searches its rival deflection, judges
 whether it keeps the rhythm, and, where it does, moves it to its QRS extremum and compares their
 shapes), and the drop of T waves and baseline steps (:func:`pipeline.peaks.drop_non_qrs`: one
-thread a candidate judges it against the candidate before, the early beats in a second pass).
+thread a candidate judges it against the candidate before, the early beats in a second pass), and
+the search-back's long gaps and its candidates' shapes (:func:`pipeline.peaks.search_back`).
 Twinned as in :mod:`pipeline._kernels` and :mod:`pipeline._beat_kernels`: a per-index body,
 compiled with ``numba.njit`` inside a parallel loop on the CPU and with ``numba.cuda.jit`` (one
 thread per index) on the GPU, the twin chosen from the array type. On the GPU the step was the
@@ -183,7 +184,45 @@ def _rhythm_body(rival_one, refine, measure):
     return rhythm_one
 
 
+def _gap_bounds_one(i, positions, local, long_ratio, longest, gap, block, blocks, first, stop, flag):
+    """For RR interval i (beats i and i+1), as :func:`pipeline.peaks.search_back` rules: flag[i]
+    = 1 where it is longer than ``long_ratio`` × its local RR (``local``) and at most ``longest``
+    samples, and whole blocks of ``block`` samples lie inside it ``max(gap, local / 2)`` away from
+    both beats: blocks first[i] to stop[i] - 1 (the last at most ``blocks``); else 0 (first[i]
+    and stop[i] then unset where the interval is not long). Float64 in the order of the
+    whole-array formula it replaced."""
+    j = np.int64(i)      # a CPU prange index is unsigned: Numba mixes it with ints as a float
+    flag[j] = 0
+    rr = positions[j + 1] - positions[j]
+    if not (rr > long_ratio * local[j] and rr <= longest):
+        return
+    margin = max(gap, 0.5 * local[j])
+    first[j] = np.int64(math.ceil((positions[j] + margin) / block))
+    stop[j] = min(np.int64(math.floor((positions[j + 1] - margin) / block)), blocks)
+    if stop[j] > first[j]:
+        flag[j] = 1
+
+
+def _narrow_body(refine, measure):
+    """The per-candidate body of the search-back's shape kernel, closed over the CPU or the CUDA
+    twins of :func:`pipeline._beat_kernels._shape_steps`' refine and measure."""
+
+    def narrow_one(i, signal, extra, settings, polarity, rival, medians, width_ratio, moved, width, slope, spare,
+                   narrow):
+        """moved[i]: candidate i moved to its QRS extremum (``settings``' search, ``polarity``,
+        ``rival``); narrow[i]: whether its deflection there is at most ``width_ratio`` × the beats'
+        median width (medians[0]) wide."""
+        j = np.int64(i)      # a CPU prange index is unsigned: Numba mixes it with ints as a float
+        refine(j, signal, extra, settings, polarity, rival, moved, width, slope)
+        measure(j, signal, moved, settings, spare, width, slope)
+        narrow[j] = width[j] <= width_ratio * medians[0]
+
+    return narrow_one
+
+
 # --------------------------------------------------------------------------- twins
+_gap_bounds_cpu_body = numba.njit(_gap_bounds_one, cache=True)
+_narrow_cpu_body = numba.njit(_narrow_body(_beat_kernels._refine_cpu, _beat_kernels._measure_cpu), cache=True)
 _non_qrs_cpu_body = numba.njit(_non_qrs_body(numba.njit(_steps_baseline_body(numba.njit(_window_median, cache=True)),
                                                         cache=True)), cache=True)
 _early_beats_cpu_body = numba.njit(_early_beats_body(numba.njit(_deflection, cache=True)), cache=True)
@@ -217,17 +256,33 @@ def _early_beats_cpu(n, signal, positions, slow, reach, height_ratio, gap, keep)
         _early_beats_cpu_body(i, signal, positions, slow, reach, height_ratio, gap, keep)
 
 
+@numba.njit(parallel=True, cache=True)
+def _gap_bounds_cpu(n, positions, local, long_ratio, longest, gap, block, blocks, first, stop, flag):
+    for i in numba.prange(n):
+        _gap_bounds_cpu_body(i, positions, local, long_ratio, longest, gap, block, blocks, first, stop, flag)
+
+
+@numba.njit(parallel=True, cache=True)
+def _narrow_cpu(n, signal, extra, search, base, despike, cap, step, shape_reach, polarity, rival, medians, width_ratio,
+                moved, width, slope, spare, narrow):
+    settings = (search, base, despike, cap, step, shape_reach)
+    for i in numba.prange(n):
+        _narrow_cpu_body(i, signal, extra, settings, polarity, rival, medians, width_ratio, moved, width, slope, spare,
+                         narrow)
+
+
 # Set by _rhythm_cuda_kernels() on the GPU path only, as in pipeline._kernels: the CUDA wrappers reach
 # numba.cuda and the device bodies as module globals rather than closure cells, so that their
 # on-disk cache key is the same in every process.
-cuda = _rhythm_cuda_body = _non_qrs_cuda_body = _early_beats_cuda_body = None
+cuda = _rhythm_cuda_body = _non_qrs_cuda_body = _early_beats_cuda_body = _gap_bounds_cuda_body = _narrow_cuda_body = None
 
 
 @functools.cache
 def _rhythm_cuda_kernels() -> dict:
     """CUDA twins of this module's kernels, compiled on first use and cached on disk like
     :func:`pipeline._kernels._cuda_kernels`."""
-    global cuda, _rhythm_cuda_body, _non_qrs_cuda_body, _early_beats_cuda_body
+    global cuda, _rhythm_cuda_body, _non_qrs_cuda_body, _early_beats_cuda_body, _gap_bounds_cuda_body
+    global _narrow_cuda_body
     from numba import cuda
 
     device = cuda.jit(device=True)
@@ -237,6 +292,8 @@ def _rhythm_cuda_kernels() -> dict:
     _rhythm_cuda_body = device(_rhythm_body(rival_one, refine, measure))
     _non_qrs_cuda_body = device(_non_qrs_body(device(_steps_baseline_body(device(_window_median)))))
     _early_beats_cuda_body = device(_early_beats_body(device(_deflection)))
+    _gap_bounds_cuda_body = device(_gap_bounds_one)
+    _narrow_cuda_body = device(_narrow_body(refine, measure))
 
     def rhythm(n, env, thresholds, block, positions, local, near, far, gain, signal, search, base, despike, cap, step,
                shape_reach, polarity, rival_ratio, medians, width_ratio, slope_ratio, rival_at, better, moved, width,
@@ -261,11 +318,26 @@ def _rhythm_cuda_kernels() -> dict:
         if i < n:
             _early_beats_cuda_body(i, signal, positions, slow, reach, height_ratio, gap, keep)
 
-    kernels = {"rhythm": rhythm, "non_qrs": non_qrs, "early_beats": early_beats}
+    def gap_bounds(n, positions, local, long_ratio, longest, gap, block, blocks, first, stop, flag):
+        i = cuda.grid(1)
+        if i < n:
+            _gap_bounds_cuda_body(i, positions, local, long_ratio, longest, gap, block, blocks, first, stop, flag)
+
+    def narrow(n, signal, extra, search, base, despike, cap, step, shape_reach, polarity, rival, medians, width_ratio,
+               moved, width, slope, spare, narrow):
+        i = cuda.grid(1)
+        if i < n:
+            settings = (search, base, despike, cap, step, shape_reach)
+            _narrow_cuda_body(i, signal, extra, settings, polarity, rival, medians, width_ratio, moved, width, slope,
+                              spare, narrow)
+
+    kernels = {"rhythm": rhythm, "non_qrs": non_qrs, "early_beats": early_beats, "gap_bounds": gap_bounds,
+               "narrow": narrow}
     return {name: _kernels._cuda_jit_cached(kernel) for name, kernel in kernels.items()}
 
 
-_CPU = {"rhythm": _rhythm_cpu, "non_qrs": _non_qrs_cpu, "early_beats": _early_beats_cpu}
+_CPU = {"rhythm": _rhythm_cpu, "non_qrs": _non_qrs_cpu, "early_beats": _early_beats_cpu, "gap_bounds": _gap_bounds_cpu,
+        "narrow": _narrow_cpu}
 
 
 def launch(name: str, n: int, *arrays_and_scalars):

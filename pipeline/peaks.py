@@ -8,8 +8,6 @@ pipeline.embed.embed_beats : the next step.
 """
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 
 from pipeline import _beat_kernels, _kernels, _rhythm_kernels, backend, qrs
@@ -276,7 +274,8 @@ def off_own_t_waves(env, thresholds, block: int, signal, positions, fs: float, c
 def _shape_settings(fs: float, cfg) -> tuple:
     """The QRS-shape settings of the kernels that refine and measure inside their checks (six
     integers, :func:`pipeline.qrs.shape_settings`): the search of :func:`_refine`, the measures of
-    :func:`_shapes` (a refinement's own width and slope are not used)."""
+    :func:`pipeline.qrs.qrs_shape` with the settings' width cap (a refinement's own width and
+    slope are not used)."""
     return qrs.shape_settings(fs, search_s=cfg.refine_s, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
 
 
@@ -318,19 +317,6 @@ def keep_the_rhythm(env, thresholds, block: int, signal, positions, fs: float, c
     if not backend.to_host(any_better)[0]:          # host sync: one flag
         return positions
     return xp.unique(out)
-
-
-def _shapes(signal, groups, fs: float, cfg):
-    """[(width, slope)] of each of ``groups`` of positions (:func:`pipeline.qrs.qrs_shape` with
-    ``cfg``'s settings), from one kernel launch over all of them: a launch costs the host more than
-    a few thousand more candidates cost the GPU. The steps that call it measure the beats' typical
-    width and slope on ``qrs.spread(positions)`` in the same launch and take their
-    ``qrs.sample_median``; those with a kernel of their own take ``qrs.shape_medians``."""
-    xp = backend.xp_of(signal)
-    bounds = list(itertools.accumulate(int(g.shape[0]) for g in groups))[:-1]
-    _, width, slope = qrs.qrs_shape(signal, xp.concatenate(groups), fs, despike_s=cfg.despike_s,
-                                    width_cap_s=cfg.max_qrs_width_s)
-    return list(zip(xp.split(width, bounds), xp.split(slope, bounds)))
 
 
 def _local_rr(positions):
@@ -390,33 +376,36 @@ def search_back(env, signal, positions, fs: float, cfg, polarity: float = 0.0):
     baseline step in the gap must not hide a beat beside it), and keeps only candidates as narrow
     as a QRS complex (at most ``cfg.search_back_width`` × the beats' median width: a P or T wave,
     or a baseline step, is wider). ``env`` is the response's :func:`envelope`. Only the long
-    gaps' samples are read (one thread a gap), then per-candidate work; nothing runs without a
-    long gap."""
+    gaps' samples are read (one thread a gap: ``gap_bounds`` finds the long gaps' whole blocks, one
+    thread an interval), then one thread a candidate (``narrow``) refines and measures it against
+    the beats' median width on the device; nothing runs without a long gap."""
     xp = backend.xp_of(positions)
-    if positions.shape[0] < 3:
-        return positions
-    rr = xp.diff(positions)
-    local = _local_rr(positions)
-    long = xp.flatnonzero((rr > cfg.search_back_rr * local) & (rr <= cfg.search_back_max_s * fs))
-    if long.shape[0] == 0:                       # host sync: one number
+    count = positions.shape[0]
+    if count < 3:
         return positions
     block = max(1, int(round(0.05 * fs)))           # about a QRS complex: its maxima sample the noise
-    margin = xp.maximum(cfg.second_look_gap_s * fs, 0.5 * local[long])
-    first = xp.ceil((positions[long] + margin) / block).astype(xp.int64)        # whole blocks inside
-    stop = xp.minimum(xp.floor((positions[long + 1] - margin) / block).astype(xp.int64),
-                      env.shape[0] // block)
-    room = stop > first
-    first, stop = first[room], stop[room]
-    if first.shape[0] == 0:
+    first, stop = xp.empty(count - 1, dtype=xp.int64), xp.empty(count - 1, dtype=xp.int64)
+    flag = xp.empty(count - 1, dtype=xp.uint8)
+    _rhythm_kernels.launch("gap_bounds", count - 1, positions, _local_rr(positions), float(cfg.search_back_rr),
+                           cfg.search_back_max_s * fs, cfg.second_look_gap_s * fs, block, env.shape[0] // block,
+                           first, stop, flag)
+    long = xp.flatnonzero(flag)
+    if long.shape[0] == 0:                          # host sync: one number
         return positions
     reach = max(1, int(round(cfg.search_back_refractory_s * fs / block)))
-    extra = _gap_peaks(env, first, stop, block, reach, cfg.search_back_level)
-    if extra.shape[0] == 0:
+    extra = _gap_peaks(env, first[long], stop[long], block, reach, cfg.search_back_level)
+    count = extra.shape[0]
+    if count == 0:
         return positions
-    extra = _refine(signal, xp.sort(extra).astype(xp.int64), fs, cfg, polarity)
-    (extra_width, _), (typical, _) = _shapes(signal, [extra, qrs.spread(positions)], fs, cfg)
-    narrow = extra_width <= cfg.search_back_width * qrs.sample_median(typical)
-    return xp.unique(xp.concatenate([positions, extra[narrow]]))
+    medians = qrs.shape_medians(signal, xp.ascontiguousarray(qrs.spread(positions)), fs, despike_s=cfg.despike_s,
+                                width_cap_s=cfg.max_qrs_width_s)
+    moved, spare = xp.empty(count, dtype=xp.int64), xp.empty(count, dtype=xp.int64)
+    width, slope = xp.empty(count, dtype=xp.int32), xp.empty(count, dtype=xp.float32)
+    narrow = xp.empty(count, dtype=xp.bool_)
+    _rhythm_kernels.launch("narrow", count, signal, xp.sort(extra).astype(xp.int64), *_shape_settings(fs, cfg),
+                           float(polarity), float(cfg.refine_rival), medians, float(cfg.search_back_width), moved,
+                           width, slope, spare, narrow)
+    return xp.unique(xp.concatenate([positions, moved[narrow]]))
 
 
 def _gap_peaks(env, first, stop, block: int, reach: int, level: float):

@@ -535,6 +535,9 @@ positions = peaks.find_beats(wavelet.ricker_response(signal, fs, 0.025), signal,
 peaks._gap_peaks(cupy.abs(signal), cupy.asarray([40]), cupy.asarray([60]), 12, 4, 5.0)  # no long gap above
 slow, keep = cupy.zeros(positions.shape[0], cupy.uint8), cupy.ones(positions.shape[0], bool)
 _rhythm_kernels.launch("early_beats", 1, signal, positions, slow, 38, numpy.float32(1.0), 1.5, keep)  # none slow above
+one = [cupy.empty(1, dtype) for dtype in (cupy.int64, cupy.int32, cupy.float32, cupy.int64, bool)]
+_rhythm_kernels.launch("narrow", 1, signal, positions[:1].copy(), *peaks._shape_settings(fs, SignalConfig()), 0.0, 1.5,
+                       cupy.ones(2), 1.5, *one)  # no long gap above
 embed.embed_beats(signal, positions, fs, width=256)
 found = episodes.find_episodes(signal, fs, positions)
 episodes.in_episodes(positions, found, fs)
@@ -562,7 +565,7 @@ def test_cuda_kernels_come_from_the_disk_cache_in_a_new_process():
     counts()
     second = counts()
     assert second == {name: [1, 0] for name in ("nms", "embed", "qrs_shape", "rhythm", "non_qrs", "early_beats",
-                                                "gap_peaks", "unsuppressed", "block_stats", "beat_range", "beat_stats", "tick_measures",
+                                                "gap_bounds", "narrow", "gap_peaks", "unsuppressed", "block_stats", "beat_range", "beat_stats", "tick_measures",
                                                 "flutter_frames", "flutter_measures", "flutter_flags", "tick_severity",
                                                 "runs", "in_spans", "beat_quality")}, second
 

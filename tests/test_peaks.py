@@ -593,6 +593,87 @@ def test_search_back_finds_small_beats_in_a_long_gap_but_nothing_in_a_pause(xp):
     assert found.size == beats.size and error.max() <= 2, (found.size, beats.size, error.max())
 
 
+def _search_back_as_arrays(env, signal, positions, fs, cfg, polarity=0.0):
+    """search_back as whole-array operations (the code the ``gap_bounds`` and ``narrow`` kernels
+    replaced), NumPy: (the positions, the long gaps' first and stop blocks)."""
+    from pipeline.peaks import _gap_peaks, _local_rr
+    from pipeline.qrs import qrs_shape, sample_median, spread
+
+    rr = np.diff(positions)
+    local = _local_rr(positions)
+    long = np.flatnonzero((rr > cfg.search_back_rr * local) & (rr <= cfg.search_back_max_s * fs))
+    block = max(1, int(round(0.05 * fs)))
+    margin = np.maximum(cfg.second_look_gap_s * fs, 0.5 * local[long])
+    first = np.ceil((positions[long] + margin) / block).astype(np.int64)
+    stop = np.minimum(np.floor((positions[long + 1] - margin) / block).astype(np.int64), env.shape[0] // block)
+    room = stop > first
+    first, stop = first[room], stop[room]
+    if first.shape[0] == 0:
+        return positions, first, stop
+    reach = max(1, int(round(cfg.search_back_refractory_s * fs / block)))
+    extra = _gap_peaks(env, first, stop, block, reach, cfg.search_back_level)
+    if extra.shape[0] == 0:
+        return positions, first, stop
+    extra = refine_to_extremum(signal, np.sort(extra).astype(np.int64), fs, search_s=cfg.refine_s,
+                               despike_s=cfg.despike_s, polarity=polarity, rival=cfg.refine_rival)
+    _, extra_width, _ = qrs_shape(signal, extra, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
+    _, typical, _ = qrs_shape(signal, np.ascontiguousarray(spread(positions)), fs, despike_s=cfg.despike_s,
+                              width_cap_s=cfg.max_qrs_width_s)
+    narrow = extra_width <= cfg.search_back_width * sample_median(typical)
+    return np.unique(np.concatenate([positions, extra[narrow]])), first, stop
+
+
+@pytest.mark.parametrize("fs", [128.0, 360.0])
+def test_search_back_kernels_equal_the_whole_array_step(fs, xp):
+    """search_back (the ``gap_bounds`` and ``narrow`` kernels) finds the same long gaps, with the
+    same whole blocks inside them, and adds the same beats as the whole-array step it replaced, on
+    an ECG and an envelope of small whole numbers with beats at gaps of whole blocks (margins and
+    blocks meet exactly: ceil and floor of whole numbers), some long, some too long, some without a
+    whole block inside, the last up to the recording's end; with the settings' width ratio, one
+    that lets every candidate in and one on the median itself."""
+    from dataclasses import replace
+
+    from pipeline import _rhythm_kernels
+    from pipeline.peaks import _local_rr
+
+    rng = np.random.default_rng(21)
+    block = max(1, int(round(0.05 * fs)))
+    gaps = block * rng.choice([8, 10, 12, 14, 22, 26, 60, 200, 250], 400, p=[.4, .1, .15, .1, .1, .05, .04, .03, .03])
+    gaps[-6:] = np.array([60, 8, 8, 8, 8, 8]) * block  # a long gap near the end (see the clipped envelope)
+    positions = np.cumsum(gaps).astype(np.int64)
+    n = int(positions[-1]) + 3 * block // 2
+    signal = rng.integers(-3, 4, n).astype(np.float32)
+    signal[positions] += 20
+    env = rng.integers(0, 4, n).astype(np.float32)
+    env[rng.integers(0, n, n // 40)] = 30
+    cfg = SignalConfig()
+    on_device = xp.asarray(positions)
+    count = positions.size
+    # The settings' margin, one of 6.5 blocks at 360 Hz (a 14-block gap holds none whole, first ==
+    # stop), one of half the local RR (a gap of 1.5 × a local RR of 8 blocks is not long, and
+    # would hold whole blocks), and an envelope that ends 10 blocks before the beat that ends the
+    # long gap near the end (its last blocks clipped).
+    for setting, length in ((cfg, n), (replace(cfg, second_look_gap_s=0.325), n),
+                            (replace(cfg, second_look_gap_s=0.1), n), (cfg, int(positions[-6]) - 10 * block)):
+        first, stop, flag = (xp.empty(count - 1, dtype=dtype) for dtype in (xp.int64, xp.int64, xp.uint8))
+        _rhythm_kernels.launch("gap_bounds", count - 1, on_device, _local_rr(on_device),
+                               float(setting.search_back_rr), setting.search_back_max_s * fs,
+                               setting.second_look_gap_s * fs, block, length // block, first, stop, flag)
+        _, expected_first, expected_stop = _search_back_as_arrays(env[:length], signal, positions, fs, setting)
+        long = np.flatnonzero(_host(flag))
+        assert 5 < long.size < count // 3, long.size
+        np.testing.assert_array_equal(_host(first)[long], expected_first)
+        np.testing.assert_array_equal(_host(stop)[long], expected_stop)
+    added = 0
+    for width_ratio in (cfg.search_back_width, 1e30, 1.0):
+        setting = replace(cfg, search_back_width=width_ratio)
+        expected, _, _ = _search_back_as_arrays(env, signal, positions, fs, setting)
+        got = _host(search_back(xp.asarray(env), xp.asarray(signal), on_device, fs, setting))
+        np.testing.assert_array_equal(got, expected)
+        added = max(added, expected.size - positions.size)
+    assert added > 5, added
+
+
 def test_search_back_adds_nothing_without_a_long_gap(xp):
     fs, cfg = 360.0, SignalConfig()
     positions = xp.asarray(np.arange(360, 20_000, 290, dtype=np.int64))
