@@ -3,7 +3,8 @@
 whether it keeps the rhythm, and, where it does, moves it to its QRS extremum and compares their
 shapes), and the drop of T waves and baseline steps (:func:`pipeline.peaks.drop_non_qrs`: one
 thread a candidate judges it against the candidate before, the early beats in a second pass), and
-the search-back's long gaps and its candidates' shapes (:func:`pipeline.peaks.search_back`).
+the search-back's long gaps and its candidates' shapes (:func:`pipeline.peaks.search_back`); and
+the deflection :func:`pipeline.qrs.polarity_of` reads.
 Twinned as in :mod:`pipeline._kernels` and :mod:`pipeline._beat_kernels`: a per-index body,
 compiled with ``numba.njit`` inside a parallel loop on the CPU and with ``numba.cuda.jit`` (one
 thread per index) on the GPU, the twin chosen from the array type. On the GPU the step was the
@@ -220,7 +221,17 @@ def _narrow_body(refine, measure):
     return narrow_one
 
 
+def _deflection_one(i, signal, positions, reach, out):
+    """out[i]: the ECG at positions[i] less the mean of its values ``reach`` before and after
+    (indices clipped), signed, in the ECG's precision: :func:`pipeline.qrs.deflection`."""
+    j = np.int64(i)      # a CPU prange index is unsigned: Numba mixes it with ints as a float
+    n, p = signal.shape[0], positions[j]
+    out[j] = signal[p] - np.float32(0.5) * (signal[min(max(p - reach, 0), n - 1)]
+                                            + signal[min(max(p + reach, 0), n - 1)])
+
+
 # --------------------------------------------------------------------------- twins
+_deflection_cpu_body = numba.njit(_deflection_one, cache=True)
 _gap_bounds_cpu_body = numba.njit(_gap_bounds_one, cache=True)
 _narrow_cpu_body = numba.njit(_narrow_body(_beat_kernels._refine_cpu, _beat_kernels._measure_cpu), cache=True)
 _non_qrs_cpu_body = numba.njit(_non_qrs_body(numba.njit(_steps_baseline_body(numba.njit(_window_median, cache=True)),
@@ -271,10 +282,17 @@ def _narrow_cpu(n, signal, extra, search, base, despike, cap, step, shape_reach,
                          narrow)
 
 
+@numba.njit(parallel=True, cache=True)
+def _deflection_cpu(n, signal, positions, reach, out):
+    for i in numba.prange(n):
+        _deflection_cpu_body(i, signal, positions, reach, out)
+
+
 # Set by _rhythm_cuda_kernels() on the GPU path only, as in pipeline._kernels: the CUDA wrappers reach
 # numba.cuda and the device bodies as module globals rather than closure cells, so that their
 # on-disk cache key is the same in every process.
 cuda = _rhythm_cuda_body = _non_qrs_cuda_body = _early_beats_cuda_body = _gap_bounds_cuda_body = _narrow_cuda_body = None
+_deflection_cuda_body = None
 
 
 @functools.cache
@@ -282,7 +300,7 @@ def _rhythm_cuda_kernels() -> dict:
     """CUDA twins of this module's kernels, compiled on first use and cached on disk like
     :func:`pipeline._kernels._cuda_kernels`."""
     global cuda, _rhythm_cuda_body, _non_qrs_cuda_body, _early_beats_cuda_body, _gap_bounds_cuda_body
-    global _narrow_cuda_body
+    global _narrow_cuda_body, _deflection_cuda_body
     from numba import cuda
 
     device = cuda.jit(device=True)
@@ -294,6 +312,7 @@ def _rhythm_cuda_kernels() -> dict:
     _early_beats_cuda_body = device(_early_beats_body(device(_deflection)))
     _gap_bounds_cuda_body = device(_gap_bounds_one)
     _narrow_cuda_body = device(_narrow_body(refine, measure))
+    _deflection_cuda_body = device(_deflection_one)
 
     def rhythm(n, env, thresholds, block, positions, local, near, far, gain, signal, search, base, despike, cap, step,
                shape_reach, polarity, rival_ratio, medians, width_ratio, slope_ratio, rival_at, better, moved, width,
@@ -331,13 +350,18 @@ def _rhythm_cuda_kernels() -> dict:
             _narrow_cuda_body(i, signal, extra, settings, polarity, rival, medians, width_ratio, moved, width, slope,
                               spare, narrow)
 
+    def deflection(n, signal, positions, reach, out):
+        i = cuda.grid(1)
+        if i < n:
+            _deflection_cuda_body(i, signal, positions, reach, out)
+
     kernels = {"rhythm": rhythm, "non_qrs": non_qrs, "early_beats": early_beats, "gap_bounds": gap_bounds,
-               "narrow": narrow}
+               "narrow": narrow, "deflection": deflection}
     return {name: _kernels._cuda_jit_cached(kernel) for name, kernel in kernels.items()}
 
 
 _CPU = {"rhythm": _rhythm_cpu, "non_qrs": _non_qrs_cpu, "early_beats": _early_beats_cpu, "gap_bounds": _gap_bounds_cpu,
-        "narrow": _narrow_cpu}
+        "narrow": _narrow_cpu, "deflection": _deflection_cpu}
 
 
 def launch(name: str, n: int, *arrays_and_scalars):
