@@ -326,6 +326,16 @@ def test_non_qrs_kernels_equal_the_whole_array_step(fs, xp):
         np.testing.assert_array_equal(got, expected)
         assert 0 < got.size < positions.size
     assert (seen > 0).all(), seen
+    # Every candidate after the first wide and slow where nearer the one before than that one to
+    # its own (the last two too), none flat or wide, every such one early but the last (whose
+    # neighbours count as 0 apart): the last two candidates decide.
+    ends = np.concatenate([positions[:-1][positions[:-1] < n - 1100], [n - 700, n - 400, n - 200, n - 60]])
+    loose = {**base, "window_s": 1e3, "window_rr_fraction": 1.0, "width_ratio": 0.0, "slope_ratio": 1e30,
+             "flat_slope_ratio": 0.0, "max_width_s": 10.0, "early_beat_height": 0.0, "early_beat_gap_rr": 1e-6}
+    expected, counts = _drop_non_qrs_as_arrays(signal, ends, fs, **loose)
+    got = _host(drop_non_qrs(xp.asarray(signal), xp.asarray(ends), fs, despike_s=0.006, **loose))
+    np.testing.assert_array_equal(got, expected)
+    assert n - 200 in got and n - 60 not in got and counts[3] > 10, counts
 
 
 def _spikes(fs, n, centres, heights, sigma_s=0.01):
