@@ -175,8 +175,8 @@ def _strongest_around(env, p, near, far):
 
 
 def _rival_body(strongest_around):
-    """The per-beat body of the rival kernel, closed over ``strongest_around``: the CPU or the CUDA
-    twin of :func:`_strongest_around`."""
+    """The rival search and verdict of the rhythm kernel (:mod:`pipeline._rhythm_kernels`), closed
+    over ``strongest_around``: the CPU or the CUDA twin of :func:`_strongest_around`."""
 
     def rival_one(i, env, thresholds, block, positions, local, near, far, gain, rival_at, better):
         """rival_at[i]: the largest response ``near`` to ``far`` samples from beat i on either side
@@ -375,12 +375,6 @@ def _qrs_shape_cpu(n, signal, positions, search, base, despike, cap, step, reach
 
 
 @numba.njit(parallel=True, cache=True)
-def _rival_cpu(n, env, thresholds, block, positions, local, near, far, gain, rival_at, better):
-    for i in numba.prange(n):
-        _rival_cpu_body(i, env, thresholds, block, positions, local, near, far, gain, rival_at, better)
-
-
-@numba.njit(parallel=True, cache=True)
 def _gap_peaks_cpu(n, env, first, stop, offsets, block, reach, level, maxima, where, peak):
     for g in numba.prange(n):
         _gap_peaks_cpu_body(g, env, first, stop, offsets, block, reach, level, maxima, where, peak)
@@ -395,7 +389,7 @@ def _unsuppressed_cpu(n, env, thresholds, block, own, candidates, half, flag):
 # Set by _cuda_kernels() on the GPU path only. The CUDA wrappers reach numba.cuda and the device
 # bodies as module globals rather than closure cells, so that their on-disk cache key (bytecode,
 # closure contents, signature, GPU architecture) is the same in every process.
-cuda = _nms_cuda_body = _embed_cuda_body = _qrs_shape_cuda_body = _rival_cuda_body = _gap_peaks_cuda_body = None
+cuda = _nms_cuda_body = _embed_cuda_body = _qrs_shape_cuda_body = _gap_peaks_cuda_body = None
 _unsuppressed_cuda_body = None
 
 
@@ -412,14 +406,13 @@ def _cuda_kernels() -> dict:
     """Compile-on-first-use CUDA twins (numba.cuda is imported only on the GPU path), cached on disk
     like the CPU ones (``cache=True``: in ``__pycache__``, invalidated when this file changes), so
     that only the first process on a machine pays the compilation."""
-    global cuda, _nms_cuda_body, _embed_cuda_body, _qrs_shape_cuda_body, _rival_cuda_body, _gap_peaks_cuda_body
+    global cuda, _nms_cuda_body, _embed_cuda_body, _qrs_shape_cuda_body, _gap_peaks_cuda_body
     global _unsuppressed_cuda_body
     from numba import cuda
 
     _nms_cuda_body = cuda.jit(device=True)(_nms_one)
     _embed_cuda_body = cuda.jit(device=True)(_embed_one)
     _qrs_shape_cuda_body = cuda.jit(device=True)(_qrs_shape_body(_median_of_cuda()))
-    _rival_cuda_body = cuda.jit(device=True)(_rival_body(cuda.jit(device=True)(_strongest_around)))
     _gap_peaks_cuda_body = cuda.jit(device=True)(_gap_peaks_one)
     _unsuppressed_cuda_body = cuda.jit(device=True)(_unsuppressed_body(cuda.jit(device=True)(_search_left)))
 
@@ -438,11 +431,6 @@ def _cuda_kernels() -> dict:
         if i < n:
             _qrs_shape_cuda_body(i, signal, positions, search, base, despike, cap, step, reach, prefer, rival, refined, width, slope)
 
-    def rival(n, env, thresholds, block, positions, local, near, far, gain, rival_at, better):
-        i = cuda.grid(1)
-        if i < n:
-            _rival_cuda_body(i, env, thresholds, block, positions, local, near, far, gain, rival_at, better)
-
     def gap_peaks(n, env, first, stop, offsets, block, reach, level, maxima, where, peak):
         g = cuda.grid(1)
         if g < n:
@@ -454,7 +442,7 @@ def _cuda_kernels() -> dict:
             _unsuppressed_cuda_body(i, env, thresholds, block, own, candidates, half, flag)
 
     return {"nms": _cuda_jit_cached(nms), "embed": _cuda_jit_cached(embed),
-            "qrs_shape": _cuda_jit_cached(qrs_shape), "rival": _cuda_jit_cached(rival),
+            "qrs_shape": _cuda_jit_cached(qrs_shape),
             "gap_peaks": _cuda_jit_cached(gap_peaks), "unsuppressed": _cuda_jit_cached(unsuppressed)}
 
 
@@ -469,7 +457,7 @@ def _cuda_jit_cached(kernel):
         return cuda.jit(kernel)
 
 
-_CPU = {"nms": _nms_cpu, "embed": _embed_cpu, "qrs_shape": _qrs_shape_cpu, "rival": _rival_cpu,
+_CPU = {"nms": _nms_cpu, "embed": _embed_cpu, "qrs_shape": _qrs_shape_cpu,
         "gap_peaks": _gap_peaks_cpu, "unsuppressed": _unsuppressed_cpu}
 
 

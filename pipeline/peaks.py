@@ -8,11 +8,9 @@ pipeline.embed.embed_beats : the next step.
 """
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 
-from pipeline import _beat_kernels, _kernels, backend, qrs
+from pipeline import _beat_kernels, _kernels, _rhythm_kernels, backend, qrs
 
 
 def envelope(response):
@@ -98,41 +96,35 @@ def drop_non_qrs(signal, positions, fs: float, *, window_s: float = 0.38, width_
     and dropping it would leave a gap over ``early_beat_gap_rr`` × the median RR of the others:
     an early ventricular beat, and the pause after it (a T wave is seldom the taller, and never
     leaves a pause behind).
-    Per-candidate work (one kernel and a few gathers); returns the kept positions.
+    One thread a candidate (``non_qrs`` kernel) judges it against the one before, on its shape
+    (one QRS-shape launch) and the candidates' median slope on the device, and a second pass
+    (``early_beats``) looks for early beats only where a candidate is wide and slow: the host waits
+    for the device for one flag, for the kept positions, and, where a candidate is wide and slow,
+    for the other candidates' median RR. Returns the kept positions.
     """
     xp = backend.xp_of(positions)
-    if positions.shape[0] == 0:
+    count = positions.shape[0]
+    if count == 0:
         return positions
     _, width, slope = qrs.qrs_shape(signal, positions, fs, despike_s=despike_s, width_cap_s=max_width_s)
-    wide = width > max_width_s * fs
-    steep = slope >= step_slope_ratio * qrs.sample_median(qrs.spread(slope))
-    keep = ~wide | steep
-    doubtful = xp.flatnonzero(wide & steep)         # a few: whether the baseline stays moved decides
-    keep[doubtful] = ~_steps_baseline(signal, positions[doubtful], fs)
-    gap = xp.diff(positions)
-    gap_before = xp.concatenate([xp.full(1, xp.inf), gap[:-1].astype(xp.float64)])
-    window = xp.minimum(window_s * fs, window_rr_fraction * gap_before)
-    wide_and_slow = (gap < window) & (width[1:] > width_ratio * width[:-1]) & (slope[1:] < slope_ratio * slope[:-1])
-    flat = (gap < window) & (slope[1:] < flat_slope_ratio * slope[:-1])
-    keep[1:] &= ~((wide_and_slow & ~_early_beats(signal, positions, wide_and_slow, fs, early_beat_height,
-                                                  early_beat_gap_rr)) | flat)
+    medians = xp.empty(2, dtype=xp.float64)          # the candidates' median width and slope
+    sample = [xp.ascontiguousarray(qrs.spread(values)) for values in (width, slope)]
+    _beat_kernels.launch("shape_medians", sample[0].shape[0], *sample, medians)
+    (before_first, before_last), (after_first, after_last) = ((int(round(v * fs)) for v in window)
+                                                              for window in ((-0.3, -0.2), (0.4, 0.5)))
+    keep, slow, any_slow = xp.empty(count, dtype=xp.bool_), xp.empty(count, dtype=xp.uint8), xp.zeros(1, xp.uint8)
+    _rhythm_kernels.launch("non_qrs", count, signal, positions, width, slope, medians, max_width_s * fs,
+                           np.float32(step_slope_ratio), before_first, before_last, after_first, after_last,
+                           int(round(0.1 * fs)), window_s * fs, float(window_rr_fraction), float(width_ratio),
+                           np.float32(slope_ratio), np.float32(flat_slope_ratio), keep, slow, any_slow)
+    if backend.to_host(any_slow)[0]:                # host sync: one flag
+        # The median RR of the candidates that are not wide and slow (over ~1000 of their
+        # intervals): a gather and one host copy (two syncs), where some are.
+        others = positions[slow == 0]
+        rr = float(qrs.sample_median(qrs.spread(xp.diff(others)))) if others.shape[0] > 1 else float("inf")
+        _rhythm_kernels.launch("early_beats", count, signal, positions, slow, max(1, int(round(0.15 * fs))),
+                               np.float32(early_beat_height), early_beat_gap_rr * rr, keep)
     return positions[keep]
-
-
-def _early_beats(signal, positions, wide_and_slow, fs: float, height_ratio: float, gap_rr: float):
-    """Of the candidates after the first, which are early beats though T-wave-like (see
-    :func:`drop_non_qrs`): at least ``height_ratio`` × as tall as the one before, and a gap over
-    ``gap_rr`` × the median RR of the other candidates (over ~1000 of their intervals, spread over
-    the recording) between their neighbours."""
-    xp = backend.xp_of(positions)
-    if not bool(wide_and_slow.any()):                  # host sync: one number
-        return wide_and_slow
-    height = xp.abs(qrs.deflection(signal, positions, fs, 0.15))
-    others = positions[xp.concatenate([xp.ones(1, dtype=bool), ~wide_and_slow])]
-    # host sync: one number
-    rr = float(qrs.sample_median(qrs.spread(xp.diff(others)))) if others.shape[0] > 1 else float("inf")
-    between = xp.concatenate([(positions[2:] - positions[:-2]).astype(xp.float64), xp.zeros(1)])
-    return (height[1:] >= height_ratio * height[:-1]) & (between > gap_rr * rr)
 
 
 def find_beats(response, signal, fs: float, cfg):
@@ -282,7 +274,8 @@ def off_own_t_waves(env, thresholds, block: int, signal, positions, fs: float, c
 def _shape_settings(fs: float, cfg) -> tuple:
     """The QRS-shape settings of the kernels that refine and measure inside their checks (six
     integers, :func:`pipeline.qrs.shape_settings`): the search of :func:`_refine`, the measures of
-    :func:`_shapes` (a refinement's own width and slope are not used)."""
+    :func:`pipeline.qrs.qrs_shape` with the settings' width cap (a refinement's own width and
+    slope are not used)."""
     return qrs.shape_settings(fs, search_s=cfg.refine_s, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
 
 
@@ -300,9 +293,10 @@ def keep_the_rhythm(env, thresholds, block: int, signal, positions, fs: float, c
     deflection is at least ``cfg.rival_slope`` × as steep as the beat's, and it is as narrow as a
     QRS complex (at most ``cfg.search_back_width`` × the beats' median width). Two beats in a row
     on the wrong wave keep each other's error (the RR between them looks right): they are judged
-    together, over the three RR intervals around them. One kernel searches and judges the rivals
-    of all beats (on the GPU one launch instead of dozens of small operations over the beats);
-    shapes are measured only for the few beats that qualify.
+    together, over the three RR intervals around them. One thread a beat (``rhythm`` kernel)
+    searches and judges its rival, and measures shapes only where the rival keeps the rhythm, the
+    beats' median width over ~1000 of them (:func:`pipeline.qrs.spread`) on the device: the host
+    waits for the device once, for one flag (and in the sort where a beat's rival keeps the rhythm).
     Returns the positions, sorted.
     """
     xp = backend.xp_of(positions)
@@ -310,35 +304,19 @@ def keep_the_rhythm(env, thresholds, block: int, signal, positions, fs: float, c
     if count < 3:
         return positions
     near, far = max(1, int(round(cfg.rival_min_s * fs))), max(1, int(round(cfg.refractory_s * fs)))
-    rival = xp.empty(count, dtype=xp.int64)
-    better = xp.empty(count, dtype=xp.bool_)
-    _kernels.launch("rival", count, env, thresholds, block, positions, _local_rr(positions), near, far,
-                    float(cfg.rival_gain), rival, better)
-    which = xp.flatnonzero(better)
-    if which.shape[0] == 0:                         # host sync: one number
+    medians = qrs.shape_medians(signal, xp.ascontiguousarray(qrs.spread(positions)), fs, despike_s=cfg.despike_s,
+                                width_cap_s=cfg.max_qrs_width_s)
+    rival, moved, spare, out = (xp.empty(count, dtype=xp.int64) for _ in range(4))
+    width, moved_width = xp.empty(count, dtype=xp.int32), xp.empty(count, dtype=xp.int32)
+    slope, moved_slope = xp.empty(count, dtype=xp.float32), xp.empty(count, dtype=xp.float32)
+    better, any_better = xp.empty(count, dtype=xp.bool_), xp.zeros(1, dtype=xp.uint8)
+    _rhythm_kernels.launch("rhythm", count, env, thresholds, block, positions, _local_rr(positions), near, far,
+                           float(cfg.rival_gain), signal, *_shape_settings(fs, cfg), float(polarity),
+                           float(cfg.refine_rival), medians, float(cfg.search_back_width), np.float32(cfg.rival_slope),
+                           rival, better, moved, width, slope, moved_width, moved_slope, spare, out, any_better)
+    if not backend.to_host(any_better)[0]:          # host sync: one flag
         return positions
-    moved = _refine(signal, rival[which], fs, cfg, polarity)
-    shapes = _shapes(signal, [positions[which], moved, qrs.spread(positions)], fs, cfg)
-    (_, slope), (moved_width, moved_slope), (typical, _) = shapes
-    swap = ((xp.abs(moved - positions[which]) >= near)      # still another deflection, not the beat's own
-            & (moved_slope >= cfg.rival_slope * slope)
-            & (moved_width <= cfg.search_back_width * qrs.sample_median(typical)))
-    positions = positions.copy()
-    positions[which[swap]] = moved[swap]
-    return xp.unique(positions)
-
-
-def _shapes(signal, groups, fs: float, cfg):
-    """[(width, slope)] of each of ``groups`` of positions (:func:`pipeline.qrs.qrs_shape` with
-    ``cfg``'s settings), from one kernel launch over all of them: a launch costs the host more than
-    a few thousand more candidates cost the GPU. The steps that call it measure the beats' typical
-    width and slope on ``qrs.spread(positions)`` in the same launch and take their
-    ``qrs.sample_median``; those with a kernel of their own take ``qrs.shape_medians``."""
-    xp = backend.xp_of(signal)
-    bounds = list(itertools.accumulate(int(g.shape[0]) for g in groups))[:-1]
-    _, width, slope = qrs.qrs_shape(signal, xp.concatenate(groups), fs, despike_s=cfg.despike_s,
-                                    width_cap_s=cfg.max_qrs_width_s)
-    return list(zip(xp.split(width, bounds), xp.split(slope, bounds)))
+    return xp.unique(out)
 
 
 def _local_rr(positions):
@@ -398,33 +376,36 @@ def search_back(env, signal, positions, fs: float, cfg, polarity: float = 0.0):
     baseline step in the gap must not hide a beat beside it), and keeps only candidates as narrow
     as a QRS complex (at most ``cfg.search_back_width`` × the beats' median width: a P or T wave,
     or a baseline step, is wider). ``env`` is the response's :func:`envelope`. Only the long
-    gaps' samples are read (one thread a gap), then per-candidate work; nothing runs without a
-    long gap."""
+    gaps' samples are read (one thread a gap: ``gap_bounds`` finds the long gaps' whole blocks, one
+    thread an interval), then one thread a candidate (``narrow``) refines and measures it against
+    the beats' median width on the device; nothing runs without a long gap."""
     xp = backend.xp_of(positions)
-    if positions.shape[0] < 3:
-        return positions
-    rr = xp.diff(positions)
-    local = _local_rr(positions)
-    long = xp.flatnonzero((rr > cfg.search_back_rr * local) & (rr <= cfg.search_back_max_s * fs))
-    if long.shape[0] == 0:                       # host sync: one number
+    count = positions.shape[0]
+    if count < 3:
         return positions
     block = max(1, int(round(0.05 * fs)))           # about a QRS complex: its maxima sample the noise
-    margin = xp.maximum(cfg.second_look_gap_s * fs, 0.5 * local[long])
-    first = xp.ceil((positions[long] + margin) / block).astype(xp.int64)        # whole blocks inside
-    stop = xp.minimum(xp.floor((positions[long + 1] - margin) / block).astype(xp.int64),
-                      env.shape[0] // block)
-    room = stop > first
-    first, stop = first[room], stop[room]
-    if first.shape[0] == 0:
+    first, stop = xp.empty(count - 1, dtype=xp.int64), xp.empty(count - 1, dtype=xp.int64)
+    flag = xp.empty(count - 1, dtype=xp.uint8)
+    _rhythm_kernels.launch("gap_bounds", count - 1, positions, _local_rr(positions), float(cfg.search_back_rr),
+                           cfg.search_back_max_s * fs, cfg.second_look_gap_s * fs, block, env.shape[0] // block,
+                           first, stop, flag)
+    long = xp.flatnonzero(flag)
+    if long.shape[0] == 0:                          # host sync: one number
         return positions
     reach = max(1, int(round(cfg.search_back_refractory_s * fs / block)))
-    extra = _gap_peaks(env, first, stop, block, reach, cfg.search_back_level)
-    if extra.shape[0] == 0:
+    extra = _gap_peaks(env, first[long], stop[long], block, reach, cfg.search_back_level)
+    count = extra.shape[0]
+    if count == 0:
         return positions
-    extra = _refine(signal, xp.sort(extra).astype(xp.int64), fs, cfg, polarity)
-    (extra_width, _), (typical, _) = _shapes(signal, [extra, qrs.spread(positions)], fs, cfg)
-    narrow = extra_width <= cfg.search_back_width * qrs.sample_median(typical)
-    return xp.unique(xp.concatenate([positions, extra[narrow]]))
+    medians = qrs.shape_medians(signal, xp.ascontiguousarray(qrs.spread(positions)), fs, despike_s=cfg.despike_s,
+                                width_cap_s=cfg.max_qrs_width_s)
+    moved, spare = xp.empty(count, dtype=xp.int64), xp.empty(count, dtype=xp.int64)
+    width, slope = xp.empty(count, dtype=xp.int32), xp.empty(count, dtype=xp.float32)
+    narrow = xp.empty(count, dtype=xp.bool_)
+    _rhythm_kernels.launch("narrow", count, signal, xp.sort(extra).astype(xp.int64), *_shape_settings(fs, cfg),
+                           float(polarity), float(cfg.refine_rival), medians, float(cfg.search_back_width), moved,
+                           width, slope, spare, narrow)
+    return xp.unique(xp.concatenate([positions, moved[narrow]]))
 
 
 def _gap_peaks(env, first, stop, block: int, reach: int, level: float):
@@ -444,23 +425,6 @@ def _gap_peaks(env, first, stop, block: int, reach: int, level: float):
     _kernels.launch("gap_peaks", first.shape[0], env, first, stop, ends - lengths, block, reach,
                     np.float32(level), maxima, where, peak)
     return where[peak.astype(bool)]
-
-
-def _steps_baseline(signal, positions, fs: float, before_s=(-0.3, -0.2), after_s=(0.4, 0.5), reach_s: float = 0.1):
-    """Whether the baseline after each candidate (the median over ``after_s``, past a ventricular
-    beat's T wave) lies more than half the candidate's peak-to-peak deflection (within ±``reach_s``)
-    away from the one before it (over ``before_s``): a step of the baseline stays, a heartbeat
-    comes back."""
-    xp = backend.xp_of(signal)
-    last = signal.shape[0] - 1
-
-    def around(start_s, stop_s):
-        offsets = xp.arange(int(round(start_s * fs)), int(round(stop_s * fs)) + 1)
-        return signal[xp.clip(positions[:, None] + offsets[None, :], 0, last)]
-
-    before, after = xp.median(around(*before_s), axis=1), xp.median(around(*after_s), axis=1)
-    deflection = around(-reach_s, reach_s)
-    return xp.abs(after - before) > 0.5 * (deflection.max(axis=1) - deflection.min(axis=1))
 
 
 def beat_lengths(positions):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline import _beat_kernels, _kernels, backend
+from pipeline import _beat_kernels, _kernels, _rhythm_kernels, backend
 
 
 def qrs_shape(signal, positions, fs: float, *, search_s: float = 0.0, baseline_s: float = 0.15,
@@ -84,18 +84,20 @@ def polarity_of(signal, positions, fs: float, share: float = 0.8, reach_s: float
     polarity: beats of both kinds, or none)."""
     if positions.shape[0] == 0:
         return 0.0
-    # The share is taken on the host (a copy of ~1000 flags, where one number would sync anyway):
-    # CuPy's mean of them needs a kernel that the warm-up's recording did not load.
-    up = float(backend.to_host(deflection(signal, positions, fs, reach_s) >= 0).mean())
+    # The share is taken on the host (a copy of ~1000 deflections, where one number would sync
+    # anyway): CuPy's mean of them needs a kernel that the warm-up's recording did not load.
+    up = float((backend.to_host(deflection(signal, positions, fs, reach_s)) >= 0).mean())
     return 1.0 if up >= share else -1.0 if up <= 1.0 - share else 0.0
 
 
 def deflection(signal, positions, fs: float, reach_s: float):
-    """The ECG at each position less the mean of its values ``reach_s`` before and after (signed)."""
+    """The ECG at each position less the mean of its values ``reach_s`` before and after (signed,
+    indices clipped to the ECG), in the ECG's precision: one kernel (``deflection``), one thread a
+    position."""
     xp = backend.xp_of(signal)
-    reach, last = max(1, int(round(reach_s * fs))), signal.shape[0] - 1
-    return signal[positions] - 0.5 * (signal[xp.clip(positions - reach, 0, last)]
-                                      + signal[xp.clip(positions + reach, 0, last)])
+    out = xp.empty(positions.shape[0], dtype=signal.dtype)
+    _rhythm_kernels.launch("deflection", positions.shape[0], signal, positions, max(1, int(round(reach_s * fs))), out)
+    return out
 
 
 def spread(positions, count: int = 1000):

@@ -93,8 +93,8 @@ def test_parity_where_t_waves_hide_beats(fs):
 
 
 def test_keep_the_rhythm_parity():
-    """peaks.keep_the_rhythm on the GPU (the rival kernel, then the shapes of the beats that may
-    move) moves the same beats to the same samples as on the CPU: beats on a tall P wave, one
+    """peaks.keep_the_rhythm on the GPU (the rhythm kernel: the rival search, then the shapes of
+    the beats that may move) moves the same beats to the same samples as on the CPU: beats on a tall P wave, one
     alone and two in a row, back to their QRS complex."""
     import cupy
 
@@ -524,19 +524,26 @@ def test_torch_keeps_its_own_allocator():
 CACHE_SCRIPT = """
 import json
 import cupy
-from pipeline import _decision_kernels, _episode_kernels, _kernels, embed, episodes, peaks, quality, wavelet
+import numpy
+from pipeline import _decision_kernels, _episode_kernels, _kernels, _rhythm_kernels, embed, episodes, peaks, quality
+from pipeline import wavelet
 fs = 250.0
 t = cupy.arange(60 * 250) / fs
 signal = cupy.exp(-((t % 0.8) - 0.4) ** 2 / 2e-4).astype(cupy.float32)
 from pipeline.config import SignalConfig
 positions = peaks.find_beats(wavelet.ricker_response(signal, fs, 0.025), signal, fs, SignalConfig())
 peaks._gap_peaks(cupy.abs(signal), cupy.asarray([40]), cupy.asarray([60]), 12, 4, 5.0)  # no long gap above
+slow, keep = cupy.zeros(positions.shape[0], cupy.uint8), cupy.ones(positions.shape[0], bool)
+_rhythm_kernels.launch("early_beats", 1, signal, positions, slow, 38, numpy.float32(1.0), 1.5, keep)  # none slow above
+one = [cupy.empty(1, dtype) for dtype in (cupy.int64, cupy.int32, cupy.float32, cupy.int64, bool)]
+_rhythm_kernels.launch("narrow", 1, signal, positions[:1].copy(), *peaks._shape_settings(fs, SignalConfig()), 0.0, 1.5,
+                       cupy.ones(2), 1.5, *one)  # no long gap above
 embed.embed_beats(signal, positions, fs, width=256)
 found = episodes.find_episodes(signal, fs, positions)
 episodes.in_episodes(positions, found, fs)
 quality.beat_quality(signal, positions, fs)
 kernels = {**_kernels._cuda_kernels(), **_episode_kernels._episode_cuda_kernels(),
-           **_decision_kernels._decision_cuda_kernels()}
+           **_decision_kernels._decision_cuda_kernels(), **_rhythm_kernels._rhythm_cuda_kernels()}
 print(json.dumps({name: [sum(k._cache_hits.values()), sum(k._cache_misses.values())] for name, k in kernels.items()}))
 """
 
@@ -557,8 +564,8 @@ def test_cuda_kernels_come_from_the_disk_cache_in_a_new_process():
 
     counts()
     second = counts()
-    assert second == {name: [1, 0] for name in ("nms", "embed", "qrs_shape", "rival", "gap_peaks", "unsuppressed",
-                                                "block_stats", "beat_range", "beat_stats", "tick_measures",
+    assert second == {name: [1, 0] for name in ("nms", "embed", "qrs_shape", "rhythm", "non_qrs", "early_beats",
+                                                "gap_bounds", "narrow", "deflection", "gap_peaks", "unsuppressed", "block_stats", "beat_range", "beat_stats", "tick_measures",
                                                 "flutter_frames", "flutter_measures", "flutter_flags", "tick_severity",
                                                 "runs", "in_spans", "beat_quality")}, second
 

@@ -257,6 +257,87 @@ def test_drop_non_qrs_keeps_an_early_wide_beat_that_leaves_a_pause(xp):
         np.testing.assert_array_equal(np.setdiff1d(kept, [pvc]), sinus)
 
 
+def _drop_non_qrs_as_arrays(signal, positions, fs, window_s, width_ratio, slope_ratio, window_rr_fraction,
+                            max_width_s, step_slope_ratio, flat_slope_ratio, early_beat_height, early_beat_gap_rr):
+    """drop_non_qrs as whole-array operations (the code the ``non_qrs`` and ``early_beats``
+    kernels replaced), NumPy: (the kept positions, the counts of wide and steep, wide and slow,
+    flat and early candidates)."""
+    from pipeline.qrs import deflection, qrs_shape, sample_median, spread
+
+    _, width, slope = qrs_shape(signal, positions, fs, width_cap_s=max_width_s)
+    wide = width > max_width_s * fs
+    steep = slope >= step_slope_ratio * sample_median(spread(slope))
+    keep = ~wide | steep
+    doubtful = np.flatnonzero(wide & steep)
+    last = signal.shape[0] - 1
+
+    def around(start_s, stop_s):
+        offsets = np.arange(int(round(start_s * fs)), int(round(stop_s * fs)) + 1)
+        return signal[np.clip(positions[doubtful][:, None] + offsets[None, :], 0, last)]
+
+    before, after = np.median(around(-0.3, -0.2), axis=1), np.median(around(0.4, 0.5), axis=1)
+    swing = around(-0.1, 0.1)
+    keep[doubtful] = ~(np.abs(after - before) > 0.5 * (swing.max(axis=1) - swing.min(axis=1)))
+    gap = np.diff(positions)
+    gap_before = np.concatenate([np.full(1, np.inf), gap[:-1].astype(np.float64)])
+    window = np.minimum(window_s * fs, window_rr_fraction * gap_before)
+    wide_and_slow = (gap < window) & (width[1:] > width_ratio * width[:-1]) & (slope[1:] < slope_ratio * slope[:-1])
+    flat = (gap < window) & (slope[1:] < flat_slope_ratio * slope[:-1])
+    early = np.zeros_like(wide_and_slow)
+    if wide_and_slow.any():
+        height = np.abs(deflection(signal, positions, fs, 0.15))
+        others = positions[np.concatenate([np.ones(1, dtype=bool), ~wide_and_slow])]
+        rr = float(sample_median(spread(np.diff(others)))) if others.shape[0] > 1 else float("inf")
+        between = np.concatenate([(positions[2:] - positions[:-2]).astype(np.float64), np.zeros(1)])
+        early = (height[1:] >= early_beat_height * height[:-1]) & (between > early_beat_gap_rr * rr) & wide_and_slow
+    keep[1:] &= ~((wide_and_slow & ~early) | flat)
+    counts = (doubtful.size, int(wide_and_slow.sum()), int(flat.sum()), int((early & keep[1:]).sum()))
+    return positions[keep], counts
+
+
+@pytest.mark.parametrize("fs", [250.0, 360.0])
+def test_non_qrs_kernels_equal_the_whole_array_step(fs, xp):
+    """drop_non_qrs (the ``non_qrs`` and ``early_beats`` kernels) keeps the same candidates as the
+    whole-array step it replaced, on an ECG of small whole numbers with steps of the baseline
+    (ties in every median and comparison; at 250 Hz the baseline windows hold an even count, a
+    median the mean of two values) and candidates 40–400 samples apart from the first sample to the
+    last (often at equal gaps: a window of the gap before equals the gap), under settings that make
+    some candidates wide and steep, wide and slow, flat and early."""
+    rng = np.random.default_rng(11)
+    n = 60_000
+    signal = (rng.integers(-2, 3, n) + np.repeat(rng.integers(-6, 7, n // 500), 500)).astype(np.float32)
+    positions = np.cumsum(rng.choice([40, 60, 90, 150, 240, 400], 400))
+    positions = np.concatenate([[0, 2], positions[positions < n - 3], [n - 1]]).astype(np.int64)
+    base = dict(window_s=0.38, width_ratio=2.0, slope_ratio=0.8, window_rr_fraction=0.6, max_width_s=0.15,
+                step_slope_ratio=0.5, flat_slope_ratio=0.35, early_beat_height=1.0, early_beat_gap_rr=1.5)
+    settings = [base, {**base, "max_width_s": 0.01, "step_slope_ratio": 0.9, "window_s": 2.0,
+                       "window_rr_fraction": 2.0, "width_ratio": 0.9, "slope_ratio": 1.2, "flat_slope_ratio": 0.8,
+                       "early_beat_height": 0.8, "early_beat_gap_rr": 0.9},
+                {**base, "max_width_s": 0.02, "step_slope_ratio": 1.0, "window_s": 2.0, "window_rr_fraction": 3.0,
+                 "width_ratio": 1.0, "slope_ratio": 1.0, "flat_slope_ratio": 0.5, "early_beat_height": 1.0,
+                 "early_beat_gap_rr": 1.0},
+                {**base, "window_s": 2.0, "window_rr_fraction": 1.0, "width_ratio": 0.5, "slope_ratio": 1.5,
+                 "flat_slope_ratio": 0.0, "early_beat_gap_rr": 0.5}]
+    seen = np.zeros(4, dtype=int)
+    for kwargs in settings:
+        expected, counts = _drop_non_qrs_as_arrays(signal, positions, fs, **kwargs)
+        seen += counts
+        got = _host(drop_non_qrs(xp.asarray(signal), xp.asarray(positions), fs, despike_s=0.006, **kwargs))
+        np.testing.assert_array_equal(got, expected)
+        assert 0 < got.size < positions.size
+    assert (seen > 0).all(), seen
+    # Every candidate after the first wide and slow where nearer the one before than that one to
+    # its own (the last two too), none flat or wide, every such one early but the last (whose
+    # neighbours count as 0 apart): the last two candidates decide.
+    ends = np.concatenate([positions[:-1][positions[:-1] < n - 1100], [n - 700, n - 400, n - 200, n - 60]])
+    loose = {**base, "window_s": 1e3, "window_rr_fraction": 1.0, "width_ratio": 0.0, "slope_ratio": 1e30,
+             "flat_slope_ratio": 0.0, "max_width_s": 10.0, "early_beat_height": 0.0, "early_beat_gap_rr": 1e-6}
+    expected, counts = _drop_non_qrs_as_arrays(signal, ends, fs, **loose)
+    got = _host(drop_non_qrs(xp.asarray(signal), xp.asarray(ends), fs, despike_s=0.006, **loose))
+    np.testing.assert_array_equal(got, expected)
+    assert n - 200 in got and n - 60 not in got and counts[3] > 10, counts
+
+
 def _spikes(fs, n, centres, heights, sigma_s=0.01):
     t = np.arange(n)
     signal = np.zeros(n)
@@ -321,31 +402,28 @@ def _rivals_as_vectorised(env, thresholds, block, positions, near, far, gain):
 
 @pytest.mark.parametrize("case", ["wrong_wave", "tied"])
 def test_rival_kernel_equals_the_vectorised_formula(case, xp):
-    """The rival kernel gives every beat the rival and the verdict of the vectorised formula it
-    replaced, where beats move alone (beat 10) and only as a pair (beats 30 and 31: moved alone,
-    either one would break the rhythm the other keeps), and on an envelope full of ties."""
-    from pipeline import _kernels
-    from pipeline.peaks import _local_rr
+    """The rhythm kernel's rival search (:func:`pipeline._kernels._rival_body`) gives every beat the
+    rival and the verdict of the vectorised formula it replaced, where beats move alone (beat 10)
+    and only as a pair (beats 30 and 31: moved alone, either one would break the rhythm the other
+    keeps), and on an envelope full of ties."""
     from tests.support.wrong_waves import on_the_wrong_wave, tied_envelope
 
     fs, cfg = 360.0, SignalConfig()
     if case == "wrong_wave":
-        _, env, thresholds, block, positions, _ = on_the_wrong_wave(fs)
+        signal, env, thresholds, block, positions, _ = on_the_wrong_wave(fs)
     else:
         env, thresholds, block, positions = tied_envelope()
+        signal = np.zeros(env.shape[0], dtype=np.float32)
     near, far = int(round(cfg.rival_min_s * fs)), int(round(cfg.refractory_s * fs))
     expected = _rivals_as_vectorised(env, thresholds, block, positions, near, far, cfg.rival_gain)
-    count = positions.shape[0]
-    rival, better = xp.empty(count, dtype=xp.int64), xp.empty(count, dtype=xp.bool_)
-    on_device = xp.asarray(positions)
-    _kernels.launch("rival", count, xp.asarray(env), xp.asarray(thresholds), block, on_device, _local_rr(on_device),
-                    near, far, float(cfg.rival_gain), rival, better)
-    np.testing.assert_array_equal(_host(rival), expected[0])
-    np.testing.assert_array_equal(_host(better), expected[1])
+    rival, better, _, _ = _rhythm_kernel(xp, env, thresholds, block, signal, positions, fs, cfg, 0.0, 10.0, 1.5,
+                                         np.float32(0.5))
+    np.testing.assert_array_equal(rival, expected[0])
+    np.testing.assert_array_equal(better, expected[1])
     if case == "wrong_wave":
         np.testing.assert_array_equal(np.flatnonzero(expected[1]), [10, 30, 31])
     else:
-        assert 10 < expected[1].sum() < count - 10, expected[1].sum()
+        assert 10 < expected[1].sum() < positions.shape[0] - 10, expected[1].sum()
 
 
 def test_keep_the_rhythm_moves_beats_off_tall_p_waves(xp):
@@ -359,6 +437,99 @@ def test_keep_the_rhythm_moves_beats_off_tall_p_waves(xp):
     moved = _host(keep_the_rhythm(*map(xp.asarray, (env, thresholds)), block, xp.asarray(signal),
                                   xp.asarray(positions), fs, cfg))
     assert moved.shape == beats.shape and np.abs(moved - beats).max() <= 2, np.abs(moved - beats).max()
+
+
+def _keep_the_rhythm_as_arrays(env, thresholds, block, signal, positions, fs, cfg, polarity, median_width,
+                               width_ratio, slope_ratio):
+    """keep_the_rhythm's swap as whole-array operations (the code the ``rhythm`` kernel replaced),
+    the beats' median width and the ratios given, before its sort: (better, the positions)."""
+    from pipeline.qrs import qrs_shape
+
+    near, far = max(1, int(round(cfg.rival_min_s * fs))), max(1, int(round(cfg.refractory_s * fs)))
+    rival, better = _rivals_as_vectorised(env, thresholds, block, positions, near, far, cfg.rival_gain)
+    which = np.flatnonzero(better)
+    moved = refine_to_extremum(signal, rival[which], fs, search_s=cfg.refine_s, despike_s=cfg.despike_s,
+                               polarity=polarity, rival=cfg.refine_rival)
+    _, _, slope = qrs_shape(signal, positions[which], fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
+    _, moved_width, moved_slope = qrs_shape(signal, moved, fs, despike_s=cfg.despike_s,
+                                            width_cap_s=cfg.max_qrs_width_s)
+    swap = ((np.abs(moved - positions[which]) >= near) & (moved_slope >= slope_ratio * slope)
+            & (moved_width <= width_ratio * median_width))
+    positions = positions.copy()
+    positions[which[swap]] = moved[swap]
+    return better, positions
+
+
+def _rhythm_kernel(xp, env, thresholds, block, signal, positions, fs, cfg, polarity, median_width, width_ratio,
+                   slope_ratio):
+    """(rival, better, positions, the any-better flag) of the ``rhythm`` kernel."""
+    from pipeline import _rhythm_kernels
+    from pipeline.peaks import _local_rr, _shape_settings
+
+    count = positions.shape[0]
+    near, far = max(1, int(round(cfg.rival_min_s * fs))), max(1, int(round(cfg.refractory_s * fs)))
+    rival, moved, spare, out = (xp.empty(count, dtype=xp.int64) for _ in range(4))
+    width, moved_width = xp.empty(count, dtype=xp.int32), xp.empty(count, dtype=xp.int32)
+    slope, moved_slope = xp.empty(count, dtype=xp.float32), xp.empty(count, dtype=xp.float32)
+    better, flag = xp.empty(count, dtype=xp.bool_), xp.zeros(1, dtype=xp.uint8)
+    env, thresholds, signal, positions = map(xp.asarray, (env, thresholds, signal, positions))
+    _rhythm_kernels.launch("rhythm", count, env, thresholds, block, positions, _local_rr(positions), near, far,
+                           float(cfg.rival_gain), signal, *_shape_settings(fs, cfg), float(polarity),
+                           float(cfg.refine_rival), xp.asarray([median_width, 0.0]), width_ratio, slope_ratio,
+                           rival, better, moved, width, slope, moved_width, moved_slope, spare, out, flag)
+    return _host(rival), _host(better), _host(out), int(_host(flag)[0])
+
+
+@pytest.mark.parametrize("case", ["wrong_wave", "tied"])
+def test_rhythm_kernel_equals_the_whole_array_step(case, xp):
+    """The ``rhythm`` kernel moves the same beats to the same points as the whole-array step it
+    replaced: beats on tall P waves (one alone, two in a row), with the settings' ratios and with
+    the slope's or the width's threshold on a moved beat's own value (it still moves: both
+    comparisons include equality); and on an envelope and an ECG of small whole numbers (ties
+    everywhere), with ratios that let every rival keeping the rhythm move and some in between."""
+    from pipeline.qrs import qrs_shape, spread
+    from tests.support.wrong_waves import on_the_wrong_wave, tied_envelope
+
+    fs, cfg = 360.0, SignalConfig()
+    if case == "wrong_wave":
+        signal, env, thresholds, block, positions, _ = on_the_wrong_wave(fs)
+        polarity = 1.0
+    else:
+        env, thresholds, block, positions = tied_envelope()
+        signal = np.random.default_rng(5).integers(-3, 4, env.shape[0]).astype(np.float32)
+        polarity = 0.0
+    _, typical, _ = qrs_shape(signal, np.ascontiguousarray(spread(positions)), fs, despike_s=cfg.despike_s,
+                              width_cap_s=cfg.max_qrs_width_s)
+    median_width = float(np.median(typical))
+    ratios = [(float(cfg.search_back_width), np.float32(cfg.rival_slope)), (1e30, np.float32(0.0)),
+              (1.0, np.float32(1.0))]
+    better, moved_once = _keep_the_rhythm_as_arrays(env, thresholds, block, signal, positions, fs, cfg, polarity,
+                                                    median_width, *ratios[0])
+    moves = np.flatnonzero(moved_once != positions)
+    if case == "wrong_wave":                       # a moved beat's own slope and width as the threshold
+        for k in moves:
+            _, (w,), (s,) = qrs_shape(signal, moved_once[k:k + 1], fs, despike_s=cfg.despike_s,
+                                      width_cap_s=cfg.max_qrs_width_s)
+            _, _, (beat_slope,) = qrs_shape(signal, positions[k:k + 1], fs, despike_s=cfg.despike_s,
+                                            width_cap_s=cfg.max_qrs_width_s)
+            if _ratio_onto(s, beat_slope) is not None and _ratio_onto(w, median_width) is not None:
+                break
+        ratios += [(_ratio_onto(w, median_width), ratios[0][1]), (ratios[0][0], _ratio_onto(s, beat_slope))]
+        assert None not in ratios[-1] and None not in ratios[-2], ratios
+    for width_ratio, slope_ratio in ratios:
+        better, expected = _keep_the_rhythm_as_arrays(env, thresholds, block, signal, positions, fs, cfg, polarity,
+                                                      median_width, width_ratio, slope_ratio)
+        _, got_better, got, flag = _rhythm_kernel(xp, env, thresholds, block, signal, positions, fs, cfg, polarity,
+                                               median_width, width_ratio, slope_ratio)
+        np.testing.assert_array_equal(got_better, better)
+        np.testing.assert_array_equal(got, expected)
+        assert flag == int(better.any())
+        if case == "wrong_wave" and (width_ratio, slope_ratio) == ratios[0]:
+            np.testing.assert_array_equal(moves, [10, 30, 31])
+        elif case == "wrong_wave" and (width_ratio, slope_ratio) in ratios[3:]:
+            assert got[k] == moved_once[k] != positions[k], (width_ratio, slope_ratio)
+    if case == "tied":
+        assert 10 < better.sum() and 0 < moves.size < better.sum(), (better.sum(), moves.size)
 
 
 @pytest.mark.parametrize("fs", [128.0, 360.0])
@@ -430,6 +601,87 @@ def test_search_back_finds_small_beats_in_a_long_gap_but_nothing_in_a_pause(xp):
     found = _host(search_back(xp.abs(ricker_response(signal, fs, cfg.ricker_width_s)), signal, big, fs, cfg))
     error = np.abs(found[:, None] - beats[None, :]).min(axis=1)
     assert found.size == beats.size and error.max() <= 2, (found.size, beats.size, error.max())
+
+
+def _search_back_as_arrays(env, signal, positions, fs, cfg, polarity=0.0):
+    """search_back as whole-array operations (the code the ``gap_bounds`` and ``narrow`` kernels
+    replaced), NumPy: (the positions, the long gaps' first and stop blocks)."""
+    from pipeline.peaks import _gap_peaks, _local_rr
+    from pipeline.qrs import qrs_shape, sample_median, spread
+
+    rr = np.diff(positions)
+    local = _local_rr(positions)
+    long = np.flatnonzero((rr > cfg.search_back_rr * local) & (rr <= cfg.search_back_max_s * fs))
+    block = max(1, int(round(0.05 * fs)))
+    margin = np.maximum(cfg.second_look_gap_s * fs, 0.5 * local[long])
+    first = np.ceil((positions[long] + margin) / block).astype(np.int64)
+    stop = np.minimum(np.floor((positions[long + 1] - margin) / block).astype(np.int64), env.shape[0] // block)
+    room = stop > first
+    first, stop = first[room], stop[room]
+    if first.shape[0] == 0:
+        return positions, first, stop
+    reach = max(1, int(round(cfg.search_back_refractory_s * fs / block)))
+    extra = _gap_peaks(env, first, stop, block, reach, cfg.search_back_level)
+    if extra.shape[0] == 0:
+        return positions, first, stop
+    extra = refine_to_extremum(signal, np.sort(extra).astype(np.int64), fs, search_s=cfg.refine_s,
+                               despike_s=cfg.despike_s, polarity=polarity, rival=cfg.refine_rival)
+    _, extra_width, _ = qrs_shape(signal, extra, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
+    _, typical, _ = qrs_shape(signal, np.ascontiguousarray(spread(positions)), fs, despike_s=cfg.despike_s,
+                              width_cap_s=cfg.max_qrs_width_s)
+    narrow = extra_width <= cfg.search_back_width * sample_median(typical)
+    return np.unique(np.concatenate([positions, extra[narrow]])), first, stop
+
+
+@pytest.mark.parametrize("fs", [128.0, 360.0])
+def test_search_back_kernels_equal_the_whole_array_step(fs, xp):
+    """search_back (the ``gap_bounds`` and ``narrow`` kernels) finds the same long gaps, with the
+    same whole blocks inside them, and adds the same beats as the whole-array step it replaced, on
+    an ECG and an envelope of small whole numbers with beats at gaps of whole blocks (margins and
+    blocks meet exactly: ceil and floor of whole numbers), some long, some too long, some without a
+    whole block inside, the last up to the recording's end; with the settings' width ratio, one
+    that lets every candidate in and one on the median itself."""
+    from dataclasses import replace
+
+    from pipeline import _rhythm_kernels
+    from pipeline.peaks import _local_rr
+
+    rng = np.random.default_rng(21)
+    block = max(1, int(round(0.05 * fs)))
+    gaps = block * rng.choice([8, 10, 12, 14, 22, 26, 60, 200, 250], 400, p=[.4, .1, .15, .1, .1, .05, .04, .03, .03])
+    gaps[-6:] = np.array([60, 8, 8, 8, 8, 8]) * block  # a long gap near the end (see the clipped envelope)
+    positions = np.cumsum(gaps).astype(np.int64)
+    n = int(positions[-1]) + 3 * block // 2
+    signal = rng.integers(-3, 4, n).astype(np.float32)
+    signal[positions] += 20
+    env = rng.integers(0, 4, n).astype(np.float32)
+    env[rng.integers(0, n, n // 40)] = 30
+    cfg = SignalConfig()
+    on_device = xp.asarray(positions)
+    count = positions.size
+    # The settings' margin, one of 6.5 blocks at 360 Hz (a 14-block gap holds none whole, first ==
+    # stop), one of half the local RR (a gap of 1.5 × a local RR of 8 blocks is not long, and
+    # would hold whole blocks), and an envelope that ends 10 blocks before the beat that ends the
+    # long gap near the end (its last blocks clipped).
+    for setting, length in ((cfg, n), (replace(cfg, second_look_gap_s=0.325), n),
+                            (replace(cfg, second_look_gap_s=0.1), n), (cfg, int(positions[-6]) - 10 * block)):
+        first, stop, flag = (xp.empty(count - 1, dtype=dtype) for dtype in (xp.int64, xp.int64, xp.uint8))
+        _rhythm_kernels.launch("gap_bounds", count - 1, on_device, _local_rr(on_device),
+                               float(setting.search_back_rr), setting.search_back_max_s * fs,
+                               setting.second_look_gap_s * fs, block, length // block, first, stop, flag)
+        _, expected_first, expected_stop = _search_back_as_arrays(env[:length], signal, positions, fs, setting)
+        long = np.flatnonzero(_host(flag))
+        assert 5 < long.size < count // 3, long.size
+        np.testing.assert_array_equal(_host(first)[long], expected_first)
+        np.testing.assert_array_equal(_host(stop)[long], expected_stop)
+    added = 0
+    for width_ratio in (cfg.search_back_width, 1e30, 1.0):
+        setting = replace(cfg, search_back_width=width_ratio)
+        expected, _, _ = _search_back_as_arrays(env, signal, positions, fs, setting)
+        got = _host(search_back(xp.asarray(env), xp.asarray(signal), on_device, fs, setting))
+        np.testing.assert_array_equal(got, expected)
+        added = max(added, expected.size - positions.size)
+    assert added > 5, added
 
 
 def test_search_back_adds_nothing_without_a_long_gap(xp):

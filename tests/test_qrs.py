@@ -129,3 +129,25 @@ def test_shape_medians_are_the_sample_medians_of_the_measures(xp):
         got = _host(shape_medians(xp.asarray(signal), xp.asarray(sample), fs, despike_s=0.008, width_cap_s=0.12))
         assert got[0] == sample_median(width) and got[1] == float(sample_median(slope)), (got, count)
 
+
+
+@pytest.mark.parametrize("fs", [128.0, 250.0, 360.0])
+def test_deflection_kernel_equals_the_whole_array_formula(fs, xp):
+    """The ``deflection`` kernel gives, bit for bit and in the ECG's precision, the whole-array
+    formula it replaced (the ECG at each position less the mean of its values ``reach_s`` before
+    and after, indices clipped): positions at both ends of the recording (clipped on either side)
+    and throughout, float32 and float64."""
+    from pipeline.qrs import deflection
+
+    rng = np.random.default_rng(4)
+    n = 5000
+    for dtype in (np.float32, np.float64):
+        signal = (3 * rng.standard_normal(n)).astype(dtype)
+        positions = np.concatenate([[0, 1, 2], np.sort(rng.integers(0, n, 800)), [n - 3, n - 2, n - 1]])
+        reach, last = max(1, int(round(0.15 * fs))), n - 1
+        expected = signal[positions] - 0.5 * (signal[np.clip(positions - reach, 0, last)]
+                                              + signal[np.clip(positions + reach, 0, last)])
+        got = deflection(xp.asarray(signal), xp.asarray(positions.astype(np.int64)), fs, 0.15)
+        assert got.dtype == dtype
+        # On the GPU the subtraction may be fused with the halving (exact): the same number.
+        np.testing.assert_array_equal(_host(got), expected)
