@@ -460,6 +460,13 @@ def _keep_the_rhythm_as_arrays(env, thresholds, block, signal, positions, fs, cf
     return better, positions
 
 
+def _rival_outputs(xp, count):
+    """The per-beat outputs of the rhythm and own-T-wave kernels: rival, moved, two spare
+    positions (int64), width and moved width (int32), slope and moved slope (float32)."""
+    return (*(xp.empty(count, dtype=xp.int64) for _ in range(4)), *(xp.empty(count, dtype=xp.int32) for _ in range(2)),
+            *(xp.empty(count, dtype=xp.float32) for _ in range(2)))
+
+
 def _rhythm_kernel(xp, env, thresholds, block, signal, positions, fs, cfg, polarity, median_width, width_ratio,
                    slope_ratio):
     """(rival, better, positions, the any-better flag) of the ``rhythm`` kernel."""
@@ -468,9 +475,7 @@ def _rhythm_kernel(xp, env, thresholds, block, signal, positions, fs, cfg, polar
 
     count = positions.shape[0]
     near, far = max(1, int(round(cfg.rival_min_s * fs))), max(1, int(round(cfg.refractory_s * fs)))
-    rival, moved, spare, out = (xp.empty(count, dtype=xp.int64) for _ in range(4))
-    width, moved_width = xp.empty(count, dtype=xp.int32), xp.empty(count, dtype=xp.int32)
-    slope, moved_slope = xp.empty(count, dtype=xp.float32), xp.empty(count, dtype=xp.float32)
+    rival, moved, spare, out, width, moved_width, slope, moved_slope = _rival_outputs(xp, count)
     better, flag = xp.empty(count, dtype=xp.bool_), xp.zeros(1, dtype=xp.uint8)
     env, thresholds, signal, positions = map(xp.asarray, (env, thresholds, signal, positions))
     _rhythm_kernels.launch("rhythm", count, env, thresholds, block, positions, _local_rr(positions), near, far,
@@ -994,9 +999,7 @@ def _own_t_wave_kernel(xp, env, thresholds, block, signal, positions, fs, cfg, p
 
     count = positions.shape[0]
     near, far = max(1, int(round(cfg.rival_min_s * fs))), max(1, int(round(cfg.refractory_s * fs)))
-    rival, moved, spare, out = (xp.empty(count, dtype=xp.int64) for _ in range(4))
-    width, moved_width = xp.empty(count, dtype=xp.int32), xp.empty(count, dtype=xp.int32)
-    slope, moved_slope = xp.empty(count, dtype=xp.float32), xp.empty(count, dtype=xp.float32)
+    rival, moved, spare, out, width, moved_width, slope, moved_slope = _rival_outputs(xp, count)
     env, thresholds, signal, positions = map(xp.asarray, (env, thresholds, signal, positions))
     _beat_kernels.launch("own_t_wave", count, env, thresholds, block, signal, positions, near, far,
                          *_shape_settings(fs, cfg), polarity, float(cfg.refine_rival), xp.asarray(medians),
