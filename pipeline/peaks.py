@@ -258,17 +258,28 @@ def off_own_t_waves(env, thresholds, block: int, signal, positions, fs: float, c
     if count < 3:
         return positions
     near, far = max(1, int(round(cfg.rival_min_s * fs))), max(1, int(round(cfg.refractory_s * fs)))
-    medians = qrs.shape_medians(signal, xp.ascontiguousarray(qrs.spread(positions)), fs, despike_s=cfg.despike_s,
-                                width_cap_s=cfg.max_qrs_width_s)
-    rival, moved, spare = (xp.empty(count, dtype=xp.int64) for _ in range(3))
-    width, moved_width = xp.empty(count, dtype=xp.int32), xp.empty(count, dtype=xp.int32)
-    slope, moved_slope = xp.empty(count, dtype=xp.float32), xp.empty(count, dtype=xp.float32)
-    out = xp.empty(count, dtype=xp.int64)
+    medians = _beat_medians(signal, positions, fs, cfg)
+    rival, moved, spare, out, width, moved_width, slope, moved_slope = _rival_outputs(xp, count)
     _beat_kernels.launch("own_t_wave", count, env, thresholds, block, signal, positions, near, far,
                          *_shape_settings(fs, cfg), float(polarity), float(cfg.refine_rival), medians,
                          float(cfg.search_back_width), np.float32(cfg.step_slope_ratio), rival, moved, width, slope,
                          moved_width, moved_slope, spare, out)
     return out
+
+
+def _beat_medians(signal, positions, fs: float, cfg):
+    """The beats' median width and slope on the device (:func:`pipeline.qrs.shape_medians` of ~1000
+    of them, :func:`pipeline.qrs.spread`), as the per-beat kernels read them."""
+    xp = backend.xp_of(positions)
+    return qrs.shape_medians(signal, xp.ascontiguousarray(qrs.spread(positions)), fs, despike_s=cfg.despike_s,
+                             width_cap_s=cfg.max_qrs_width_s)
+
+
+def _rival_outputs(xp, count: int) -> tuple:
+    """The per-beat outputs the ``rhythm`` and ``own_t_wave`` kernels write: rival, moved, spare and
+    out (int64), width and moved width (int32), slope and moved slope (float32)."""
+    return (*(xp.empty(count, dtype=xp.int64) for _ in range(4)), *(xp.empty(count, dtype=xp.int32) for _ in range(2)),
+            *(xp.empty(count, dtype=xp.float32) for _ in range(2)))
 
 
 def _shape_settings(fs: float, cfg) -> tuple:
@@ -304,11 +315,8 @@ def keep_the_rhythm(env, thresholds, block: int, signal, positions, fs: float, c
     if count < 3:
         return positions
     near, far = max(1, int(round(cfg.rival_min_s * fs))), max(1, int(round(cfg.refractory_s * fs)))
-    medians = qrs.shape_medians(signal, xp.ascontiguousarray(qrs.spread(positions)), fs, despike_s=cfg.despike_s,
-                                width_cap_s=cfg.max_qrs_width_s)
-    rival, moved, spare, out = (xp.empty(count, dtype=xp.int64) for _ in range(4))
-    width, moved_width = xp.empty(count, dtype=xp.int32), xp.empty(count, dtype=xp.int32)
-    slope, moved_slope = xp.empty(count, dtype=xp.float32), xp.empty(count, dtype=xp.float32)
+    medians = _beat_medians(signal, positions, fs, cfg)
+    rival, moved, spare, out, width, moved_width, slope, moved_slope = _rival_outputs(xp, count)
     better, any_better = xp.empty(count, dtype=xp.bool_), xp.zeros(1, dtype=xp.uint8)
     _rhythm_kernels.launch("rhythm", count, env, thresholds, block, positions, _local_rr(positions), near, far,
                            float(cfg.rival_gain), signal, *_shape_settings(fs, cfg), float(polarity),
@@ -345,8 +353,7 @@ def second_look(env, level, block: int, signal, positions, fs: float, cfg, polar
     gate = nms_gate(env, lower, block, max(1, int(round(cfg.refractory_s * fs))))
     extra = xp.flatnonzero(gate).astype(xp.int64, copy=False)
     count = extra.shape[0]                          # host sync: one number (the gate's count)
-    medians = qrs.shape_medians(signal, xp.ascontiguousarray(qrs.spread(positions)), fs, despike_s=cfg.despike_s,
-                                width_cap_s=cfg.max_qrs_width_s)
+    medians = _beat_medians(signal, positions, fs, cfg)
     moved, spare = xp.empty(count, dtype=xp.int64), xp.empty(count, dtype=xp.int64)
     width, slope = xp.empty(count, dtype=xp.int32), xp.empty(count, dtype=xp.float32)
     keep = xp.empty(count, dtype=xp.bool_)
@@ -397,8 +404,7 @@ def search_back(env, signal, positions, fs: float, cfg, polarity: float = 0.0):
     count = extra.shape[0]
     if count == 0:
         return positions
-    medians = qrs.shape_medians(signal, xp.ascontiguousarray(qrs.spread(positions)), fs, despike_s=cfg.despike_s,
-                                width_cap_s=cfg.max_qrs_width_s)
+    medians = _beat_medians(signal, positions, fs, cfg)
     moved, spare = xp.empty(count, dtype=xp.int64), xp.empty(count, dtype=xp.int64)
     width, slope = xp.empty(count, dtype=xp.int32), xp.empty(count, dtype=xp.float32)
     narrow = xp.empty(count, dtype=xp.bool_)

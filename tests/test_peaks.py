@@ -460,18 +460,11 @@ def _keep_the_rhythm_as_arrays(env, thresholds, block, signal, positions, fs, cf
     return better, positions
 
 
-def _rival_outputs(xp, count):
-    """The per-beat outputs of the rhythm and own-T-wave kernels: rival, moved, two spare
-    positions (int64), width and moved width (int32), slope and moved slope (float32)."""
-    return (*(xp.empty(count, dtype=xp.int64) for _ in range(4)), *(xp.empty(count, dtype=xp.int32) for _ in range(2)),
-            *(xp.empty(count, dtype=xp.float32) for _ in range(2)))
-
-
 def _rhythm_kernel(xp, env, thresholds, block, signal, positions, fs, cfg, polarity, median_width, width_ratio,
                    slope_ratio):
     """(rival, better, positions, the any-better flag) of the ``rhythm`` kernel."""
     from pipeline import _rhythm_kernels
-    from pipeline.peaks import _local_rr, _shape_settings
+    from pipeline.peaks import _local_rr, _rival_outputs, _shape_settings
 
     count = positions.shape[0]
     near, far = max(1, int(round(cfg.rival_min_s * fs))), max(1, int(round(cfg.refractory_s * fs)))
@@ -995,7 +988,7 @@ def _own_t_wave_kernel(xp, env, thresholds, block, signal, positions, fs, cfg, p
                        slope_ratio):
     """(rival, positions) of the ``own_t_wave`` kernel."""
     from pipeline import _beat_kernels
-    from pipeline.peaks import _shape_settings
+    from pipeline.peaks import _rival_outputs, _shape_settings
 
     count = positions.shape[0]
     near, far = max(1, int(round(cfg.rival_min_s * fs))), max(1, int(round(cfg.refractory_s * fs)))
