@@ -20,6 +20,12 @@ import numpy as np
 
 from pipeline import _kernels
 
+# The bits of a peak's state in the rescue (see _rescue_body and _alike_body): it passed the checks
+# before the likeness (SHAPED), it is alike to one of the beats (ALIKE), a likeness was NaN
+# (UNDEFINED). It passes when its state is RESCUED.
+SHAPED, ALIKE, UNDEFINED = 1, 2, 4
+RESCUED = SHAPED | ALIKE
+
 
 # --------------------------------------------------------------------------- device functions
 def _middle(values, e):
@@ -68,34 +74,18 @@ def _stretch(signal, p, reach):
     return mean, max(math.sqrt(energy), 1e-12)
 
 
-def _likeness_body(stretch):
-    """The likeness of a peak to the beats, closed over ``stretch``: the CPU or the CUDA twin of
-    :func:`_stretch`."""
-
-    def likeness(signal, p, examples, stretches, reach):
-        """The largest correlation of the ECG within ±``reach`` of p with that around any of
-        ``examples`` (their :func:`_stretch` in ``stretches``): the Pearson correlation of the two
-        stretches, 1 for the same shape at any size or baseline, 0 against a flat one. NaN where
-        one is NaN, as the largest of a row holding one is; -inf without examples. In float64
-        (the whole-array formula it replaced rounded float32 rows and a matrix product its own way
-        on each device): the CPU's and the GPU's rounding (fused multiply-add) part ~1e-16 away,
-        far inside the float32 the rescue compares it in."""
-        n = signal.shape[0]
-        mean, norm = stretch(signal, p, reach)
-        best = -math.inf
-        for e in range(examples.shape[0]):
-            q = examples[e]
-            total = np.float64(0.0)
-            for t in range(-reach, reach + 1):
-                total += ((signal[min(max(p + t, 0), n - 1)] - mean)
-                          * (signal[min(max(q + t, 0), n - 1)] - stretches[e, 0]))
-            correlation = total / (norm * stretches[e, 1])
-            if correlation != correlation:
-                return math.nan
-            best = max(best, correlation)
-        return best
-
-    return likeness
+def _correlation(signal, p, own, q, other, reach):
+    """The Pearson correlation of the ECG within ±``reach`` of p with that within ±``reach`` of q,
+    given the two stretches' :func:`_stretch` (``own`` and ``other``: mean, norm): 1 for the same
+    shape at any size or baseline, 0 against a flat one, NaN where one is NaN. In float64 (the
+    whole-array formula it replaced rounded float32 rows and a matrix product its own way on each
+    device): the CPU's and the GPU's rounding (fused multiply-add) part ~1e-16 away, far inside the
+    float32 the rescue compares it in."""
+    n = signal.shape[0]
+    total = np.float64(0.0)
+    for t in range(-reach, reach + 1):
+        total += ((signal[min(max(p + t, 0), n - 1)] - own[0]) * (signal[min(max(q + t, 0), n - 1)] - other[0]))
+    return total / (own[1] * other[1])
 
 
 def _strongest_before(env, p, near, far):
@@ -197,22 +187,22 @@ def _stretches_body(stretch):
     return stretches_one
 
 
-def _rescue_body(refine, measure, search_left, qrs_like, likeness_of):
+def _rescue_body(refine, measure, search_left, qrs_like, stretch):
     """The per-peak body of the rescue kernel, closed over the CPU or the CUDA twins of
     :func:`_shape_steps`' refine and measure, :func:`pipeline._kernels._search_left`,
-    :func:`_qrs_like` and :func:`_likeness_body`'s likeness."""
+    :func:`_qrs_like` and :func:`_stretch`."""
 
     def rescue_one(i, signal, positions, peak, settings, polarity, rival, gap, half, medians, width_ratio,
-                   slope_ratio, examples, stretches, reach, likeness, moved, width, slope, spare, passed):
-        """passed[i]: whether the envelope's peak i, moved to its QRS extremum (moved[i]:
+                   slope_ratio, reach, moved, width, slope, spare, own, state):
+        """state[i]: SHAPED where the envelope's peak i, moved to its QRS extremum (moved[i]:
         ``settings``' search, ``polarity``, ``rival``), passes :func:`pipeline.peaks.rescue_suppressed`'s
-        checks: it lies between two beats, at least ``gap`` after the one before and ``half``
-        before the next; its deflection (width[i], slope[i]) is as narrow and steep as a QRS
-        (:func:`_qrs_like`); and its ECG correlates at least ``likeness`` (float32, as the
-        correlation is rounded to) with that around one of ``examples``
-        (:func:`_likeness_body`). Each check runs only where those before it pass."""
+        checks before the likeness (then own[i] holds the :func:`_stretch` of its ECG within
+        ±``reach``, which the ``alike`` kernel compares with the beats'), else 0: it lies between
+        two beats, at least ``gap`` after the one before and ``half`` before the next, and its
+        deflection (width[i], slope[i]) is as narrow and steep as a QRS (:func:`_qrs_like`). Each
+        check runs only where those before it pass."""
         j = np.int64(i)      # a CPU prange index is unsigned: Numba mixes it with ints as a float
-        passed[j] = False
+        state[j] = 0
         refine(j, signal, peak, settings, polarity, rival, moved, width, slope)
         point, count = moved[j], positions.shape[0]
         k = search_left(positions, point)
@@ -221,9 +211,38 @@ def _rescue_body(refine, measure, search_left, qrs_like, likeness_of):
         measure(j, signal, moved, settings, spare, width, slope)
         if not qrs_like(width[j], slope[j], medians, width_ratio, slope_ratio):
             return
-        passed[j] = np.float32(likeness_of(signal, point, examples, stretches, reach)) >= likeness
+        own[j, 0], own[j, 1] = stretch(signal, point, reach)
+        state[j] = SHAPED
 
     return rescue_one
+
+
+def _alike_body(correlation, or_into):
+    """The per-pair body of the likeness kernel, closed over the CPU or the CUDA twins of
+    :func:`_correlation` and of a bitwise or into an array (atomic on the GPU, where the threads
+    of one peak's pairs write its state together)."""
+
+    def alike_one(i, e, signal, moved, own, examples, stretches, reach, likeness, state):
+        """Where peak i passed the rescue's checks before the likeness (state[i] has SHAPED): +ALIKE
+        when its ECG correlates at least ``likeness`` (float32, as the correlation is rounded to)
+        with that around ``examples[e]`` (whose stretch is ``stretches[e]``), +UNDEFINED where the
+        correlation is NaN. A peak passes with some example alike and none undefined: as its best
+        correlation with them passes, the float32 rounding keeping their order."""
+        j = np.int64(i)      # a CPU prange index is unsigned: Numba mixes it with ints as a float
+        if not state[j] & SHAPED:
+            return
+        value = correlation(signal, moved[j], own[j], examples[e], stretches[e], reach)
+        if value != value:
+            or_into(state, j, UNDEFINED)
+        elif np.float32(value) >= likeness:
+            or_into(state, j, ALIKE)
+
+    return alike_one
+
+
+def _or_into(state, j, bits):
+    """state[j] |= bits, on the CPU, where one thread walks one peak's pairs."""
+    state[j] |= bits
 
 
 def _suppress_among_one(i, env, peak, passed, half, won):
@@ -319,11 +338,12 @@ _own_peaks_cpu_body = numba.njit(_own_peaks_body(_kernels._search_left_cpu), cac
 _shape_medians_cpu_body = numba.njit(_shape_medians_body(numba.njit(_middle, cache=True)), cache=True)
 _stretch_cpu = numba.njit(_stretch, cache=True)
 _stretches_cpu_body = numba.njit(_stretches_body(_stretch_cpu), cache=True)
-_likeness_cpu = numba.njit(_likeness_body(_stretch_cpu), cache=True)
+_correlation_cpu = numba.njit(_correlation, cache=True)
 _refine_cpu, _measure_cpu = (numba.njit(step, cache=True) for step in _shape_steps(_kernels._qrs_shape_cpu_body))
 _qrs_like_cpu = numba.njit(_qrs_like, cache=True)
 _rescue_cpu_body = numba.njit(_rescue_body(_refine_cpu, _measure_cpu, _kernels._search_left_cpu, _qrs_like_cpu,
-                                           _likeness_cpu), cache=True)
+                                           _stretch_cpu), cache=True)
+_alike_cpu_body = numba.njit(_alike_body(_correlation_cpu, numba.njit(_or_into, cache=True)), cache=True)
 _suppress_among_cpu_body = numba.njit(_suppress_among_one, cache=True)
 _own_t_wave_cpu_body = numba.njit(_own_t_wave_body(_refine_cpu, _measure_cpu,
                                                    numba.njit(_strongest_before, cache=True)), cache=True)
@@ -351,12 +371,20 @@ def _stretches_cpu(n, signal, examples, reach, stretches):
 
 @numba.njit(parallel=True, cache=True)
 def _rescue_cpu(n, signal, positions, peak, search, base, despike, cap, step, shape_reach, polarity, rival, gap, half,
-                medians, width_ratio, slope_ratio, examples, stretches, reach, likeness, moved, width, slope, spare,
-                passed):
+                medians, width_ratio, slope_ratio, reach, moved, width, slope, spare, own, state):
     settings = (search, base, despike, cap, step, shape_reach)
     for i in numba.prange(n):
         _rescue_cpu_body(i, signal, positions, peak, settings, polarity, rival, gap, half, medians, width_ratio,
-                         slope_ratio, examples, stretches, reach, likeness, moved, width, slope, spare, passed)
+                         slope_ratio, reach, moved, width, slope, spare, own, state)
+
+
+@numba.njit(parallel=True, cache=True)
+def _alike_cpu(n, signal, moved, own, examples, stretches, reach, likeness, state):
+    # n counts the (peak, example) pairs, as the CUDA twin's threads; a CPU thread walks a peak's.
+    count = examples.shape[0]
+    for i in numba.prange(n // count):
+        for e in range(count):
+            _alike_cpu_body(i, e, signal, moved, own, examples, stretches, reach, likeness, state)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -389,7 +417,13 @@ def _second_look_cpu(n, signal, positions, extra, search, base, despike, cap, st
 # numba.cuda and the device bodies as module globals rather than closure cells, so that their
 # on-disk cache key is the same in every process.
 cuda = _own_peaks_cuda_body = _shape_medians_cuda_body = _stretches_cuda_body = _rescue_cuda_body = None
+_alike_cuda_body = None
 _suppress_among_cuda_body = _own_t_wave_cuda_body = _second_look_cuda_body = None
+
+
+def _atomic_or_into(state, j, bits):
+    """state[j] |= bits on the GPU, where the threads of one peak's pairs write it together."""
+    cuda.atomic.or_(state, j, bits)
 
 
 @functools.cache
@@ -397,6 +431,7 @@ def _beat_cuda_kernels() -> dict:
     """CUDA twins of this module's kernels, compiled on first use and cached on disk like
     :func:`pipeline._kernels._cuda_kernels`."""
     global cuda, _own_peaks_cuda_body, _shape_medians_cuda_body, _stretches_cuda_body, _rescue_cuda_body
+    global _alike_cuda_body
     global _suppress_among_cuda_body, _own_t_wave_cuda_body, _second_look_cuda_body
     from numba import cuda
 
@@ -408,7 +443,8 @@ def _beat_cuda_kernels() -> dict:
     _own_peaks_cuda_body = device(_own_peaks_body(search_left))
     _shape_medians_cuda_body = device(_shape_medians_body(device(_middle)))
     _stretches_cuda_body = device(_stretches_body(stretch))
-    _rescue_cuda_body = device(_rescue_body(refine, measure, search_left, qrs_like, device(_likeness_body(stretch))))
+    _rescue_cuda_body = device(_rescue_body(refine, measure, search_left, qrs_like, stretch))
+    _alike_cuda_body = device(_alike_body(device(_correlation), device(_atomic_or_into)))
     _suppress_among_cuda_body = device(_suppress_among_one)
     _own_t_wave_cuda_body = device(_own_t_wave_body(refine, measure, device(_strongest_before)))
     _second_look_cuda_body = device(_second_look_body(refine, measure, search_left, qrs_like))
@@ -429,13 +465,18 @@ def _beat_cuda_kernels() -> dict:
             _stretches_cuda_body(e, signal, examples, reach, stretches)
 
     def rescue(n, signal, positions, peak, search, base, despike, cap, step, shape_reach, polarity, rival, gap, half,
-               medians, width_ratio, slope_ratio, examples, stretches, reach, likeness, moved, width, slope, spare,
-               passed):
+               medians, width_ratio, slope_ratio, reach, moved, width, slope, spare, own, state):
         i = cuda.grid(1)
         if i < n:
             settings = (search, base, despike, cap, step, shape_reach)
             _rescue_cuda_body(i, signal, positions, peak, settings, polarity, rival, gap, half, medians, width_ratio,
-                              slope_ratio, examples, stretches, reach, likeness, moved, width, slope, spare, passed)
+                              slope_ratio, reach, moved, width, slope, spare, own, state)
+
+    def alike(n, signal, moved, own, examples, stretches, reach, likeness, state):
+        m = cuda.grid(1)      # one thread a (peak, example) pair: a peak's ~1000 correlations side by side
+        if m < n:
+            count = examples.shape[0]
+            _alike_cuda_body(m // count, m % count, signal, moved, own, examples, stretches, reach, likeness, state)
 
     def suppress_among(n, env, peak, passed, half, won):
         i = cuda.grid(1)
@@ -461,12 +502,12 @@ def _beat_cuda_kernels() -> dict:
                                    slope_ratio, moved, width, slope, spare, keep)
 
     kernels = {"own_peaks": own_peaks, "shape_medians": shape_medians, "stretches": stretches, "rescue": rescue,
-               "suppress_among": suppress_among, "own_t_wave": own_t_wave, "second_look": second_look}
+               "alike": alike, "suppress_among": suppress_among, "own_t_wave": own_t_wave, "second_look": second_look}
     return {name: _kernels._cuda_jit_cached(kernel) for name, kernel in kernels.items()}
 
 
 _CPU = {"own_peaks": _own_peaks_cpu, "shape_medians": _shape_medians_cpu, "stretches": _stretches_cpu,
-        "rescue": _rescue_cpu, "suppress_among": _suppress_among_cpu, "own_t_wave": _own_t_wave_cpu,
+        "rescue": _rescue_cpu, "alike": _alike_cpu, "suppress_among": _suppress_among_cpu, "own_t_wave": _own_t_wave_cpu,
         "second_look": _second_look_cpu}
 
 

@@ -159,8 +159,9 @@ def _runs_body(joined, marked_within):
         """The runs of ``bit`` in ``flags`` (gaps of at most ``gap`` bridged, see :func:`_joined`)
         that start or end in chunk c, ``flags[c chunk : (c+1) chunk]``. In the first pass
         (``write`` 0) counts[c] = (runs starting in the chunk, indices with ``mark``). In the
-        second, the runs go to table ``tables[:, t]`` in order, one row each from row 1 on, at
-        offsets summed from the first pass's counts: 0 first index, 1 last index, 2 and 3 the
+        second, ``counts`` holds those counts summed over the chunks up to each (the host's
+        cumulative sum between the passes), and the runs go to table ``tables[:, t]`` in order,
+        one row each from row 1 on, at the offsets the chunks before give: 0 first index, 1 last index, 2 and 3 the
         number of indices with ``mark`` before the first and up to the last, 4 and 5
         ``prefix[first - 1]`` and ``prefix[last]`` (0 before the recording or without a prefix),
         6 and 7 the first and the last index with ``mark`` within the run (-1: none). The
@@ -172,10 +173,8 @@ def _runs_body(joined, marked_within):
         first = index * chunk
         stop = min(first + chunk, n)
         offset = base = np.int64(0)
-        if write:
-            for d in range(index):
-                offset += counts[d, 0]
-                base += counts[d, 1]
+        if write and index > 0:
+            offset, base = counts[index - 1, 0], counts[index - 1, 1]
         before = first > 0 and joined(flags, bit, gap, first - 1)
         # A run that started before the chunk and goes on in it ends here: its row is the last one
         # of the runs started before.

@@ -21,19 +21,22 @@ THREADS_PER_BLOCK = 256
 # --------------------------------------------------------------------------- per-index bodies
 def _nms_one(i, envelope, threshold, block, half, gate):
     """gate[i] = 1 where envelope[i] exceeds its block's threshold and is the maximum of
-    envelope[i-half : i+half+1] (ties go to the leftmost sample, so a plateau gives one beat)."""
-    value = envelope[i]
-    gate[i] = 0
-    if not value > threshold[i // block]:
+    envelope[i-half : i+half+1] (ties go to the leftmost sample, so a plateau gives one beat).
+    The neighbours are read nearest first, on both sides in turn: a sample on a wave's slope meets
+    a larger one a step or two away, on whichever side, instead of first reading the whole window
+    down the slope."""
+    k = np.int64(i)      # a CPU prange index is unsigned: Numba mixes it with ints as a float
+    value = envelope[k]
+    gate[k] = 0
+    if not value > threshold[k // block]:
         return
     n = envelope.shape[0]
-    for j in range(max(i - half, 0), i):
-        if envelope[j] >= value:
+    for d in range(1, half + 1):
+        if k - d >= 0 and envelope[k - d] >= value:
             return
-    for j in range(i + 1, min(i + half + 1, n)):
-        if envelope[j] > value:
+        if k + d < n and envelope[k + d] > value:
             return
-    gate[i] = 1
+    gate[k] = 1
 
 
 def _embed_one(i, signal, positions, pre, out):

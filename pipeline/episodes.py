@@ -392,21 +392,25 @@ class _Runs(NamedTuple):
 
 # Rows of each run table in the first copy to the host; a recording with more runs takes a second.
 _HEAD_ROWS = 512
+# Indices of the flags one thread of the run-table kernel walks.
+_RUN_CHUNK = 64
 
 
 def _run_tables(runs: list[_Runs], xp) -> list[np.ndarray]:
     """The run tables (host float64, a row a run: the columns of the ``runs`` kernel) of several
     flag arrays, made on the device in one buffer, two launches a table, and copied to the host
-    together: the one synchronisation of :func:`find_episodes` on most recordings."""
+    together: the one synchronisation of :func:`find_episodes` on most recordings. A thread walks
+    a chunk of ``_RUN_CHUNK`` indices in order, so that the walks are short and the threads many;
+    the chunks' counts are summed between the kernel's two passes."""
     rows = 1 + max((r.flags.shape[0] + r.gap + 1) // (r.gap + 2) for r in runs)  # the most runs there can be
     tables = xp.empty((rows, len(runs), _decision_kernels.RUN_COLUMNS), dtype=xp.float64)
     for t, r in enumerate(runs):
-        chunk = max(256, math.isqrt(r.flags.shape[0]))  # as many chunks as indices a chunk, at most
-        chunks = max(1, -(-r.flags.shape[0] // chunk))
+        chunks = max(1, -(-r.flags.shape[0] // _RUN_CHUNK))
         counts = xp.empty((chunks, 2), dtype=xp.int64)
-        for write in (0, 1):
-            _decision_kernels.launch("runs", chunks, r.flags, r.bit, r.mark, r.gap, chunk, r.prefix, counts, tables,
-                                     t, write)
+        _decision_kernels.launch("runs", chunks, r.flags, r.bit, r.mark, r.gap, _RUN_CHUNK, r.prefix, counts,
+                                 tables, t, 0)
+        _decision_kernels.launch("runs", chunks, r.flags, r.bit, r.mark, r.gap, _RUN_CHUNK, r.prefix,
+                                 xp.cumsum(counts, axis=0), tables, t, 1)
     head = backend.to_host(tables[:_HEAD_ROWS + 1])
     total = head[0, :, 0].astype(np.int64)
     if total.max() > _HEAD_ROWS:

@@ -217,9 +217,10 @@ def rescue_suppressed(env, thresholds, block: int, signal, candidates, refined, 
 def _hidden_beats(signal, positions, peak, half: int, fs: float, cfg, polarity: float):
     """(moved, passed): the envelope's peaks ``peak`` moved to their QRS extrema, and whether each
     passes :func:`rescue_suppressed`'s checks (the ``rescue`` kernel, one thread a peak, each check
-    only where those before it pass). The beats' median width and slope and the stretches of
-    their ECG the likeness compares with come from ~1000 of them (:func:`pipeline.qrs.spread`),
-    and stay on the device."""
+    only where those before it pass; then the ``alike`` kernel, one thread a peak and a beat, for
+    the likeness of the peaks that passed the others). The beats' median width and slope and the
+    stretches of their ECG the likeness compares with come from ~1000 of them
+    (:func:`pipeline.qrs.spread`), and stay on the device."""
     xp = backend.xp_of(positions)
     count = peak.shape[0]
     sample = xp.ascontiguousarray(qrs.spread(positions))
@@ -229,12 +230,14 @@ def _hidden_beats(signal, positions, peak, half: int, fs: float, cfg, polarity: 
     _beat_kernels.launch("stretches", sample.shape[0], signal, sample, reach, stretches)
     moved, spare = xp.empty(count, dtype=xp.int64), xp.empty(count, dtype=xp.int64)
     width, slope = xp.empty(count, dtype=xp.int32), xp.empty(count, dtype=xp.float32)
-    passed = xp.empty(count, dtype=xp.bool_)
+    own, state = xp.empty((count, 2), dtype=xp.float64), xp.empty(count, dtype=xp.int32)
     _beat_kernels.launch("rescue", count, signal, positions, peak, *_shape_settings(fs, cfg), float(polarity),
                          float(cfg.refine_rival), float(cfg.second_look_gap_s * fs), half, medians,
-                         float(cfg.search_back_width), np.float32(cfg.second_look_slope), sample, stretches, reach,
-                         np.float32(cfg.rescue_likeness), moved, width, slope, spare, passed)
-    return moved, passed
+                         float(cfg.search_back_width), np.float32(cfg.second_look_slope), reach, moved, width, slope,
+                         spare, own, state)
+    _beat_kernels.launch("alike", count * sample.shape[0], signal, moved, own, sample, stretches, reach,
+                         np.float32(cfg.rescue_likeness), state)
+    return moved, state == _beat_kernels.RESCUED
 
 
 def off_own_t_waves(env, thresholds, block: int, signal, positions, fs: float, cfg, polarity: float = 0.0):

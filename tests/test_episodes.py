@@ -259,10 +259,11 @@ def _runs_reference(flags: np.ndarray, gap: int) -> tuple[np.ndarray, np.ndarray
 
 
 @pytest.mark.parametrize("head", [5, 10_000])
-@pytest.mark.parametrize("gap", [0, 1, 4, 30])
+@pytest.mark.parametrize("gap", [0, 1, 4, 30, 150])
 def test_run_tables_match_the_whole_array_formula(gap, head, xp, monkeypatch):
-    """Random flags over twenty chunks of the kernel, a run across chunks and runs at both ends;
-    two tables in one buffer, with more runs than the first copy holds (``head`` 5) or fewer."""
+    """Random flags over about eighty chunks of the kernel, a run across chunks, runs at both ends
+    and gaps bridged across more than a chunk (150); two tables in one buffer, with more runs than
+    the first copy holds (``head`` 5) or fewer."""
     monkeypatch.setattr(episodes, "_HEAD_ROWS", head)
     rng = np.random.default_rng(gap)
     n = 5000

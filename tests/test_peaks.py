@@ -808,12 +808,11 @@ def test_shape_medians_kernel_equals_numpys_median(count, xp):
         assert np.isnan(medians(slope)[1])
 
 
-def test_rescue_likeness_is_the_best_correlation_with_the_examples(xp):
+def test_rescue_likeness_is_the_correlation_with_the_examples(xp):
     """The examples' stretches (``stretches`` kernel: mean and norm less the mean, float64 sums)
-    and the likeness the rescue kernel measures with them (its CPU twin; the CUDA twin runs the
-    same code) against np.corrcoef of the same stretches: the best over the examples, whatever a
-    beat's size and baseline; a flat stretch correlates with nothing (0, not NaN); NaN where the
-    ECG is."""
+    and the correlations the ``alike`` kernel measures with them (its CPU twin; the CUDA twin runs
+    the same code) against np.corrcoef of the same stretches, whatever a beat's size and baseline;
+    a flat stretch correlates with nothing (0, not NaN); NaN where the ECG is."""
     from pipeline import _beat_kernels
 
     fs = 250.0
@@ -834,11 +833,21 @@ def test_rescue_likeness_is_the_best_correlation_with_the_examples(xp):
     expected = [(rows(e).mean(), np.linalg.norm(rows(e) - rows(e).mean())) for e in examples]
     np.testing.assert_allclose(stretches, expected, rtol=1e-12)
     for p in (700, 1200, 2900, 4050):
-        expected = max(np.corrcoef(rows(p), rows(e))[0, 1] for e in examples) if p != 4050 else 0.0
-        got = _beat_kernels._likeness_cpu(signal, p, examples, stretches, reach)
-        assert got == pytest.approx(expected, abs=1e-9), (p, got, expected)
+        got = _correlations(signal, p, examples, stretches, reach)
+        wanted = [np.corrcoef(rows(p), rows(e))[0, 1] if p != 4050 else 0.0 for e in examples]
+        np.testing.assert_allclose(got, wanted, atol=1e-9, err_msg=str(p))
+    assert _correlations(signal, 2900, examples, stretches, reach)[2] == pytest.approx(1.0)
     signal[3300] = np.nan
-    assert np.isnan(_beat_kernels._likeness_cpu(signal, 700, examples, stretches_of(signal), reach))
+    assert np.isnan(_correlations(signal, 700, examples, stretches_of(signal), reach)[3])
+
+
+def _correlations(signal, p, examples, stretches, reach):
+    """The correlations of the ECG around p with that around each of ``examples`` (their
+    stretches ``stretches``), by the CPU twin of the rescue's correlation."""
+    from pipeline import _beat_kernels
+
+    own = np.array(_beat_kernels._stretch_cpu(signal, p, reach))
+    return [_beat_kernels._correlation_cpu(signal, p, own, q, stretches[e], reach) for e, q in enumerate(examples)]
 
 
 def _likeness_as_arrays(signal, positions, examples, reach):
@@ -884,11 +893,13 @@ def _rescue_kernel(xp, signal, positions, peak, fs, cfg, polarity, limits):
     _beat_kernels.launch("stretches", examples.shape[0], signal, xp.asarray(examples), reach, stretches)
     moved, spare = xp.empty(count, dtype=xp.int64), xp.empty(count, dtype=xp.int64)
     width, slope = xp.empty(count, dtype=xp.int32), xp.empty(count, dtype=xp.float32)
-    passed = xp.empty(count, dtype=xp.bool_)
+    own, state = xp.empty((count, 2), dtype=xp.float64), xp.empty(count, dtype=xp.int32)
     _beat_kernels.launch("rescue", count, signal, xp.asarray(positions), xp.asarray(peak), *_shape_settings(fs, cfg),
                          polarity, float(cfg.refine_rival), gap, half, xp.asarray(medians), width_ratio, slope_ratio,
-                         xp.asarray(examples), stretches, reach, likeness, moved, width, slope, spare, passed)
-    return _host(moved), _host(passed)
+                         reach, moved, width, slope, spare, own, state)
+    _beat_kernels.launch("alike", count * examples.shape[0], signal, moved, own, xp.asarray(examples), stretches,
+                         reach, likeness, state)
+    return _host(moved), _host(state) == _beat_kernels.RESCUED
 
 
 @pytest.mark.parametrize("fs", [128.0, 360.0])
@@ -934,7 +945,7 @@ def test_rescue_kernel_equals_the_whole_array_checks(fs, xp):
         width_ratio, slope_ratio = _ratio_onto(w, medians[0]), _ratio_onto(s, medians[1])
         if width_ratio is not None and slope_ratio is not None:
             break
-    alike = np.float32(_beat_kernels._likeness_cpu(signal, moved[first], examples, stretches, limits[6]))
+    alike = np.float32(max(_correlations(signal, moved[first], examples, stretches, limits[6])))
     for index, value in ((0, float(moved[first] - positions[k - 1])), (1, int(positions[k] - moved[first])),
                          (3, width_ratio), (4, slope_ratio), (7, alike)):
         tied = list(limits)
