@@ -165,13 +165,17 @@ def _shape_medians_body(middle):
     def shape_medians_one(e, width, slope, medians):
         """medians[0], medians[1]: NumPy's median of ``width`` (float64) and of ``slope`` (float32,
         held exactly in float64), written by the thread of the lower middle value (several
-        threads of equal values write the same number)."""
-        found, value = middle(width, e)
-        if found:
-            medians[0] = value
-        found, value = middle(slope, e)
-        if found:
-            medians[1] = value
+        threads of equal values write the same number). Indices 0..count-1 are the widths',
+        count..2 count-1 the slopes': each thread walks one array."""
+        k, count = np.int64(e), width.shape[0]   # a CPU prange index is unsigned: Numba mixes it with ints as a float
+        if k < count:
+            found, value = middle(width, k)
+            if found:
+                medians[0] = value
+        else:
+            found, value = middle(slope, k - count)
+            if found:
+                medians[1] = value
 
     return shape_medians_one
 

@@ -19,23 +19,54 @@ THREADS_PER_BLOCK = 256
 
 
 # --------------------------------------------------------------------------- per-index bodies
-def _nms_one(i, envelope, threshold, block, half, gate):
+def _chunk_maxima_one(c, envelope, size, maxima):
+    """maxima[c]: the largest of ``envelope[c size : (c+1) size]``, NaN left out (-inf where all
+    are NaN): what no sample of the chunk can beat, for :func:`_nms_one`."""
+    k = np.int64(c)      # a CPU prange index is unsigned: Numba mixes it with ints as a float
+    top = -np.inf
+    for j in range(k * size, min((k + 1) * size, envelope.shape[0])):
+        if envelope[j] > top:
+            top = envelope[j]
+    maxima[k] = top
+
+
+def _nms_one(i, envelope, threshold, block, half, maxima, size, gate):
     """gate[i] = 1 where envelope[i] exceeds its block's threshold and is the maximum of
     envelope[i-half : i+half+1] (ties go to the leftmost sample, so a plateau gives one beat).
-    The neighbours are read nearest first, on both sides in turn: a sample on a wave's slope meets
-    a larger one a step or two away, on whichever side, instead of first reading the whole window
-    down the slope."""
+    Most samples lie on a wave's slope and stop at a larger neighbour; a wave's peak reads the
+    window's whole chunks of ``size`` samples by their ``maxima`` (:func:`_chunk_maxima_one`) and
+    only the part chunks at its ends sample by sample: the threads of a warp wait for the one
+    peak among them, and so wait a quarter as long."""
     k = np.int64(i)      # a CPU prange index is unsigned: Numba mixes it with ints as a float
     value = envelope[k]
     gate[k] = 0
     if not value > threshold[k // block]:
         return
     n = envelope.shape[0]
-    for d in range(1, half + 1):
-        if k - d >= 0 and envelope[k - d] >= value:
-            return
-        if k + d < n and envelope[k + d] > value:
-            return
+    if (k > 0 and envelope[k - 1] >= value) or (k + 1 < n and envelope[k + 1] > value):
+        return
+    first = max(k - half, 0)
+    j = k - 2
+    while j >= first:
+        if (j + 1) % size == 0 and j + 1 - size >= first:        # the whole chunk ending at j
+            if maxima[j // size] >= value:
+                return
+            j -= size
+        else:
+            if envelope[j] >= value:
+                return
+            j -= 1
+    last = min(k + half, n - 1)
+    j = k + 2
+    while j <= last:
+        if j % size == 0 and j + size - 1 <= last:               # the whole chunk starting at j
+            if maxima[j // size] > value:
+                return
+            j += size
+        else:
+            if envelope[j] > value:
+                return
+            j += 1
     gate[k] = 1
 
 
@@ -349,6 +380,7 @@ def _unsuppressed_body(search_left):
 # The per-sample bodies are inlined into their CPU loops: over millions of samples a call each
 # costs more than its few comparisons.
 _nms_cpu_body = numba.njit(_nms_one, cache=True, inline="always")
+_chunk_maxima_cpu_body = numba.njit(_chunk_maxima_one, cache=True)
 _embed_cpu_body = numba.njit(_embed_one, cache=True)
 _median_of_cpu = numba.njit(_median_of, cache=True)
 _qrs_shape_cpu_body = numba.njit(_qrs_shape_body(_median_of_cpu), cache=True)
@@ -360,9 +392,15 @@ _unsuppressed_cpu_body = numba.njit(_unsuppressed_body(_search_left_cpu), cache=
 
 
 @numba.njit(parallel=True, cache=True)
-def _nms_cpu(n, envelope, threshold, block, half, gate):
+def _nms_cpu(n, envelope, threshold, block, half, maxima, size, gate):
     for i in numba.prange(n):
-        _nms_cpu_body(i, envelope, threshold, block, half, gate)
+        _nms_cpu_body(i, envelope, threshold, block, half, maxima, size, gate)
+
+
+@numba.njit(parallel=True, cache=True)
+def _chunk_maxima_cpu(n, envelope, size, maxima):
+    for c in numba.prange(n):
+        _chunk_maxima_cpu_body(c, envelope, size, maxima)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -393,7 +431,7 @@ def _unsuppressed_cpu(n, env, thresholds, block, own, candidates, half, flag):
 # bodies as module globals rather than closure cells, so that their on-disk cache key (bytecode,
 # closure contents, signature, GPU architecture) is the same in every process.
 cuda = _nms_cuda_body = _embed_cuda_body = _qrs_shape_cuda_body = _gap_peaks_cuda_body = None
-_unsuppressed_cuda_body = None
+_unsuppressed_cuda_body = _chunk_maxima_cuda_body = None
 
 
 @functools.cache
@@ -410,19 +448,25 @@ def _cuda_kernels() -> dict:
     like the CPU ones (``cache=True``: in ``__pycache__``, invalidated when this file changes), so
     that only the first process on a machine pays the compilation."""
     global cuda, _nms_cuda_body, _embed_cuda_body, _qrs_shape_cuda_body, _gap_peaks_cuda_body
-    global _unsuppressed_cuda_body
+    global _unsuppressed_cuda_body, _chunk_maxima_cuda_body
     from numba import cuda
 
     _nms_cuda_body = cuda.jit(device=True)(_nms_one)
+    _chunk_maxima_cuda_body = cuda.jit(device=True)(_chunk_maxima_one)
     _embed_cuda_body = cuda.jit(device=True)(_embed_one)
     _qrs_shape_cuda_body = cuda.jit(device=True)(_qrs_shape_body(_median_of_cuda()))
     _gap_peaks_cuda_body = cuda.jit(device=True)(_gap_peaks_one)
     _unsuppressed_cuda_body = cuda.jit(device=True)(_unsuppressed_body(cuda.jit(device=True)(_search_left)))
 
-    def nms(n, envelope, threshold, block, half, gate):
+    def nms(n, envelope, threshold, block, half, maxima, size, gate):
         i = cuda.grid(1)
         if i < n:
-            _nms_cuda_body(i, envelope, threshold, block, half, gate)
+            _nms_cuda_body(i, envelope, threshold, block, half, maxima, size, gate)
+
+    def chunk_maxima(n, envelope, size, maxima):
+        c = cuda.grid(1)
+        if c < n:
+            _chunk_maxima_cuda_body(c, envelope, size, maxima)
 
     def embed(n, signal, positions, pre, out):
         i = cuda.grid(1)
@@ -444,7 +488,8 @@ def _cuda_kernels() -> dict:
         if i < n:
             _unsuppressed_cuda_body(i, env, thresholds, block, own, candidates, half, flag)
 
-    return {"nms": _cuda_jit_cached(nms), "embed": _cuda_jit_cached(embed),
+    return {"nms": _cuda_jit_cached(nms), "chunk_maxima": _cuda_jit_cached(chunk_maxima),
+            "embed": _cuda_jit_cached(embed),
             "qrs_shape": _cuda_jit_cached(qrs_shape),
             "gap_peaks": _cuda_jit_cached(gap_peaks), "unsuppressed": _cuda_jit_cached(unsuppressed)}
 
@@ -460,7 +505,7 @@ def _cuda_jit_cached(kernel):
         return cuda.jit(kernel)
 
 
-_CPU = {"nms": _nms_cpu, "embed": _embed_cpu, "qrs_shape": _qrs_shape_cpu,
+_CPU = {"nms": _nms_cpu, "chunk_maxima": _chunk_maxima_cpu, "embed": _embed_cpu, "qrs_shape": _qrs_shape_cpu,
         "gap_peaks": _gap_peaks_cpu, "unsuppressed": _unsuppressed_cpu}
 
 

@@ -13,6 +13,11 @@ import numpy as np
 from pipeline import _beat_kernels, _kernels, _rhythm_kernels, backend, qrs
 
 
+# Samples a chunk of the suppression's window (see nms_gate): a wave's peak reads ~2 × 7 samples at
+# its window's ends and a window's whole chunks by their maxima.
+_NMS_CHUNK = 8
+
+
 def envelope(response):
     """Polarity-free strength of the response: a downward QRS (some leads, many PVCs) counts too."""
     return backend.xp_of(response).abs(response)
@@ -44,10 +49,15 @@ def block_levels(env, fs: float, block_s: float, n_blocks: int):
 
 def nms_gate(env, thresholds, block: int, half_window: int):
     """Binary gate (uint8): 1 at samples above their block's threshold that are the maximum of
-    ``env`` within ±``half_window`` samples. Numba kernel, CUDA or CPU by the input's type."""
+    ``env`` within ±``half_window`` samples. Numba kernels, CUDA or CPU by the input's type: the
+    maxima of chunks of ``_NMS_CHUNK`` samples, then the gate, which reads a window's whole chunks
+    by their maxima."""
     xp = backend.xp_of(env)
-    gate = xp.empty(env.shape[0], dtype=xp.uint8)
-    _kernels.launch("nms", env.shape[0], env, thresholds, block, half_window, gate)
+    n = env.shape[0]
+    maxima = xp.empty(-(-n // _NMS_CHUNK), dtype=env.dtype)
+    _kernels.launch("chunk_maxima", maxima.shape[0], env, _NMS_CHUNK, maxima)
+    gate = xp.empty(n, dtype=xp.uint8)
+    _kernels.launch("nms", n, env, thresholds, block, half_window, maxima, _NMS_CHUNK, gate)
     return gate
 
 
@@ -109,7 +119,7 @@ def drop_non_qrs(signal, positions, fs: float, *, window_s: float = 0.38, width_
     _, width, slope = qrs.qrs_shape(signal, positions, fs, despike_s=despike_s, width_cap_s=max_width_s)
     medians = xp.empty(2, dtype=xp.float64)          # the candidates' median width and slope
     sample = [xp.ascontiguousarray(qrs.spread(values)) for values in (width, slope)]
-    _beat_kernels.launch("shape_medians", sample[0].shape[0], *sample, medians)
+    _beat_kernels.launch("shape_medians", 2 * sample[0].shape[0], *sample, medians)
     (before_first, before_last), (after_first, after_last) = ((int(round(v * fs)) for v in window)
                                                               for window in ((-0.3, -0.2), (0.4, 0.5)))
     keep, slow, any_slow = xp.empty(count, dtype=xp.bool_), xp.empty(count, dtype=xp.uint8), xp.zeros(1, xp.uint8)

@@ -118,9 +118,9 @@ def shape_medians(signal, sample, fs: float, *, despike_s: float = 0.006, width_
     sample of the beats, copied), as :func:`sample_median` of :func:`qrs_shape`'s measures gives
     them, but left on the device (float64 [width, slope], the slope's float32 median held exactly):
     for the per-beat kernels of :mod:`pipeline._beat_kernels`, which then need no host
-    synchronisation. One QRS-shape launch and one thread a value for the medians."""
+    synchronisation. One QRS-shape launch, and one thread a value and a measure for the medians."""
     xp = backend.xp_of(signal)
     _, width, slope = qrs_shape(signal, sample, fs, despike_s=despike_s, width_cap_s=width_cap_s)
     medians = xp.empty(2, dtype=xp.float64)
-    _beat_kernels.launch("shape_medians", sample.shape[0], width, slope, medians)
+    _beat_kernels.launch("shape_medians", 2 * sample.shape[0], width, slope, medians)
     return medians

@@ -19,6 +19,17 @@ def _nms_inputs(xp, n=50_000, block=1000):
     return xp.asarray(envelope), xp.asarray(threshold), block
 
 
+_SIZE = 8
+
+
+def _maxima(xp, envelope):
+    """The nms kernel's chunk maxima of ``envelope``, by NumPy."""
+    host = backend.to_host(envelope)
+    padded = np.full(-(-host.size // _SIZE) * _SIZE, -np.inf, np.float32)
+    padded[:host.size] = host
+    return xp.asarray(padded.reshape(-1, _SIZE).max(axis=1))
+
+
 def test_planned_launches_equal_the_dispatchers_and_the_cpu_twin():
     import cupy
 
@@ -27,16 +38,19 @@ def test_planned_launches_equal_the_dispatchers_and_the_cpu_twin():
     n = int(envelope.shape[0])
     blocks = -(-n // _kernels.THREADS_PER_BLOCK)
     by_dispatcher = cupy.zeros(n, dtype=cupy.uint8)
+    maxima = _maxima(cupy, envelope)
     kernel[blocks, _kernels.THREADS_PER_BLOCK](n, backend.as_kernel_array(envelope),
                                                backend.as_kernel_array(threshold), block, 25,
+                                               backend.as_kernel_array(maxima), _SIZE,
                                                backend.as_kernel_array(by_dispatcher))
     host_env, host_thr = backend.to_host(envelope), backend.to_host(threshold)
     on_cpu = np.zeros(n, dtype=np.uint8)
-    _kernels._CPU["nms"](n, host_env, host_thr, block, 25, on_cpu)
+    _kernels._CPU["nms"](n, host_env, host_thr, block, 25, backend.to_host(maxima), _SIZE, on_cpu)
     planned = []
     for half in (25, 25, 25):   # the first launch plans, the next ones follow the plan
         gate = cupy.full(n, 7, dtype=cupy.uint8)
-        _launch.launch(kernel, blocks, _kernels.THREADS_PER_BLOCK, (n, envelope, threshold, block, half, gate))
+        _launch.launch(kernel, blocks, _kernels.THREADS_PER_BLOCK,
+                       (n, envelope, threshold, block, half, maxima, _SIZE, gate))
         planned.append(backend.to_host(gate))
     assert on_cpu.sum() > 100
     for gate in planned:
@@ -53,11 +67,13 @@ def test_a_plan_passes_scalars_by_their_numba_type():
 
     envelope, threshold, block = _nms_inputs(cupy, n=20_000)
     n = int(envelope.shape[0])
+    maxima = _maxima(cupy, envelope)
     expected = np.zeros(n, dtype=np.uint8)
-    _kernels._CPU["nms"](n, backend.to_host(envelope), backend.to_host(threshold), block, 9, expected)
+    _kernels._CPU["nms"](n, backend.to_host(envelope), backend.to_host(threshold), block, 9, backend.to_host(maxima),
+                         _SIZE, expected)
     for half in (9, np.int32(9), np.int64(9), 9, np.int32(9)):
         gate = cupy.zeros(n, dtype=cupy.uint8)
-        _kernels.launch("nms", n, envelope, threshold, block, half, gate)
+        _kernels.launch("nms", n, envelope, threshold, block, half, maxima, _SIZE, gate)
         np.testing.assert_array_equal(backend.to_host(gate), expected)
 
 
@@ -83,9 +99,9 @@ def test_planned_launches_record_their_handoffs_as_zero_copy():
     import cupy
 
     envelope, threshold, block = _nms_inputs(cupy, n=5_000)
-    gate = cupy.zeros(5_000, dtype=cupy.uint8)
-    _kernels.launch("nms", 5_000, envelope, threshold, block, 4, gate)   # planned, if no test did yet
+    gate, maxima = cupy.zeros(5_000, dtype=cupy.uint8), _maxima(cupy, envelope)
+    _kernels.launch("nms", 5_000, envelope, threshold, block, 4, maxima, _SIZE, gate)   # planned, if no test did yet
     with backend.recording_handoffs() as ledger:
-        _kernels.launch("nms", 5_000, envelope, threshold, block, 4, gate)
-    assert [(h.source, h.target, h.same_pointer) for h in ledger.entries] == [("cupy", "numba.cuda", True)] * 3
-    assert [h.nbytes for h in ledger.entries] == [envelope.nbytes, threshold.nbytes, gate.nbytes]
+        _kernels.launch("nms", 5_000, envelope, threshold, block, 4, maxima, _SIZE, gate)
+    assert [(h.source, h.target, h.same_pointer) for h in ledger.entries] == [("cupy", "numba.cuda", True)] * 4
+    assert [h.nbytes for h in ledger.entries] == [envelope.nbytes, threshold.nbytes, maxima.nbytes, gate.nbytes]

@@ -61,6 +61,27 @@ def test_nms_gate_ties_go_to_the_leftmost(xp):
     np.testing.assert_array_equal(np.flatnonzero(_host(gate)), [10, 30, 45, 55])
 
 
+@pytest.mark.parametrize("half", [3, 8, 20, 63])
+def test_nms_gate_with_ties_and_nan_equals_the_rule_sample_by_sample(half, xp):
+    """Few levels (ties everywhere, plateaus across the gate's chunks of samples) and NaN: the
+    gate equals its rule read sample by sample (larger than every sample within ``half`` before,
+    at least every one within ``half`` after, above the threshold; NaN beats nothing and is never
+    a peak)."""
+    rng = np.random.default_rng(half)
+    wave = 4 * np.sin(2 * np.pi * np.arange(3000) / 170)             # a peak every 170 samples or so
+    env = (np.round(wave) + rng.integers(0, 3, 3000) + 5).astype(np.float32)
+    env[rng.integers(0, 3000, 40)] = np.nan
+    env[1000:1030] = 20.0                                          # a plateau across several chunks
+    thresholds = np.array([0.5, 2.5, 4.5], np.float32)
+    gate = _host(nms_gate(xp.asarray(env), xp.asarray(thresholds), 1000, half))
+    expected = np.zeros(env.size, bool)
+    for i, value in enumerate(env):
+        before, after = env[max(i - half, 0):i], env[i + 1:i + half + 1]
+        expected[i] = value > thresholds[i // 1000] and not (before >= value).any() and not (after > value).any()
+    assert 5 < expected.sum() and expected[1000] and not expected[1001:1030].any()
+    np.testing.assert_array_equal(gate.astype(bool), expected)
+
+
 def test_nms_gate_threshold_is_strict_and_per_block(xp):
     env = np.zeros(40, np.float32)
     env[[5, 15, 25, 35]] = [0.5, 0.6, 0.5, 0.4]
@@ -797,7 +818,7 @@ def test_shape_medians_kernel_equals_numpys_median(count, xp):
 
     def medians(slope):
         out = xp.empty(2, dtype=xp.float64)
-        _beat_kernels.launch("shape_medians", count, xp.asarray(width), xp.asarray(slope), out)
+        _beat_kernels.launch("shape_medians", 2 * count, xp.asarray(width), xp.asarray(slope), out)
         return _host(out)
 
     for slope in (tied.astype(np.float32), spread_out.astype(np.float32)):
