@@ -161,8 +161,8 @@ def _runs_body(joined, marked_within):
         (``write`` 0) counts[c] = (runs starting in the chunk, indices with ``mark``). In the
         second, ``counts`` holds those counts summed over the chunks up to each (the host's
         cumulative sum between the passes), and the runs go to table ``tables[:, t]`` in order,
-        one row each from row 1 on, at the offsets the chunks before give: 0 first index, 1 last index, 2 and 3 the
-        number of indices with ``mark`` before the first and up to the last, 4 and 5
+        one row each from row 1 on, at the offsets the chunks before give: 0 first index, 1 last
+        index, 2 and 3 the number of indices with ``mark`` before the first and up to the last, 4 and 5
         ``prefix[first - 1]`` and ``prefix[last]`` (0 before the recording or without a prefix),
         6 and 7 the first and the last index with ``mark`` within the run (-1: none). The
         differences of columns 2/3 and 4/5 are the run's count and sum; the last chunk writes the

@@ -35,8 +35,8 @@ def _nms_one(i, envelope, threshold, block, half, maxima, size, gate):
     envelope[i-half : i+half+1] (ties go to the leftmost sample, so a plateau gives one beat).
     Most samples lie on a wave's slope and stop at a larger neighbour; a wave's peak reads the
     window's whole chunks of ``size`` samples by their ``maxima`` (:func:`_chunk_maxima_one`) and
-    only the part chunks at its ends sample by sample: the threads of a warp wait for the one
-    peak among them, and so wait a quarter as long."""
+    only the part chunks at its ends sample by sample, so that the threads of a warp, which wait
+    for the one peak among them, wait for fewer reads."""
     k = np.int64(i)      # a CPU prange index is unsigned: Numba mixes it with ints as a float
     value = envelope[k]
     gate[k] = 0

@@ -198,9 +198,10 @@ def rescue_suppressed(env, thresholds, block: int, signal, candidates, refined, 
 
     ``candidates`` are the suppression's winners, ``refined`` the same moved to their extrema,
     ``positions`` those of them kept as beats (:func:`drop_non_qrs`). One kernel pass over the
-    envelope for its peaks (``unsuppressed``), then one thread a peak for its checks
-    (:func:`_hidden_beats`) and one for the second suppression: the host waits for the device
-    twice, for the peaks' count and for the rescued beats' (three times where one is rescued).
+    envelope for its peaks (``unsuppressed``), then one thread a peak for its checks and one a
+    (peak, beat) pair for their likeness (:func:`_hidden_beats`), and one thread a peak for the
+    second suppression: the host waits for the device twice, for the peaks' count and for the
+    rescued beats' (three times where one is rescued).
     Returns the positions with the rescued beats, sorted.
     """
     xp = backend.xp_of(positions)
