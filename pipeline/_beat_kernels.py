@@ -18,7 +18,7 @@ import math
 import numba
 import numpy as np
 
-from pipeline import _kernels
+from pipeline import _kernels, _launch
 
 # The bits of a peak's state in the rescue (see _rescue_body and _alike_body): it passed the checks
 # before the likeness (SHAPED), it is alike to one of the beats (ALIKE), a likeness was NaN
@@ -507,7 +507,7 @@ def _beat_cuda_kernels() -> dict:
 
     kernels = {"own_peaks": own_peaks, "shape_medians": shape_medians, "stretches": stretches, "rescue": rescue,
                "alike": alike, "suppress_among": suppress_among, "own_t_wave": own_t_wave, "second_look": second_look}
-    return {name: _kernels._cuda_jit_cached(kernel) for name, kernel in kernels.items()}
+    return {name: _launch.cuda_jit_cached(kernel) for name, kernel in kernels.items()}
 
 
 _CPU = {"own_peaks": _own_peaks_cpu, "shape_medians": _shape_medians_cpu, "stretches": _stretches_cpu,
@@ -517,4 +517,4 @@ _CPU = {"own_peaks": _own_peaks_cpu, "shape_medians": _shape_medians_cpu, "stret
 
 def launch(name: str, n: int, *arrays_and_scalars):
     """Run kernel ``name`` over ``range(n)``; arrays may be CuPy (GPU) or NumPy (CPU), not mixed."""
-    _kernels.launch_from(_CPU, _beat_cuda_kernels, name, n, *arrays_and_scalars)
+    _launch.launch_from(_CPU, _beat_cuda_kernels, name, n, *arrays_and_scalars)

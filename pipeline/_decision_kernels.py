@@ -19,7 +19,7 @@ import math
 import numba
 import numpy as np
 
-from pipeline import _kernels
+from pipeline import _launch
 
 # The bits of the flags kernels write: a flutter window that passes the spectral tests
 # (CANDIDATE) and also the sine test (SINE); a noise tick at or above its threshold (NOISY).
@@ -361,11 +361,11 @@ def _decision_cuda_kernels() -> dict:
                                     amp_good, amp_bad, shape_good, shape_bad, shape_weight, positions, fs,
                                     noise_start, noise_end, noisy_cap, quality)
 
-    return {"flutter_flags": _kernels._cuda_jit_cached(flutter_flags),
-            "tick_severity": _kernels._cuda_jit_cached(tick_severity),
-            "runs": _kernels._cuda_jit_cached(runs),
-            "in_spans": _kernels._cuda_jit_cached(in_spans),
-            "beat_quality": _kernels._cuda_jit_cached(beat_quality)}
+    return {"flutter_flags": _launch.cuda_jit_cached(flutter_flags),
+            "tick_severity": _launch.cuda_jit_cached(tick_severity),
+            "runs": _launch.cuda_jit_cached(runs),
+            "in_spans": _launch.cuda_jit_cached(in_spans),
+            "beat_quality": _launch.cuda_jit_cached(beat_quality)}
 
 
 _CPU = {"flutter_flags": _flutter_flags_cpu, "tick_severity": _tick_severity_cpu, "runs": _runs_cpu,
@@ -374,4 +374,4 @@ _CPU = {"flutter_flags": _flutter_flags_cpu, "tick_severity": _tick_severity_cpu
 
 def launch(name: str, n: int, *arrays_and_scalars):
     """Run kernel ``name`` over ``range(n)``; arrays may be CuPy (GPU) or NumPy (CPU), not mixed."""
-    _kernels.launch_from(_CPU, _decision_cuda_kernels, name, n, *arrays_and_scalars)
+    _launch.launch_from(_CPU, _decision_cuda_kernels, name, n, *arrays_and_scalars)

@@ -14,7 +14,7 @@ import math
 import numba
 import numpy as np
 
-from pipeline import _kernels
+from pipeline import _kernels, _launch
 
 
 def _block_stats_one(k, signal, size, step, lowest, highest, out):
@@ -420,12 +420,12 @@ def _episode_cuda_kernels() -> dict:
             _flutter_measures_cuda_body(w, spectrum, freqs, first, last, low, reach, half_reach, dominant,
                                         concentration, sine_ratio, subharmonic)
 
-    return {"block_stats": _kernels._cuda_jit_cached(block_stats),
-            "beat_range": _kernels._cuda_jit_cached(beat_range),
-            "beat_stats": _kernels._cuda_jit_cached(beat_stats),
-            "tick_measures": _kernels._cuda_jit_cached(tick_measures),
-            "flutter_frames": _kernels._cuda_jit_cached(flutter_frames),
-            "flutter_measures": _kernels._cuda_jit_cached(flutter_measures)}
+    return {"block_stats": _launch.cuda_jit_cached(block_stats),
+            "beat_range": _launch.cuda_jit_cached(beat_range),
+            "beat_stats": _launch.cuda_jit_cached(beat_stats),
+            "tick_measures": _launch.cuda_jit_cached(tick_measures),
+            "flutter_frames": _launch.cuda_jit_cached(flutter_frames),
+            "flutter_measures": _launch.cuda_jit_cached(flutter_measures)}
 
 
 _CPU = {"block_stats": _block_stats_cpu, "beat_range": _beat_range_cpu, "tick_measures": _tick_measures_cpu,
@@ -434,4 +434,4 @@ _CPU = {"block_stats": _block_stats_cpu, "beat_range": _beat_range_cpu, "tick_me
 
 def launch(name: str, n: int, *arrays_and_scalars):
     """Run kernel ``name`` over ``range(n)``; arrays may be CuPy (GPU) or NumPy (CPU), not mixed."""
-    _kernels.launch_from(_CPU, _episode_cuda_kernels, name, n, *arrays_and_scalars)
+    _launch.launch_from(_CPU, _episode_cuda_kernels, name, n, *arrays_and_scalars)

@@ -8,14 +8,11 @@ reach the CPU loops as they are.
 from __future__ import annotations
 
 import functools
-import math
 
 import numba
 import numpy as np
 
-from pipeline import _launch, backend
-
-THREADS_PER_BLOCK = 256
+from pipeline import _launch
 
 
 # --------------------------------------------------------------------------- per-index bodies
@@ -488,21 +485,10 @@ def _cuda_kernels() -> dict:
         if i < n:
             _unsuppressed_cuda_body(i, env, thresholds, block, own, candidates, half, flag)
 
-    return {"nms": _cuda_jit_cached(nms), "chunk_maxima": _cuda_jit_cached(chunk_maxima),
-            "embed": _cuda_jit_cached(embed),
-            "qrs_shape": _cuda_jit_cached(qrs_shape),
-            "gap_peaks": _cuda_jit_cached(gap_peaks), "unsuppressed": _cuda_jit_cached(unsuppressed)}
-
-
-def _cuda_jit_cached(kernel):
-    """``cuda.jit(cache=True)``, or without the disk cache where no writable cache folder exists.
-    Also used by :mod:`pipeline._episode_kernels`, whose table may be compiled before this one."""
-    from numba import cuda
-
-    try:
-        return cuda.jit(cache=True)(kernel)
-    except RuntimeError:  # numba: "cannot cache function ...: no locator available"
-        return cuda.jit(kernel)
+    return {"nms": _launch.cuda_jit_cached(nms), "chunk_maxima": _launch.cuda_jit_cached(chunk_maxima),
+            "embed": _launch.cuda_jit_cached(embed),
+            "qrs_shape": _launch.cuda_jit_cached(qrs_shape),
+            "gap_peaks": _launch.cuda_jit_cached(gap_peaks), "unsuppressed": _launch.cuda_jit_cached(unsuppressed)}
 
 
 _CPU = {"nms": _nms_cpu, "chunk_maxima": _chunk_maxima_cpu, "embed": _embed_cpu, "qrs_shape": _qrs_shape_cpu,
@@ -511,17 +497,4 @@ _CPU = {"nms": _nms_cpu, "chunk_maxima": _chunk_maxima_cpu, "embed": _embed_cpu,
 
 def launch(name: str, n: int, *arrays_and_scalars):
     """Run kernel ``name`` over ``range(n)``; arrays may be CuPy (GPU) or NumPy (CPU), not mixed."""
-    launch_from(_CPU, _cuda_kernels, name, n, *arrays_and_scalars)
-
-
-def launch_from(cpu: dict, cuda_kernels, name: str, n: int, *arrays_and_scalars):
-    """Run kernel ``name`` over ``range(n)``: ``cpu[name]`` on NumPy arrays, ``cuda_kernels()[name]``
-    (a table of CUDA twins, compiled on its first call) on CuPy arrays, one thread per index. The
-    launcher of this module's kernels and of :mod:`pipeline._episode_kernels`."""
-    if n <= 0:
-        return
-    if any(backend.is_cupy_array(a) for a in arrays_and_scalars):
-        _launch.launch(cuda_kernels()[name], math.ceil(n / THREADS_PER_BLOCK), THREADS_PER_BLOCK,
-                       (n, *arrays_and_scalars))
-    else:
-        cpu[name](n, *(backend.as_kernel_array(a) if hasattr(a, "shape") else a for a in arrays_and_scalars))
+    _launch.launch_from(_CPU, _cuda_kernels, name, n, *arrays_and_scalars)

@@ -1,4 +1,7 @@
-"""Numba's CUDA kernels launched on CuPy arrays for a few microseconds of host time.
+"""How the pipeline's Numba kernels are launched: each kernel's CPU or CUDA twin chosen from its
+arrays (:func:`launch_from`), the CUDA twins compiled with Numba's disk cache
+(:func:`cuda_jit_cached`) and launched on CuPy arrays for a few microseconds of host time
+(:func:`launch`).
 
 The segmentation on the GPU is bound by the host, and Numba's dispatcher spends several times
 what the launch itself costs there: a launch configuration, typing every argument, choosing the
@@ -16,9 +19,35 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 from typing import Callable, NamedTuple
 
 from pipeline import backend
+
+THREADS_PER_BLOCK = 256
+
+
+def launch_from(cpu: dict, cuda_kernels, name: str, n: int, *arrays_and_scalars):
+    """Run kernel ``name`` over ``range(n)``: ``cpu[name]`` on NumPy arrays, ``cuda_kernels()[name]``
+    (a table of CUDA twins, compiled on its first call) on CuPy arrays, one thread per index. The
+    launcher of every kernel module's kernels (:mod:`pipeline._kernels` and its siblings)."""
+    if n <= 0:
+        return
+    if any(backend.is_cupy_array(a) for a in arrays_and_scalars):
+        launch(cuda_kernels()[name], math.ceil(n / THREADS_PER_BLOCK), THREADS_PER_BLOCK, (n, *arrays_and_scalars))
+    else:
+        cpu[name](n, *(backend.as_kernel_array(a) if hasattr(a, "shape") else a for a in arrays_and_scalars))
+
+
+def cuda_jit_cached(kernel):
+    """``cuda.jit(cache=True)``, or without the disk cache where no writable cache folder exists.
+    Every kernel module's table of CUDA twins compiles with it, whichever is compiled first."""
+    from numba import cuda
+
+    try:
+        return cuda.jit(cache=True)(kernel)
+    except RuntimeError:  # numba: "cannot cache function ...: no locator available"
+        return cuda.jit(kernel)
 
 
 class _Plan(NamedTuple):

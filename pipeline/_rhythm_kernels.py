@@ -23,7 +23,7 @@ import math
 import numba
 import numpy as np
 
-from pipeline import _beat_kernels, _kernels
+from pipeline import _beat_kernels, _kernels, _launch
 
 
 # --------------------------------------------------------------------------- device functions
@@ -357,7 +357,7 @@ def _rhythm_cuda_kernels() -> dict:
 
     kernels = {"rhythm": rhythm, "non_qrs": non_qrs, "early_beats": early_beats, "gap_bounds": gap_bounds,
                "narrow": narrow, "deflection": deflection}
-    return {name: _kernels._cuda_jit_cached(kernel) for name, kernel in kernels.items()}
+    return {name: _launch.cuda_jit_cached(kernel) for name, kernel in kernels.items()}
 
 
 _CPU = {"rhythm": _rhythm_cpu, "non_qrs": _non_qrs_cpu, "early_beats": _early_beats_cpu, "gap_bounds": _gap_bounds_cpu,
@@ -366,4 +366,4 @@ _CPU = {"rhythm": _rhythm_cpu, "non_qrs": _non_qrs_cpu, "early_beats": _early_be
 
 def launch(name: str, n: int, *arrays_and_scalars):
     """Run kernel ``name`` over ``range(n)``; arrays may be CuPy (GPU) or NumPy (CPU), not mixed."""
-    _kernels.launch_from(_CPU, _rhythm_cuda_kernels, name, n, *arrays_and_scalars)
+    _launch.launch_from(_CPU, _rhythm_cuda_kernels, name, n, *arrays_and_scalars)

@@ -36,10 +36,10 @@ def test_planned_launches_equal_the_dispatchers_and_the_cpu_twin():
     envelope, threshold, block = _nms_inputs(cupy)
     kernel = _kernels._cuda_kernels()["nms"]
     n = int(envelope.shape[0])
-    blocks = -(-n // _kernels.THREADS_PER_BLOCK)
+    blocks = -(-n // _launch.THREADS_PER_BLOCK)
     by_dispatcher = cupy.zeros(n, dtype=cupy.uint8)
     maxima = _maxima(cupy, envelope)
-    kernel[blocks, _kernels.THREADS_PER_BLOCK](n, backend.as_kernel_array(envelope),
+    kernel[blocks, _launch.THREADS_PER_BLOCK](n, backend.as_kernel_array(envelope),
                                                backend.as_kernel_array(threshold), block, 25,
                                                backend.as_kernel_array(maxima), _SIZE,
                                                backend.as_kernel_array(by_dispatcher))
@@ -49,7 +49,7 @@ def test_planned_launches_equal_the_dispatchers_and_the_cpu_twin():
     planned = []
     for half in (25, 25, 25):   # the first launch plans, the next ones follow the plan
         gate = cupy.full(n, 7, dtype=cupy.uint8)
-        _launch.launch(kernel, blocks, _kernels.THREADS_PER_BLOCK,
+        _launch.launch(kernel, blocks, _launch.THREADS_PER_BLOCK,
                        (n, envelope, threshold, block, half, maxima, _SIZE, gate))
         planned.append(backend.to_host(gate))
     assert on_cpu.sum() > 100
