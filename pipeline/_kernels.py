@@ -33,7 +33,9 @@ def _nms_one(i, envelope, threshold, block, half, maxima, size, gate):
     Most samples lie on a wave's slope and stop at a larger neighbour; a wave's peak reads the
     window's whole chunks of ``size`` samples by their ``maxima`` (:func:`_chunk_maxima_one`) and
     only the part chunks at its ends sample by sample, so that the threads of a warp, which wait
-    for the one peak among them, wait for fewer reads."""
+    for the one peak among them, wait for fewer reads. The chunks' bounds are worked out once: a
+    64-bit division, which a GPU runs as a long routine, in every step of the loops would cost
+    the warp more than its reads."""
     k = np.int64(i)      # a CPU prange index is unsigned: Numba mixes it with ints as a float
     value = envelope[k]
     gate[k] = 0
@@ -42,28 +44,32 @@ def _nms_one(i, envelope, threshold, block, half, maxima, size, gate):
     n = envelope.shape[0]
     if (k > 0 and envelope[k - 1] >= value) or (k + 1 < n and envelope[k + 1] > value):
         return
+    # Left of k: samples first..k-2, whole chunks low..high-1 among them, nearest first.
     first = max(k - half, 0)
-    j = k - 2
-    while j >= first:
-        if (j + 1) % size == 0 and j + 1 - size >= first:        # the whole chunk ending at j
-            if maxima[j // size] >= value:
-                return
-            j -= size
-        else:
+    low, high = (first + size - 1) // size, (k - 1) // size
+    for j in range(k - 2, high * size - 1 if low < high else first - 1, -1):
+        if envelope[j] >= value:
+            return
+    for c in range(high - 1, low - 1, -1):
+        if maxima[c] >= value:
+            return
+    if low < high:
+        for j in range(low * size - 1, first - 1, -1):
             if envelope[j] >= value:
                 return
-            j -= 1
+    # Right of k: samples k+2..last, whole chunks low..high-1 among them, nearest first.
     last = min(k + half, n - 1)
-    j = k + 2
-    while j <= last:
-        if j % size == 0 and j + size - 1 <= last:               # the whole chunk starting at j
-            if maxima[j // size] > value:
-                return
-            j += size
-        else:
+    low, high = (k + 1 + size) // size, (last + 1) // size
+    for j in range(k + 2, low * size if low < high else last + 1):
+        if envelope[j] > value:
+            return
+    for c in range(low, high):
+        if maxima[c] > value:
+            return
+    if low < high:
+        for j in range(high * size, last + 1):
             if envelope[j] > value:
                 return
-            j += 1
     gate[k] = 1
 
 

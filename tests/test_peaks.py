@@ -82,6 +82,26 @@ def test_nms_gate_with_ties_and_nan_equals_the_rule_sample_by_sample(half, xp):
     np.testing.assert_array_equal(gate.astype(bool), expected)
 
 
+@pytest.mark.parametrize("half", [8, 21])
+def test_nms_gate_sees_a_rival_at_every_distance_and_chunk_alignment(half, xp):
+    """A peak with one rival at distance d on one side (as large on the left, larger on the right,
+    or a hair smaller on either), for every d up to ``half`` + 1 and every alignment of the peak
+    with the gate's chunks of samples: the rival suppresses it exactly when the rule says so."""
+    cases = [(offset, d, side, rival) for offset in range(9) for d in range(2, half + 2) for side in (-1, 1)
+             for rival in (1.0, 1.5, 0.999)]
+    stride = 2 * half + 24
+    env = np.zeros(len(cases) * stride, np.float32)
+    for n, (offset, d, side, rival) in enumerate(cases):
+        at = n * stride + half + 4 + offset
+        env[at] = 10.0
+        env[at + side * d] = 10.0 * rival
+    gate = _host(nms_gate(xp.asarray(env), xp.asarray(np.array([1.0], np.float32)), env.size, half)).astype(bool)
+    for n, (offset, d, side, rival) in enumerate(cases):
+        at = n * stride + half + 4 + offset
+        suppressed = d <= half and (rival > 1.0 or (rival == 1.0 and side < 0))
+        assert gate[at] != suppressed, (offset, d, side, rival)
+
+
 def test_nms_gate_threshold_is_strict_and_per_block(xp):
     env = np.zeros(40, np.float32)
     env[[5, 15, 25, 35]] = [0.5, 0.6, 0.5, 0.4]
