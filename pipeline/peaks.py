@@ -144,8 +144,8 @@ def find_beats(response, signal, fs: float, cfg):
     suppression rescued (:func:`rescue_suppressed`), a beat on its own T wave moved to its QRS
     (:func:`off_own_t_waves`), a rival deflection preferred where it keeps the rhythm
     (:func:`keep_the_rhythm`), then a second look for small beats (:func:`second_look`) and a
-    search inside long RR gaps (:func:`search_back`). ``cfg`` is a
-    :class:`pipeline.config.SignalConfig`."""
+    search inside long RR gaps (:func:`search_back`); none within ``cfg.refine_s`` of the
+    recording's ends (:func:`inside_the_ends`). ``cfg`` is a :class:`pipeline.config.SignalConfig`."""
     xp = backend.xp_of(response)
     env = envelope(response)
     level, block = block_levels(env, fs, cfg.level_block_s, cfg.level_blocks)
@@ -166,7 +166,23 @@ def find_beats(response, signal, fs: float, cfg):
     positions = off_own_t_waves(env, thresholds, block, signal, positions, fs, cfg, polarity)
     positions = keep_the_rhythm(env, thresholds, block, signal, positions, fs, cfg, polarity)
     positions = second_look(env, level, block, signal, positions, fs, cfg, polarity)
-    return search_back(env, signal, positions, fs, cfg, polarity)
+    positions = search_back(env, signal, positions, fs, cfg, polarity)
+    return inside_the_ends(positions, signal.shape[0], int(round(cfg.refine_s * fs)))
+
+
+def inside_the_ends(positions, n: int, margin: int):
+    """The sorted fiducials ``positions`` at least ``margin`` samples from both ends of a
+    recording of ``n`` samples (the run's: the refinement's reach, ``cfg.refine_s``, half a QRS
+    complex). Nearer an end, the deflection a fiducial snapped to may be the recording's edge:
+    the Ricker response sees a step there, from the baseline to the zeros beyond it, and a QRS
+    complex cut in half cannot be measured or embedded (annotators leave such beats out). The host
+    waits for one pair of numbers: how many fiducials lie before each end's margin."""
+    xp = backend.xp_of(positions)
+    if positions.shape[0] == 0:
+        return positions
+    first, stop = (int(count) for count in backend.to_host(
+        xp.stack([xp.count_nonzero(positions < margin), xp.count_nonzero(positions < n - margin)])))
+    return positions[first:stop]
 
 
 def _refine(signal, positions, fs: float, cfg, polarity: float = 0.0):
