@@ -1,0 +1,125 @@
+"""Which beats inside noise episodes stay: those that look like the recording's beats, and of
+the others those that fit its rhythm.
+
+Inside a burst of muscle noise or electrode motion as large as the QRS complexes, a noise
+deflection passes every check a QRS complex passes (threshold, width, slope), and the non-maximum
+suppression may keep it. Such a deflection falls anywhere in the cardiac cycle, so it splits an
+RR interval; a heartbeat does not (a premature beat is followed by a pause: its two intervals
+together are longer than one).
+
+See Also
+--------
+pipeline.segmentation.heartbeats : calls :func:`keep_plausible` once the noise episodes are known.
+pipeline.peaks.rescue_suppressed : the likeness test used here, first made for hidden QRS complexes.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from pipeline import _beat_kernels, backend, episodes, peaks, qrs
+
+
+def keep_plausible(signal, positions, found, added, fs: float, cfg):
+    """The beats ``positions`` (sorted fiducials) less those inside ``found``'s noise episodes that
+    the rhythm shows are no beats.
+
+    The beats that stay whatever their timing: those outside noise, the first and the last, those
+    from the other lead (``added``, host), and those whose ECG within ±``cfg.rescue_likeness_s``
+    correlates at least ``cfg.rescue_likeness`` with one of the clean beats' (up to ~1000 of them,
+    :func:`pipeline.qrs.spread`) and which are as narrow as a QRS complex (at most
+    ``cfg.search_back_width`` × the clean beats' median width): a beat the noise leaves readable.
+    Each run of the other beats between two that stay is chosen again: the subset is kept whose RR
+    intervals lie nearest the local rhythm (the least sum of squared log ratios to the median of
+    the nine clean intervals nearby), a beat being left out only where its neighbours are then at
+    most ``cfg.noise_rhythm_rr`` × that RR apart. So no gap a beat is missing from is made, and a
+    premature beat with its pause stays.
+
+    The host waits for the device twice where the recording has noise episodes (the fiducials'
+    copy, the likeness of the few beats judged); the choice itself is made on the host.
+    """
+    count = positions.shape[0]
+    noise = episodes.episode_spans(found, "noise", np)
+    if count < 4 or noise.shape[1] == 0:
+        return positions
+    host = backend.to_host(positions)
+    must = ~_inside(host / fs, noise)
+    must[[0, -1]] = True
+    if added.shape[0]:
+        must |= np.isin(host, added)
+    interval = np.flatnonzero(must[:-1] & must[1:])          # the RR intervals between clean beats
+    if must.all() or interval.shape[0] == 0:
+        return positions
+    judged = np.flatnonzero(~must)
+    must[judged[_alike(signal, host[judged], host[must], fs, cfg)]] = True
+    runs = _runs(~must)
+    if runs.shape[0] == 0:
+        return positions
+    intervals = np.diff(host)[interval]
+    keep = np.ones(count, dtype=bool)
+    for first, last in runs:                                 # beats first..last-1, clean beats around
+        local = _local_rr(intervals, interval, np.arange(first - 1, last + 1))
+        keep[first:last] = _best_rhythm(host[first - 1:last + 1], local, cfg.noise_rhythm_rr)[1:-1]
+    if keep.all():
+        return positions
+    return backend.xp_of(positions).asarray(host[keep])
+
+
+def _inside(times_s: np.ndarray, spans: np.ndarray) -> np.ndarray:
+    """Which of ``times_s`` lie inside the sorted, disjoint (start, end) ``spans`` (2, k)."""
+    at = np.searchsorted(spans[0], times_s, side="right") - 1
+    return (at >= 0) & (times_s <= spans[1][np.maximum(at, 0)])
+
+
+def _alike(signal, points: np.ndarray, clean: np.ndarray, fs: float, cfg) -> np.ndarray:
+    """Host mask: which of the fiducials ``points`` look like one of the ``clean`` beats (the
+    ``alike`` kernel of :func:`pipeline.peaks.rescue_suppressed`, one thread a point and a beat)
+    and are as narrow as a QRS complex."""
+    xp = backend.xp_of(signal)
+    points = xp.asarray(points)
+    likeness = peaks.likeness_sample(signal, xp.asarray(qrs.spread(clean)), fs, cfg)
+    own = xp.empty((points.shape[0], 2), dtype=xp.float64)
+    _beat_kernels.launch("stretches", points.shape[0], signal, points, likeness.reach, own)
+    state = xp.full(points.shape[0], _beat_kernels.SHAPED, dtype=xp.int32)
+    _beat_kernels.launch("alike", points.shape[0] * likeness.sample.shape[0], signal, points, own, likeness.sample,
+                         likeness.stretches, likeness.reach, np.float32(cfg.rescue_likeness), state)
+    _, width, _ = qrs.qrs_shape(signal, points, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
+    return backend.to_host((state == _beat_kernels.RESCUED) & (width <= cfg.search_back_width * likeness.medians[0]))
+
+
+def _runs(loose: np.ndarray) -> np.ndarray:
+    """(k, 2): the [first, last) index ranges of ``loose``'s runs of True."""
+    edges = np.diff(np.concatenate([[0], loose.astype(np.int8), [0]]))
+    return np.stack([np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)], axis=1)
+
+
+def _local_rr(intervals: np.ndarray, where: np.ndarray, beats: np.ndarray) -> np.ndarray:
+    """For each of ``beats`` (indices), the median of the nine clean RR ``intervals`` (those after
+    the beats ``where``, sorted) around the first one at or after it, the ends repeated."""
+    padded = np.pad(intervals.astype(np.float64), 4, mode="edge")
+    nearest = np.minimum(np.searchsorted(where, beats), where.shape[0] - 1)
+    return np.median(np.lib.stride_tricks.sliding_window_view(padded, 9)[nearest], axis=1)
+
+
+def _best_rhythm(points: np.ndarray, local: np.ndarray, most: float) -> np.ndarray:
+    """Which of ``points`` (the first and last kept) to keep so that the kept RR intervals lie
+    nearest ``local`` (least sum of squared log ratios), no interval made by leaving points out
+    being over ``most`` × the local RR. Dynamic programming over the few points of a noisy run."""
+    m = points.shape[0]
+    cost, before = np.full(m, np.inf), np.full(m, -1)
+    cost[0] = 0.0
+    for k in range(1, m):
+        for j in range(k - 1, -1, -1):
+            gap = float(points[k] - points[j])
+            if j < k - 1 and gap > most * local[k]:
+                break
+            value = cost[j] + math.log(max(gap, 1.0) / local[k]) ** 2
+            if value < cost[k]:
+                cost[k], before[k] = value, j
+    keep = np.zeros(m, dtype=bool)
+    k = m - 1
+    while k >= 0:
+        keep[k] = True
+        k = before[k]
+    return keep

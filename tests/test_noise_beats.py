@@ -1,0 +1,58 @@
+"""Beats inside noise episodes (:mod:`pipeline.noise_beats`): a noise deflection that splits an RR
+interval goes; a beat that looks like the recording's, a premature deflection followed by its
+pause, and anything outside noise stay. The GPU keeps the same beats."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline import backend, synth
+from pipeline.config import SignalConfig
+from pipeline.episodes import Episodes
+from pipeline.noise_beats import keep_plausible
+
+FS = 360.0
+
+
+@pytest.fixture(scope="module")
+def recording():
+    """40 s of clean sinus rhythm, then bursts of noise as large as the QRS around two points:
+    one halfway between beats 12 and 13, one at 60 % of the RR after beat 20 (beat 21 missing
+    from the fiducials, as a beat the noise hid would be)."""
+    ecg = synth.synthesize(synth.SynthConfig(n_samples=int(40 * FS), fs=FS, seed=5, noise_bursts_per_hour=0.0))
+    signal, r = ecg.signal.copy(), ecg.r_peaks
+    splitting = (r[12] + r[13]) // 2
+    premature = r[20] + int(0.6 * (r[21] - r[20]))
+    qrs = float(np.ptp(signal[r[5] - 20:r[5] + 20]))
+    rng = np.random.default_rng(0)
+    for point in (splitting, premature):
+        signal[point - 40:point + 40] += (qrs * rng.standard_normal(80)).astype(np.float32)
+    return signal, r, splitting, premature
+
+
+def _kept(xp, signal, positions, found, added=np.zeros(0, np.int64)):
+    kept = keep_plausible(xp.asarray(signal), xp.asarray(positions), found, added, FS, SignalConfig())
+    return backend.to_host(kept)
+
+
+def _noise(start: float, end: float) -> Episodes:
+    return Episodes(["noise"], [start], [end], [0.9])
+
+
+def test_a_noise_deflection_splitting_an_rr_interval_goes_and_a_premature_one_stays(recording, xp):
+    signal, r, splitting, premature = recording
+    positions = np.sort(np.concatenate([np.delete(r, 21), [splitting, premature]]))
+    found = _noise(r[9] / FS - 0.1, r[24] / FS + 0.1)      # beats 10..24 inside, alike the clean ones
+    kept = _kept(xp, signal, positions, found)
+    np.testing.assert_array_equal(kept, np.sort(np.concatenate([np.delete(r, 21), [premature]])))
+    if xp is not np:
+        np.testing.assert_array_equal(kept, _kept(np, signal, positions, found))
+
+
+def test_outside_noise_and_from_the_other_lead_nothing_is_judged(recording, xp):
+    signal, r, splitting, premature = recording
+    positions = np.sort(np.concatenate([np.delete(r, 21), [splitting, premature]]))
+    np.testing.assert_array_equal(_kept(xp, signal, positions, Episodes()), positions)
+    np.testing.assert_array_equal(_kept(xp, signal, positions, _noise(r[30] / FS, r[35] / FS)), positions)
+    found = _noise(r[9] / FS - 0.1, r[24] / FS + 0.1)
+    np.testing.assert_array_equal(_kept(xp, signal, positions, found, np.array([splitting])), positions)
