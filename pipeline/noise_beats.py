@@ -36,40 +36,41 @@ def keep_plausible(signal, positions, found, added, fs: float, cfg):
     most ``cfg.noise_rhythm_rr`` × that RR apart. So no gap a beat is missing from is made, and a
     premature beat with its pause stays.
 
-    The host waits for the device twice where the recording has noise episodes (the fiducials'
-    copy, the likeness of the few beats judged); the choice itself is made on the host.
+    A beat whose neighbours are farther apart than that never goes, whatever the others do (a
+    subset left out spans a gap at least as long), so only the beats that could go are judged: the
+    likeness of those few is measured on the device, and the choice is made on the host. The host
+    waits for the device for the fiducials' copy, and once more where a beat could go.
     """
     count = positions.shape[0]
     noise = episodes.episode_spans(found, "noise", np)
     if count < 4 or noise.shape[1] == 0:
         return positions
     host = backend.to_host(positions)
-    must = ~_inside(host / fs, noise)
+    must = np.ones(count, dtype=bool)                        # False: inside a noise episode
+    for first, stop in zip(np.searchsorted(host, noise[0] * fs), np.searchsorted(host, noise[1] * fs, "right")):
+        must[first:stop] = False
     must[[0, -1]] = True
     if added.shape[0]:
         must |= np.isin(host, added)
     interval = np.flatnonzero(must[:-1] & must[1:])          # the RR intervals between clean beats
     if must.all() or interval.shape[0] == 0:
         return positions
-    judged = np.flatnonzero(~must)
-    must[judged[_alike(signal, host[judged], host[must], fs, cfg)]] = True
-    runs = _runs(~must)
-    if runs.shape[0] == 0:
+    loose = np.flatnonzero(~must)
+    local = _local_rr(_rr_windows(np.diff(host)[interval]), interval, loose)   # one value a run
+    could_go = host[loose + 1] - host[loose - 1] <= cfg.noise_rhythm_rr * local
+    if not could_go.any():
         return positions
-    intervals = np.diff(host)[interval]
+    judged = loose[could_go]
+    clean = host[must]
+    must[loose[~could_go]] = True
+    must[judged[_alike(signal, host[judged], clean, fs, cfg)]] = True
     keep = np.ones(count, dtype=bool)
-    for first, last in runs:                                 # beats first..last-1, clean beats around
-        local = _local_rr(intervals, interval, np.arange(first - 1, last + 1))
-        keep[first:last] = _best_rhythm(host[first - 1:last + 1], local, cfg.noise_rhythm_rr)[1:-1]
+    rr = dict(zip(loose.tolist(), local.tolist()))
+    for first, last in _runs(~must):                         # beats first..last-1, kept beats around
+        keep[first:last] = _best_rhythm(host[first - 1:last + 1], rr[first], cfg.noise_rhythm_rr)[1:-1]
     if keep.all():
         return positions
     return backend.xp_of(positions).asarray(host[keep])
-
-
-def _inside(times_s: np.ndarray, spans: np.ndarray) -> np.ndarray:
-    """Which of ``times_s`` lie inside the sorted, disjoint (start, end) ``spans`` (2, k)."""
-    at = np.searchsorted(spans[0], times_s, side="right") - 1
-    return (at >= 0) & (times_s <= spans[1][np.maximum(at, 0)])
 
 
 def _alike(signal, points: np.ndarray, clean: np.ndarray, fs: float, cfg) -> np.ndarray:
@@ -94,27 +95,31 @@ def _runs(loose: np.ndarray) -> np.ndarray:
     return np.stack([np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)], axis=1)
 
 
-def _local_rr(intervals: np.ndarray, where: np.ndarray, beats: np.ndarray) -> np.ndarray:
-    """For each of ``beats`` (indices), the median of the nine clean RR ``intervals`` (those after
-    the beats ``where``, sorted) around the first one at or after it, the ends repeated."""
-    padded = np.pad(intervals.astype(np.float64), 4, mode="edge")
-    nearest = np.minimum(np.searchsorted(where, beats), where.shape[0] - 1)
-    return np.median(np.lib.stride_tricks.sliding_window_view(padded, 9)[nearest], axis=1)
+def _rr_windows(intervals: np.ndarray) -> np.ndarray:
+    """(k, 9) view: the nine clean RR ``intervals`` around each one, the ends repeated."""
+    return np.lib.stride_tricks.sliding_window_view(np.pad(intervals.astype(np.float64), 4, mode="edge"), 9)
 
 
-def _best_rhythm(points: np.ndarray, local: np.ndarray, most: float) -> np.ndarray:
+def _local_rr(windows: np.ndarray, where: np.ndarray, beats: np.ndarray) -> np.ndarray:
+    """For each of ``beats`` (indices), the median of the clean RR intervals' ``windows``
+    (:func:`_rr_windows`; the intervals after the beats ``where``, sorted) of the first interval
+    at or after it: the same for every beat of a run between clean beats."""
+    return np.median(windows[np.minimum(np.searchsorted(where, beats), where.shape[0] - 1)], axis=1)
+
+
+def _best_rhythm(points: np.ndarray, local: float, most: float) -> np.ndarray:
     """Which of ``points`` (the first and last kept) to keep so that the kept RR intervals lie
     nearest ``local`` (least sum of squared log ratios), no interval made by leaving points out
-    being over ``most`` × the local RR. Dynamic programming over the few points of a noisy run."""
+    being over ``most`` × ``local``. Dynamic programming over the few points of a noisy run."""
     m = points.shape[0]
     cost, before = np.full(m, np.inf), np.full(m, -1)
     cost[0] = 0.0
     for k in range(1, m):
         for j in range(k - 1, -1, -1):
             gap = float(points[k] - points[j])
-            if j < k - 1 and gap > most * local[k]:
+            if j < k - 1 and gap > most * local:
                 break
-            value = cost[j] + math.log(max(gap, 1.0) / local[k]) ** 2
+            value = cost[j] + math.log(max(gap, 1.0) / local) ** 2
             if value < cost[k]:
                 cost[k], before[k] = value, j
     keep = np.zeros(m, dtype=bool)
