@@ -27,9 +27,10 @@ def keep_plausible(signal, positions, found, added, fs: float, cfg):
 
     The beats that stay whatever their timing: those outside noise, the first and the last, those
     from the other lead (``added``, host), and those whose ECG within ±``cfg.rescue_likeness_s``
-    correlates at least ``cfg.rescue_likeness`` with one of the clean beats' (up to ~1000 of them,
-    :func:`pipeline.qrs.spread`) and which are as narrow as a QRS complex (at most
-    ``cfg.search_back_width`` × the clean beats' median width): a beat the noise leaves readable.
+    correlates at least ``cfg.rescue_likeness`` with that of one of the recording's clean beats
+    (up to ~1000 of them, :func:`pipeline.qrs.spread`) and which are as narrow as a QRS complex
+    (at most ``cfg.search_back_width`` × those beats' median width): a beat the noise leaves
+    readable.
     Each run of the other beats between two that stay is chosen again: the subset is kept whose RR
     intervals lie nearest the local rhythm (the least sum of squared log ratios to the median of
     the nine clean intervals nearby), a beat being left out only where its neighbours are then at
@@ -37,22 +38,32 @@ def keep_plausible(signal, positions, found, added, fs: float, cfg):
     premature beat with its pause stays.
 
     A beat whose neighbours are farther apart than that never goes, whatever the others do (a
-    subset left out spans a gap at least as long), so only the beats that could go are judged: the
-    likeness of those few is measured on the device, and the choice is made on the host. The host
-    waits for the device for the fiducials' copy, and once more where a beat could go.
+    subset left out spans a gap at least as long), so only the beats that could go are judged, on
+    the host: the episodes' beats and ``_CONTEXT`` beats around them are copied there (the beats'
+    indices of each episode found on the device), the likeness of the few that could go is
+    measured on the device, and those left out are taken out there.
     """
     count = positions.shape[0]
     noise = episodes.episode_spans(found, "noise", np)
     if count < 4 or noise.shape[1] == 0:
         return positions
-    host = backend.to_host(positions)
-    must = np.ones(count, dtype=bool)                        # False: inside a noise episode
-    for first, stop in zip(np.searchsorted(host, noise[0] * fs), np.searchsorted(host, noise[1] * fs, "right")):
-        must[first:stop] = False
-    must[[0, -1]] = True
+    xp = backend.xp_of(positions)
+    low, high = np.ceil(noise[0] * fs).astype(np.int64), np.floor(noise[1] * fs).astype(np.int64)
+    first, stop = backend.to_host(xp.stack([xp.searchsorted(positions, xp.asarray(low)),
+                                            xp.searchsorted(positions, xp.asarray(high), side="right")]))
+    where = _around(first, stop, count)                      # the beats copied, by index
+    spread = qrs.spread(np.arange(count))                    # ~1000 beats to compare with, by index
+    copied = backend.to_host(positions[xp.asarray(np.concatenate([where, spread]))])
+    host, sample = copied[:where.shape[0]], copied[where.shape[0]:]
+    at = np.searchsorted(low, sample, side="right") - 1
+    sample = sample[(at < 0) | (sample > high[np.maximum(at, 0)])]                  # the clean ones
+    must = np.ones(where.shape[0], dtype=bool)               # False: inside a noise episode
+    for a, b in zip(np.searchsorted(where, first), np.searchsorted(where, stop)):
+        must[a:b] = False
+    must[(where == 0) | (where == count - 1)] = True
     if added.shape[0]:
         must |= np.isin(host, added)
-    interval = np.flatnonzero(must[:-1] & must[1:])          # the RR intervals between clean beats
+    interval = np.flatnonzero(must[:-1] & must[1:] & (np.diff(where) == 1))   # RR intervals between clean beats
     if must.all() or interval.shape[0] == 0:
         return positions
     loose = np.flatnonzero(~must)
@@ -61,25 +72,38 @@ def keep_plausible(signal, positions, found, added, fs: float, cfg):
     if not could_go.any():
         return positions
     judged = loose[could_go]
-    clean = host[must]
     must[loose[~could_go]] = True
-    must[judged[_alike(signal, host[judged], clean, fs, cfg)]] = True
-    keep = np.ones(count, dtype=bool)
+    must[judged[_alike(signal, host[judged], sample, fs, cfg)]] = True
+    keep = np.ones(where.shape[0], dtype=bool)
     rr = dict(zip(loose.tolist(), local.tolist()))
-    for first, last in _runs(~must):                         # beats first..last-1, kept beats around
-        keep[first:last] = _best_rhythm(host[first - 1:last + 1], rr[first], cfg.noise_rhythm_rr)[1:-1]
+    for a, b in _runs(~must):                                # beats a..b-1, kept beats around
+        keep[a:b] = _best_rhythm(host[a - 1:b + 1], rr[a], cfg.noise_rhythm_rr)[1:-1]
     if keep.all():
         return positions
-    return backend.xp_of(positions).asarray(host[keep])
+    kept = xp.ones(count, dtype=bool)
+    kept[xp.asarray(where[~keep])] = False
+    return positions[kept]
 
 
-def _alike(signal, points: np.ndarray, clean: np.ndarray, fs: float, cfg) -> np.ndarray:
-    """Host mask: which of the fiducials ``points`` look like one of the ``clean`` beats (the
+# Beats copied on either side of a noise episode: more than the four clean RR intervals on either
+# side of the one a run's local rhythm is centred on.
+_CONTEXT = 12
+
+
+def _around(first: np.ndarray, stop: np.ndarray, count: int) -> np.ndarray:
+    """The indices (sorted, unique) of the beats ``first[i]..stop[i] - 1`` and ``_CONTEXT`` beats
+    on either side of each range, within ``0..count - 1``."""
+    return np.unique(np.concatenate([np.arange(max(a - _CONTEXT, 0), min(b + _CONTEXT, count))
+                                     for a, b in zip(first.tolist(), stop.tolist())]))
+
+
+def _alike(signal, points: np.ndarray, sample: np.ndarray, fs: float, cfg) -> np.ndarray:
+    """Host mask: which of the fiducials ``points`` look like one of the beats ``sample`` (the
     ``alike`` kernel of :func:`pipeline.peaks.rescue_suppressed`, one thread a point and a beat)
     and are as narrow as a QRS complex."""
     xp = backend.xp_of(signal)
     points = xp.asarray(points)
-    likeness = peaks.likeness_sample(signal, xp.asarray(qrs.spread(clean)), fs, cfg)
+    likeness = peaks.likeness_sample(signal, sample, fs, cfg)
     own = xp.empty((points.shape[0], 2), dtype=xp.float64)
     _beat_kernels.launch("stretches", points.shape[0], signal, points, likeness.reach, own)
     state = xp.full(points.shape[0], _beat_kernels.SHAPED, dtype=xp.int32)
