@@ -76,8 +76,8 @@ def keep_plausible(signal, positions, found, added, fs: float, cfg):
     must[judged[_alike(signal, host[judged], sample, fs, cfg)]] = True
     keep = np.ones(where.shape[0], dtype=bool)
     rr = dict(zip(loose.tolist(), local.tolist()))
-    for a, b in _runs(~must):                                # beats a..b-1, kept beats around
-        keep[a:b] = _best_rhythm(host[a - 1:b + 1], rr[a], cfg.noise_rhythm_rr)[1:-1]
+    for a, b in _runs(~must).tolist():                       # beats a..b-1, kept beats around
+        keep[a:b] = _best_rhythm(host[a - 1:b + 1].tolist(), rr[a], cfg.noise_rhythm_rr)[1:-1]
     if keep.all():
         return positions
     kept = xp.ones(count, dtype=bool)
@@ -131,22 +131,22 @@ def _local_rr(windows: np.ndarray, where: np.ndarray, beats: np.ndarray) -> np.n
     return np.median(windows[np.minimum(np.searchsorted(where, beats), where.shape[0] - 1)], axis=1)
 
 
-def _best_rhythm(points: np.ndarray, local: float, most: float) -> np.ndarray:
+def _best_rhythm(points: list, local: float, most: float) -> list:
     """Which of ``points`` (the first and last kept) to keep so that the kept RR intervals lie
     nearest ``local`` (least sum of squared log ratios), no interval made by leaving points out
-    being over ``most`` × ``local``. Dynamic programming over the few points of a noisy run."""
-    m = points.shape[0]
-    cost, before = np.full(m, np.inf), np.full(m, -1)
-    cost[0] = 0.0
+    being over ``most`` × ``local``. Dynamic programming over the few points of a noisy run, in
+    plain Python: for so few, NumPy's calls cost more than the loops."""
+    m = len(points)
+    cost, before = [0.0] + [math.inf] * (m - 1), [-1] * m
     for k in range(1, m):
         for j in range(k - 1, -1, -1):
-            gap = float(points[k] - points[j])
+            gap = points[k] - points[j]
             if j < k - 1 and gap > most * local:
                 break
-            value = cost[j] + math.log(max(gap, 1.0) / local) ** 2
+            value = cost[j] + math.log(max(gap, 1) / local) ** 2
             if value < cost[k]:
                 cost[k], before[k] = value, j
-    keep = np.zeros(m, dtype=bool)
+    keep = [False] * m
     k = m - 1
     while k >= 0:
         keep[k] = True
