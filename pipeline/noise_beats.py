@@ -49,14 +49,14 @@ def keep_plausible(signal, positions, found, added, fs: float, cfg):
         return positions
     xp = backend.xp_of(positions)
     low, high = np.ceil(noise[0] * fs).astype(np.int64), np.floor(noise[1] * fs).astype(np.int64)
-    bounds = backend.to_host(xp.searchsorted(positions, xp.asarray(np.concatenate([low, high + 1]))))
-    first, stop = bounds[:low.shape[0]], bounds[low.shape[0]:]
+    first, stop = backend.to_host(xp.stack([xp.searchsorted(positions, xp.asarray(low)),
+                                            xp.searchsorted(positions, xp.asarray(high), side="right")]))
     where = _around(first, stop, count)                      # the beats copied, by index
     spread = qrs.spread(np.arange(count))                    # ~1000 beats to compare with, by index
     copied = backend.to_host(positions[xp.asarray(np.concatenate([where, spread]))])
     host, sample = copied[:where.shape[0]], copied[where.shape[0]:]
-    at = np.searchsorted(low, sample, side="right") - 1      # the clean ones of the sample
-    sample = sample[(at < 0) | (sample > high[np.maximum(at, 0)])]
+    at = np.searchsorted(low, sample, side="right") - 1
+    sample = sample[(at < 0) | (sample > high[np.maximum(at, 0)])]                  # the clean ones
     must = np.ones(where.shape[0], dtype=bool)               # False: inside a noise episode
     for a, b in zip(np.searchsorted(where, first), np.searchsorted(where, stop)):
         must[a:b] = False
@@ -80,8 +80,9 @@ def keep_plausible(signal, positions, found, added, fs: float, cfg):
         keep[a:b] = _best_rhythm(host[a - 1:b + 1].tolist(), rr[a], cfg.noise_rhythm_rr)[1:-1]
     if keep.all():
         return positions
-    gone = where[~keep].tolist()                             # a few: the kept stretches joined
-    return xp.concatenate([positions[a + 1:b] for a, b in zip([-1] + gone, gone + [count])])
+    kept = xp.ones(count, dtype=bool)
+    kept[xp.asarray(where[~keep])] = False
+    return positions[kept]
 
 
 # Beats copied on either side of a noise episode: more than the four clean RR intervals on either
@@ -91,13 +92,9 @@ _CONTEXT = 12
 
 def _around(first: np.ndarray, stop: np.ndarray, count: int) -> np.ndarray:
     """The indices (sorted, unique) of the beats ``first[i]..stop[i] - 1`` and ``_CONTEXT`` beats
-    on either side of each range (sorted by ``first``), within ``0..count - 1``."""
-    start = np.maximum(first - _CONTEXT, 0)
-    end = np.maximum.accumulate(np.minimum(stop + _CONTEXT, count))   # overlaps merged below
-    start = np.maximum(start, np.concatenate([[0], end[:-1]]))
-    lengths = np.maximum(end - start, 0)
-    offsets = np.cumsum(lengths) - lengths
-    return np.repeat(start - offsets, lengths) + np.arange(lengths.sum())
+    on either side of each range, within ``0..count - 1``."""
+    return np.unique(np.concatenate([np.arange(max(a - _CONTEXT, 0), min(b + _CONTEXT, count))
+                                     for a, b in zip(first.tolist(), stop.tolist())]))
 
 
 def _alike(signal, points: np.ndarray, sample: np.ndarray, fs: float, cfg) -> np.ndarray:
