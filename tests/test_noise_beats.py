@@ -56,3 +56,35 @@ def test_outside_noise_and_from_the_other_lead_nothing_is_judged(recording, xp):
     np.testing.assert_array_equal(_kept(xp, signal, positions, _noise(r[30] / FS, r[35] / FS)), positions)
     found = _noise(r[9] / FS - 0.1, r[24] / FS + 0.1)
     np.testing.assert_array_equal(_kept(xp, signal, positions, found, np.array([splitting])), positions)
+
+
+def test_the_rhythm_choice_is_the_best_subset_by_brute_force():
+    """The dynamic programme of a noisy run keeps the subset (first and last always kept) with the
+    least sum of squared log ratios of its intervals to the local RR, among those whose intervals
+    that skip a point stay within the limit: checked against every subset of small runs."""
+    import itertools
+    import math
+
+    from pipeline.noise_beats import _best_rhythm
+
+    def cost(points, local, kept):
+        chosen = [p for p, k in zip(points, kept) if k]
+        return sum(math.log(max(b - a, 1) / local) ** 2 for a, b in zip(chosen, chosen[1:]))
+
+    def feasible(points, kept, limit):
+        at = [i for i, k in enumerate(kept) if k]
+        return all(j == i + 1 or points[j] - points[i] <= limit for i, j in zip(at, at[1:]))
+
+    rng = np.random.default_rng(7)
+    for _ in range(300):                      # a rhythm near the local RR, with deflections between
+        local, most = float(rng.uniform(150, 350)), 1.25
+        beats = np.cumsum(local * rng.uniform(0.6, 1.4, int(rng.integers(2, 5))))
+        extra = rng.uniform(beats[0], beats[-1], int(rng.integers(1, 4)))
+        points = np.unique(np.round(np.concatenate([beats, extra]))).astype(int).tolist()
+        m = len(points)
+        kept = _best_rhythm(points, local, most)
+        assert kept[0] and kept[-1] and feasible(points, kept, most * local)
+        best = min(cost(points, local, (True, *middle, True))
+                   for middle in itertools.product((False, True), repeat=m - 2)
+                   if feasible(points, (True, *middle, True), most * local))
+        assert cost(points, local, kept) == pytest.approx(best, abs=1e-12)
