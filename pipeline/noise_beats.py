@@ -38,23 +38,21 @@ def keep_plausible(signal, positions, found, added, fs: float, cfg):
     premature beat with its pause stays.
 
     A beat whose neighbours are farther apart than that never goes, whatever the others do (a
-    subset left out spans a gap at least as long), so only the beats that could go are judged, on
-    the host: the episodes' beats and ``_CONTEXT`` beats around them are copied there (the beats'
-    indices of each episode found on the device), the likeness of the few that could go is
-    measured on the device, and those left out are taken out there.
+    subset left out spans a gap at least as long), so only the beats that could go are judged. The
+    rhythm is read on the host, from one copy of the fiducials (two host waits in all: that copy
+    and the likeness of the few that could go, measured on the device); the fiducials kept go back
+    in one copy. Each of a dozen small device calls and waits would cost more host time than the
+    copies.
     """
     count = positions.shape[0]
     noise = episodes.episode_spans(found, "noise", np)
     if count < 4 or noise.shape[1] == 0:
         return positions
-    xp = backend.xp_of(positions)
+    every = backend.to_host(positions)                       # one copy: ~0.75 MB a day of beats
     low, high = np.ceil(noise[0] * fs).astype(np.int64), np.floor(noise[1] * fs).astype(np.int64)
-    first, stop = backend.to_host(xp.stack([xp.searchsorted(positions, xp.asarray(low)),
-                                            xp.searchsorted(positions, xp.asarray(high), side="right")]))
-    where = _around(first, stop, count)                      # the beats copied, by index
-    spread = qrs.spread(np.arange(count))                    # ~1000 beats to compare with, by index
-    copied = backend.to_host(positions[xp.asarray(np.concatenate([where, spread]))])
-    host, sample = copied[:where.shape[0]], copied[where.shape[0]:]
+    first, stop = np.searchsorted(every, low), np.searchsorted(every, high, side="right")
+    where = _around(first, stop, count)                      # the episodes' beats and their context, by index
+    host, sample = every[where], qrs.spread(every)
     at = np.searchsorted(low, sample, side="right") - 1
     sample = sample[(at < 0) | (sample > high[np.maximum(at, 0)])]                  # the clean ones
     must = np.ones(where.shape[0], dtype=bool)               # False: inside a noise episode
@@ -80,9 +78,7 @@ def keep_plausible(signal, positions, found, added, fs: float, cfg):
         keep[a:b] = _best_rhythm(host[a - 1:b + 1].tolist(), rr[a], cfg.noise_rhythm_rr)[1:-1]
     if keep.all():
         return positions
-    kept = xp.ones(count, dtype=bool)
-    kept[xp.asarray(where[~keep])] = False
-    return positions[kept]
+    return backend.xp_of(positions).asarray(np.delete(every, where[~keep]))
 
 
 # Beats copied on either side of a noise episode: more than the four clean RR intervals on either
