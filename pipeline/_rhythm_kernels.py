@@ -104,8 +104,9 @@ def _non_qrs_body(steps_baseline):
         it for no early beat. A deflection wider than ``cap`` is a baseline step unless at least
         ``step_ratio`` (float32) × as steep as the candidates' median slope (medians[1]); a wide,
         steep one is still a step where the baseline stays moved (``steps_baseline``). A candidate
-        less than ``window`` samples (at most ``rr_fraction`` × the gap before the previous one)
-        after the previous one is a T wave when more than ``width_ratio`` × as wide and less than
+        less than ``window`` samples (at most ``rr_fraction`` × the gap before the previous one,
+        from the last candidate before it that is not flat against its own predecessor, up to three
+        back) after the previous one is a T wave when more than ``width_ratio`` × as wide and less than
         ``slope_ratio`` × as steep ("wide and slow"), or less than ``flat_ratio`` × as steep.
         slow[i]: 0 where candidate i is not wide and slow, 2 where it is, is not flat and is no
         step (an early beat would keep it, :func:`_early_beats_body`), else 1; any_slow[0] is set
@@ -120,7 +121,15 @@ def _non_qrs_body(steps_baseline):
         slow[j] = 0
         if j >= 1:
             gap = positions[j] - positions[j - 1]
-            gap_before = math.inf if j == 1 else float(positions[j - 1] - positions[j - 2])
+            gap_before = math.inf
+            if j >= 2:
+                # The candidate before the previous one may itself be a T wave (flat against its
+                # own predecessor): the gap before then runs from that beat's QRS, up to three
+                # such candidates back, or alternating T waves would each look premature.
+                k = j - 2
+                while k > 0 and k > j - 5 and slope[k] < flat_ratio * slope[k - 1]:
+                    k -= 1
+                gap_before = float(positions[j - 1] - positions[k])
             near = gap < min(window, rr_fraction * gap_before)
             wide_and_slow = near and width[j] > width_ratio * width[j - 1] and slope[j] < slope_ratio * slope[j - 1]
             flat = near and slope[j] < flat_ratio * slope[j - 1]

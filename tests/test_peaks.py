@@ -279,6 +279,22 @@ def test_drop_non_qrs_keeps_beats_and_drops_tall_t_waves(xp):
     np.testing.assert_array_equal(kept, np.sort(np.concatenate([beats, [pvc]])))
 
 
+def test_drop_non_qrs_drops_t_waves_that_alternate_with_the_beats(xp):
+    """Every QRS (RR 0.64 s) followed 270 ms later by a T wave tall enough to be a candidate: the
+    gap before each QRS then runs from a T wave (370 ms), and 0.6 × that would make every T wave
+    after the first look premature. The gap is taken from the QRS before that T wave: all T waves
+    go, every beat stays."""
+    fs = 360.0
+    n = int(40 * fs)
+    beats = np.arange(int(1.0 * fs), int(38 * fs), int(0.64 * fs))
+    signal = _spikes(fs, n, beats, np.full(beats.size, 0.5), sigma_s=0.006)
+    t_waves = beats + int(0.27 * fs)
+    signal += _spikes(fs, n, t_waves, np.full(beats.size, 0.4), sigma_s=0.04)
+    candidates = np.sort(np.concatenate([beats, t_waves])).astype(np.int64)
+    kept = _host(drop_non_qrs(xp.asarray(signal.astype(np.float32)), xp.asarray(candidates), fs))
+    np.testing.assert_array_equal(kept, beats)
+
+
 def test_drop_non_qrs_keeps_an_early_wide_beat_that_leaves_a_pause(xp):
     """A wide ventricular beat 0.3 s after a narrow one is wider and less steep than it, as a T
     wave would be; it is taller, and the next sinus beat comes only after a compensatory pause, so
@@ -320,7 +336,12 @@ def _drop_non_qrs_as_arrays(signal, positions, fs, window_s, width_ratio, slope_
     swing = around(-0.1, 0.1)
     keep[doubtful] = ~(np.abs(after - before) > 0.5 * (swing.max(axis=1) - swing.min(axis=1)))
     gap = np.diff(positions)
-    gap_before = np.concatenate([np.full(1, np.inf), gap[:-1].astype(np.float64)])
+    flat_before = np.concatenate([[False], slope[1:] < np.float32(flat_slope_ratio) * slope[:-1]])
+    start = np.arange(positions.shape[0]) - 2           # where the gap before the previous one starts
+    for _ in range(3):                                   # past up to three candidates flat against their own
+        back = (start > 0) & flat_before[np.maximum(start, 0)]
+        start[back] -= 1
+    gap_before = np.concatenate([np.full(1, np.inf), (positions[1:-1] - positions[start[2:]]).astype(np.float64)])
     window = np.minimum(window_s * fs, window_rr_fraction * gap_before)
     wide_and_slow = (gap < window) & (width[1:] > width_ratio * width[:-1]) & (slope[1:] < slope_ratio * slope[:-1])
     flat = (gap < window) & (slope[1:] < flat_slope_ratio * slope[:-1])
