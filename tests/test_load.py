@@ -706,6 +706,21 @@ def test_wfdb_mlii_second_channel_is_chosen(tmp_path, device):
     assert load_ecg(tmp_path / "rec.hea", column="V5", device=device).channel == "V5"
 
 
+def test_a_first_lead_less_clear_but_readable_is_kept(tmp_path):
+    """Leads named by number, the first with noise enough to score about two thirds of the second's
+    QRS clarity: it still shows every QRS complex, and it is the recording's reference lead, so it
+    is read; the second only where the first is far less clear."""
+    from pipeline.leads import qrs_clarity
+    from pipeline.synth import SynthConfig, synthesize
+
+    ecg = synthesize(SynthConfig(n_samples=60_000, seed=4, noise_bursts_per_hour=0))
+    noisy = (ecg.signal + np.random.default_rng(0).standard_normal(ecg.signal.size) * 0.04).astype(np.float32)
+    assert 1.25 < qrs_clarity(ecg.signal, 250.0) / qrs_clarity(noisy, 250.0) < 2.0
+    path = _write_csv(tmp_path / "holter.csv", pd.DataFrame({"ECG1": noisy, "ECG2": ecg.signal}))
+    recording = load_ecg(path)
+    assert recording.channel == "ECG1" and recording.lead_reason.startswith("first lead")
+
+
 def test_similar_leads_keep_the_first(tmp_path, leads):
     """Two leads of plain noise: neither is clearly clearer, so the first is read (as before)."""
     path = _write_csv(tmp_path / "noise.csv", leads[["V5", "MLII"]].rename(columns={"MLII": "V6"}))
