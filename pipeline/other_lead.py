@@ -7,10 +7,13 @@ this reason. Here the analysed lead keeps the fiducials it found; only its pause
 the other lead, and the beats found there fill a pause when the other lead agrees with the
 analysed one on the beats around it.
 
+The other lead also vets the analysed lead's flutter episodes (:func:`vet_flutter`):
+ventricular flutter and fibrillation are the whole heart's rhythm, and every lead shows them.
+
 See Also
 --------
 pipeline.peaks.find_beats : the detector, run here on the other lead's stretches around the gaps.
-pipeline.segmentation.heartbeats : calls :func:`fill_gaps`.
+pipeline.segmentation.heartbeats : calls :func:`fill_gaps` and :func:`vet_flutter`.
 """
 from __future__ import annotations
 
@@ -67,6 +70,45 @@ def fill_gaps(positions, other, fs: float, cfg):
         return positions, added
     merged = xp.sort(xp.concatenate([positions, xp.asarray(added, dtype=positions.dtype)]))
     return merged, added
+
+
+def vet_flutter(found, other, fs: float, cfg):
+    """``found`` (the analysed lead's :class:`pipeline.episodes.Episodes`) with each flutter episode
+    that the ``other`` lead contradicts called noise instead (confidence 0.5, as at the noise
+    threshold).
+
+    Large, fast, regular waves pass the flutter tests on one lead when they are muscle tremor or
+    electrode motion on that lead alone; the heart's flutter or fibrillation shows on every lead.
+    An episode is contradicted where the other lead shows at least three intervals between beats
+    inside it, their median at least ``cfg.flutter_other_rr_s`` (slower than any flutter, 150–300
+    a minute) and their standard deviation at most ``cfg.flutter_other_cv`` × their mean (a steady
+    rhythm, not a noisy lead's chance deflections). Its beats are then judged as beats in noise
+    (:mod:`pipeline.noise_beats`) instead of taken out. Without another lead, or without flutter,
+    ``found`` is returned as it is.
+    """
+    from pipeline.episodes import Episodes
+
+    flutter = np.flatnonzero(found.kind == "flutter")
+    if other is None or flutter.shape[0] == 0:
+        return found
+    starts = np.round(found.start_s[flutter] * fs).astype(np.int64)
+    ends = np.round(found.end_s[flutter] * fs).astype(np.int64)
+    beats = _beats_around(other, fs, starts, ends, cfg)
+    contradicted = [_steady_beats(beats[(beats >= a) & (beats <= b)], fs, cfg) for a, b in zip(starts, ends)]
+    if not any(contradicted):
+        return found
+    kind, confidence = found.kind.copy(), found.confidence.copy()
+    kind[flutter[contradicted]], confidence[flutter[contradicted]] = "noise", 0.5
+    return Episodes(kind, found.start_s, found.end_s, confidence)
+
+
+def _steady_beats(beats: np.ndarray, fs: float, cfg) -> bool:
+    """Whether ``beats`` (sorted samples) beat at least as slowly as ``cfg.flutter_other_rr_s`` (median
+    RR), at least three intervals of them, with a standard deviation at most ``cfg.flutter_other_cv``
+    × their mean."""
+    rr = np.diff(beats) / fs
+    return bool(rr.shape[0] >= 3 and np.median(rr) >= cfg.flutter_other_rr_s
+                and rr.std() <= cfg.flutter_other_cv * rr.mean())
 
 
 def _beats_around(other, fs: float, starts: np.ndarray, ends: np.ndarray, cfg) -> np.ndarray:

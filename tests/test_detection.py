@@ -96,6 +96,46 @@ def test_the_other_lead_adds_nothing_where_it_disagrees(xp):
     np.testing.assert_array_equal(_found(case.signal, case.fs, xp, noise), _found(case.signal, case.fs, xp))
 
 
+def test_flutter_on_one_lead_only_is_noise(xp):
+    """Tremor at 4.7 Hz, half as tall as the QRS, on the analysed lead alone for 20 s passes the
+    flutter tests: read alone, its 24 beats vanish in a flutter episode. The second lead shows a
+    steady sinus rhythm there, which no flutter is: the stretch is noise, and every beat in it is
+    found."""
+    from pipeline import synth
+
+    fs = 360.0
+    ecg = synth.synthesize(synth.SynthConfig(n_samples=int(60 * fs), fs=fs, seed=2, noise_bursts_per_hour=0.0))
+    r, t = ecg.r_peaks, np.arange(ecg.signal.shape[0]) / fs
+    tremor = (t >= 20) & (t < 40)
+    signal = ecg.signal.copy()
+    height = float(np.ptp(signal[r[5] - 20:r[5] + 20]))
+    signal[tremor] += (0.5 * height * np.sin(2 * np.pi * 4.7 * t[tremor] + 0.3 * np.sin(2 * np.pi * 0.4 * t[tremor])))
+    second = (-0.35 * ecg.signal + np.random.default_rng(0).normal(0, 0.02, t.shape[0])).astype(np.float32)
+    inside = r[(r > 20 * fs) & (r < 40 * fs)]
+    cfg = SignalConfig()
+    for other, kind, found_inside in ((None, "flutter", 0), (second, "noise", inside.shape[0])):
+        data = xp.asarray(signal)
+        positions, episodes, _, _ = heartbeats(wavelet.ricker_response(data, fs, cfg.ricker_width_s), data, fs, cfg,
+                                               None if other is None else xp.asarray(other))
+        assert episodes.kind.tolist() == [kind] and 19 < episodes.start_s[0] < 20 < 40 < episodes.end_s[0] < 41
+        positions = backend.to_host(positions)
+        counts = ec57_counts(inside, positions[(positions > 20 * fs) & (positions < 40 * fs)], fs, None, (0.15,))
+        assert counts["tp_150"] == found_inside and counts["fp_150"] <= 1, (kind, counts)
+
+
+def test_true_flutter_stays_flutter_whatever_the_other_lead_shows(xp):
+    """Flutter that the second lead shows too, or where the second lead is noise (no steady beats),
+    stays flutter: only a steady rhythm slower than any flutter on the other lead contradicts it."""
+    case = stress.make_case("flutter")
+    noise = np.random.default_rng(0).normal(0, 0.3, case.signal.shape[0]).astype(np.float32)
+    cfg = SignalConfig()
+    for other in (case.second, noise):
+        data = xp.asarray(case.signal)
+        _, episodes, _, _ = heartbeats(wavelet.ricker_response(data, case.fs, cfg.ricker_width_s), data, case.fs,
+                                       cfg, xp.asarray(other))
+        assert episodes.kind.tolist() == ["flutter"]
+
+
 def test_a_channel_named_ecg2_is_not_read_as_lead_ii(tmp_path):
     from pipeline.load import load_ecg
 
