@@ -143,8 +143,9 @@ def find_beats(response, signal, fs: float, cfg):
     """The fiducials of the heartbeats in ``signal`` from its Ricker ``response``: the adaptive
     threshold with non-maximum suppression (:func:`fiducials`), each point moved to the QRS
     extremum, T waves and baseline steps removed, the QRS complexes those waves hid from the
-    suppression rescued (:func:`rescue_suppressed`), a beat on its own T wave moved to its QRS
-    (:func:`off_own_t_waves`), a rival deflection preferred where it keeps the rhythm
+    suppression rescued (:func:`rescue_suppressed`; the T-wave check then runs again, as a T wave
+    whose QRS was hidden was judged against the beat before), a beat on its own T wave moved to
+    its QRS (:func:`off_own_t_waves`), a rival deflection preferred where it keeps the rhythm
     (:func:`keep_the_rhythm`), then a second look for small beats (:func:`second_look`) and a
     search inside long RR gaps (:func:`search_back`); none within ``cfg.refine_s`` of the
     recording's ends (:func:`inside_the_ends`). ``cfg`` is a :class:`pipeline.config.SignalConfig`."""
@@ -159,17 +160,25 @@ def find_beats(response, signal, fs: float, cfg):
     # sampling rate that blunts the R) the fiducial stays on the same wave in every beat.
     polarity = qrs.polarity_of(signal, _refine(signal, qrs.spread(candidates), fs, cfg), fs, cfg.polarity_share)
     refined = _refine(signal, candidates, fs, cfg, polarity)
-    positions = drop_non_qrs(signal, refined, fs, window_s=cfg.twave_window_s, width_ratio=cfg.twave_width_ratio,
-                             slope_ratio=cfg.twave_slope_ratio, window_rr_fraction=cfg.twave_rr_fraction,
-                             max_width_s=cfg.max_qrs_width_s, despike_s=cfg.despike_s,
-                             flat_slope_ratio=cfg.twave_flat_slope_ratio, step_slope_ratio=cfg.step_slope_ratio,
-                             early_beat_height=cfg.early_beat_height, early_beat_gap_rr=cfg.early_beat_gap_rr)
+    positions = _drop_non_qrs(signal, refined, fs, cfg)
+    kept = positions.shape[0]
     positions = rescue_suppressed(env, thresholds, block, signal, candidates, refined, positions, fs, cfg, polarity)
+    if positions.shape[0] > kept:
+        positions = _drop_non_qrs(signal, positions, fs, cfg)
     positions = off_own_t_waves(env, thresholds, block, signal, positions, fs, cfg, polarity)
     positions = keep_the_rhythm(env, thresholds, block, signal, positions, fs, cfg, polarity)
     positions = second_look(env, level, block, signal, positions, fs, cfg, polarity)
     positions = search_back(env, signal, positions, fs, cfg, polarity)
     return inside_the_ends(positions, signal.shape[0], int(round(cfg.refine_s * fs)))
+
+
+def _drop_non_qrs(signal, positions, fs: float, cfg):
+    """:func:`drop_non_qrs` with ``cfg``'s settings."""
+    return drop_non_qrs(signal, positions, fs, window_s=cfg.twave_window_s, width_ratio=cfg.twave_width_ratio,
+                        slope_ratio=cfg.twave_slope_ratio, window_rr_fraction=cfg.twave_rr_fraction,
+                        max_width_s=cfg.max_qrs_width_s, despike_s=cfg.despike_s,
+                        flat_slope_ratio=cfg.twave_flat_slope_ratio, step_slope_ratio=cfg.step_slope_ratio,
+                        early_beat_height=cfg.early_beat_height, early_beat_gap_rr=cfg.early_beat_gap_rr)
 
 
 def inside_the_ends(positions, n: int, margin: int):

@@ -616,6 +616,30 @@ def test_find_beats_rescues_the_qrs_a_ventricular_t_wave_hid(fs, xp):
     assert found.size == beats.size and error.max() <= 2, (found.size, beats.size, error.max())
 
 
+@pytest.mark.parametrize("fs", [250.0, 360.0])
+def test_find_beats_drops_the_t_wave_of_a_rescued_qrs(fs, xp):
+    """Every third beat's T wave, 265 ms after its QRS, outgrows that QRS in the Ricker response:
+    the suppression keeps the T wave, which follows the beat before by a whole RR and so passes the
+    T-wave check, and the rescue brings the QRS back. The T-wave check then runs again among the
+    beats with the QRS complexes rescued: every T wave goes, every QRS stays."""
+    from pipeline.peaks import find_beats
+    from pipeline.wavelet import ricker_response
+
+    cfg = SignalConfig()
+    n = int(60 * fs)
+    beats = np.arange(int(1.0 * fs), int(58 * fs), int(0.9 * fs))
+    tall = np.arange(beats.size) % 3 == 1
+    signal = _spikes(fs, n, beats, np.full(beats.size, 0.5), sigma_s=0.008)
+    signal += _spikes(fs, n, beats + int(0.265 * fs), np.where(tall, 1.0, 0.2), sigma_s=0.03)
+    signal = xp.asarray(signal.astype(np.float32))
+    response = ricker_response(signal, fs, cfg.ricker_width_s)
+    t_wave = int(beats[1] + 0.265 * fs)
+    assert float(xp.abs(response[t_wave - 8:t_wave + 9]).max()) > float(xp.abs(response[beats[1] - 3:beats[1] + 4]).max())
+    found = _host(find_beats(response, signal, fs, cfg))
+    on_t_waves = (np.abs(found[:, None] - (beats + int(0.265 * fs))[None, :]).min(axis=1) <= 0.05 * fs).sum()
+    assert on_t_waves == 0 and (np.abs(beats[:, None] - found[None, :]).min(axis=1) <= 3).all(), on_t_waves
+
+
 @pytest.mark.parametrize("fs", [128.0, 360.0])
 def test_find_beats_moves_a_beat_off_its_own_t_wave(fs, xp):
     """Narrow QRS complexes 0.8 s apart; every fourth beat is early, small and wider (sigma 12 ms),
