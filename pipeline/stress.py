@@ -15,6 +15,7 @@ this module only arranges them the way hard recordings do:
 ``ventricular_tachycardia`` 10 s of PVCs at 190 /min: fast, regular, no baseline, yet beats
 ``amplifier_recovery`` an amplifier driven to its rail, then tiny beats on the recovering baseline
 ``lead_lost``          lead II on its rail for 6 s and flat for 4 s while the second lead shows every beat
+``tremor_one_lead``    20 s of 4.7-Hz tremor on lead II alone, as regular as flutter; the second lead clean
 ``atrial_fibrillation`` no P waves, irregularly irregular RR, fibrillatory waves, a few PVCs
 ``*_128hz``, ``*_1khz`` the flutter, noise-burst and fibrillation cases at 128 Hz and 1 kHz
 =====================  ======================================================================
@@ -45,7 +46,7 @@ from pipeline import synth
 
 __all__ = ["StressCase", "CASES", "make_case", "write_case", "pauses", "flutter", "noise_bursts",
            "electrode_motion", "tall_t_slow", "bigeminy", "ventricular_tachycardia",
-           "amplifier_recovery", "lead_lost", "atrial_fibrillation"]
+           "amplifier_recovery", "lead_lost", "tremor_one_lead", "atrial_fibrillation"]
 
 _LEADS = ("ECG1", "ECG2")
 
@@ -381,6 +382,28 @@ def lead_lost(fs: float = 360.0, seed: int = 0, *, duration_s: float = 60.0,
                       symbols=np.full(beats.size, "N"), episodes=tuple(("noise", s, e) for s, e, _ in lost))
 
 
+def tremor_one_lead(fs: float = 360.0, seed: int = 0, *, duration_s: float = 60.0,
+                    tremor: tuple = (20.0, 40.0), rate_hz: float = 4.7, height: float = 0.5) -> StressCase:
+    """Sinus rhythm at 70 bpm with, on lead II alone, a tremor of ``rate_hz`` (slowly wavering)
+    ``height`` × the QRS amplitude over the stretch ``tremor``: as large, fast and regular as
+    flutter, which passes the flutter tests on that lead, while the second lead shows the sinus
+    rhythm plainly. Every beat is a true beat (``N``); the true episode is the tremor (noise)."""
+    rng_times, rng_noise, rng_lead = _streams(seed + 11, 3)
+    t = _sinus(duration_s, rng_times)
+    t = t[t < duration_s - 0.5]
+    n = int(round(duration_s * fs))
+    clean, beats, r_amp = _render_beats(fs, n, t, np.zeros(t.size), seed)
+    clean = clean + _background(n, fs, rng_noise)
+    seconds = np.arange(n) / fs
+    inside = (seconds >= tremor[0]) & (seconds < tremor[1])
+    wave = np.sin(2 * np.pi * rate_hz * seconds[inside] + 0.3 * np.sin(2 * np.pi * 0.4 * seconds[inside]))
+    signal = clean.copy()
+    signal[inside] += height * r_amp * wave
+    return StressCase(name="tremor_one_lead", fs=float(fs), signal=signal.astype(np.float32),
+                      second=_second_lead(clean, fs, rng_lead), beats=np.asarray(beats, dtype=np.int64),
+                      symbols=np.full(beats.size, "N"), episodes=(("noise", *tremor),))
+
+
 #: Every case by name: ``CASES[name](seed=0)`` gives a :class:`StressCase`.
 CASES: dict = {
     "pauses": pauses,
@@ -392,6 +415,7 @@ CASES: dict = {
     "ventricular_tachycardia": ventricular_tachycardia,
     "amplifier_recovery": amplifier_recovery,
     "lead_lost": lead_lost,
+    "tremor_one_lead": tremor_one_lead,
     "atrial_fibrillation": atrial_fibrillation,
     "atrial_fibrillation_128hz": functools.partial(atrial_fibrillation, 128.0),
     "pvcs_into_flutter": functools.partial(flutter, lead_in_beats=6),
