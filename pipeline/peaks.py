@@ -8,8 +8,6 @@ pipeline.embed.embed_beats : the next step.
 """
 from __future__ import annotations
 
-from typing import Any, NamedTuple
-
 import numpy as np
 
 from pipeline import _beat_kernels, _kernels, _rhythm_kernels, backend, qrs
@@ -252,6 +250,12 @@ def rescue_suppressed(env, thresholds, block: int, signal, candidates, refined, 
     return xp.unique(xp.concatenate([positions, rescued]))
 
 
+def _likeness_sample(signal, sample, fs: float, cfg) -> qrs.LikenessSample:
+    """:func:`pipeline.qrs.likeness_sample` with ``cfg``'s settings."""
+    return qrs.likeness_sample(signal, sample, fs, reach_s=cfg.rescue_likeness_s, despike_s=cfg.despike_s,
+                               width_cap_s=cfg.max_qrs_width_s)
+
+
 def _hidden_beats(signal, positions, peak, half: int, fs: float, cfg, polarity: float):
     """(moved, passed): the envelope's peaks ``peak`` moved to their QRS extrema, and whether each
     passes :func:`rescue_suppressed`'s checks (the ``rescue`` kernel, one thread a peak, each check
@@ -261,7 +265,7 @@ def _hidden_beats(signal, positions, peak, half: int, fs: float, cfg, polarity: 
     (:func:`pipeline.qrs.spread`), and stay on the device."""
     xp = backend.xp_of(positions)
     count = peak.shape[0]
-    sample, medians, reach, stretches = likeness_sample(signal, qrs.spread(positions), fs, cfg)
+    sample, medians, reach, stretches = _likeness_sample(signal, qrs.spread(positions), fs, cfg)
     moved, spare = xp.empty(count, dtype=xp.int64), xp.empty(count, dtype=xp.int64)
     width, slope = xp.empty(count, dtype=xp.int32), xp.empty(count, dtype=xp.float32)
     own, state = xp.empty((count, 2), dtype=xp.float64), xp.empty(count, dtype=xp.int32)
@@ -272,26 +276,6 @@ def _hidden_beats(signal, positions, peak, half: int, fs: float, cfg, polarity: 
     _beat_kernels.launch("alike", count * sample.shape[0], signal, moved, own, sample, stretches, reach,
                          np.float32(cfg.rescue_likeness), state)
     return moved, state == _beat_kernels.RESCUED
-
-
-class LikenessSample(NamedTuple):
-    """What the ``alike`` kernel compares a beat with: a sample of a recording's beats."""
-
-    sample: Any     # their fiducials (contiguous)
-    medians: Any    # their median QRS width and slope (float64 [width, slope], on the device)
-    reach: int      # the samples compared on either side of a fiducial (cfg.rescue_likeness_s)
-    stretches: Any  # (beats, 2): each one's ECG stretch over ±reach, as the kernel reads it
-
-
-def likeness_sample(signal, sample, fs: float, cfg) -> LikenessSample:
-    """The :class:`LikenessSample` of the beats ``sample`` (~1000 of them: :func:`pipeline.qrs.spread`)."""
-    xp = backend.xp_of(signal)
-    sample = xp.ascontiguousarray(xp.asarray(sample))
-    medians = qrs.shape_medians(signal, sample, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
-    reach = max(1, int(round(cfg.rescue_likeness_s * fs)))
-    stretches = xp.empty((sample.shape[0], 2), dtype=xp.float64)
-    _beat_kernels.launch("stretches", sample.shape[0], signal, sample, reach, stretches)
-    return LikenessSample(sample, medians, reach, stretches)
 
 
 def off_own_t_waves(env, thresholds, block: int, signal, positions, fs: float, cfg, polarity: float = 0.0):

@@ -12,6 +12,8 @@ pipeline.peaks : the detector these measures serve.
 """
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import numpy as np
 
 from pipeline import _beat_kernels, _kernels, _rhythm_kernels, backend
@@ -124,3 +126,25 @@ def shape_medians(signal, sample, fs: float, *, despike_s: float = 0.006, width_
     medians = xp.empty(2, dtype=xp.float64)
     _beat_kernels.launch("shape_medians", 2 * sample.shape[0], width, slope, medians)
     return medians
+
+
+class LikenessSample(NamedTuple):
+    """What the ``alike`` kernel compares a beat with: a sample of a recording's beats."""
+
+    sample: Any     # their fiducials (contiguous)
+    medians: Any    # their median QRS width and slope (float64 [width, slope], on the device)
+    reach: int      # the samples compared on either side of a fiducial
+    stretches: Any  # (beats, 2): each one's ECG stretch over ±reach, as the kernel reads it
+
+
+def likeness_sample(signal, sample, fs: float, *, reach_s: float = 0.06, despike_s: float = 0.006,
+                    width_cap_s: float = 0.15) -> LikenessSample:
+    """The :class:`LikenessSample` of the beats ``sample`` (~1000 of them: :func:`spread`), compared
+    over ±``reach_s``; their :func:`shape_medians` with ``despike_s`` and ``width_cap_s``."""
+    xp = backend.xp_of(signal)
+    sample = xp.ascontiguousarray(xp.asarray(sample))
+    medians = shape_medians(signal, sample, fs, despike_s=despike_s, width_cap_s=width_cap_s)
+    reach = max(1, int(round(reach_s * fs)))
+    stretches = xp.empty((sample.shape[0], 2), dtype=xp.float64)
+    _beat_kernels.launch("stretches", sample.shape[0], signal, sample, reach, stretches)
+    return LikenessSample(sample, medians, reach, stretches)
