@@ -128,6 +128,25 @@ def test_true_flutter_stays_flutter_whatever_the_other_lead_shows(xp):
         assert episodes.kind.tolist() == ["flutter"]
 
 
+def test_only_a_steady_rhythm_slower_than_flutter_contradicts_it():
+    """The other lead contradicts flutter with at least three intervals between its beats, their
+    median at least 0.45 s (slower than any flutter) and their standard deviation at most 0.35 ×
+    their mean; anything less leaves the flutter as it is."""
+    from pipeline.other_lead import _steady_beats
+
+    fs, cfg = 250.0, SignalConfig()
+
+    def beats(intervals_s):
+        return np.round(np.cumsum(np.concatenate([[1.0], intervals_s])) * fs).astype(np.int64)
+
+    assert _steady_beats(beats([0.46] * 3), fs, cfg)                 # 130 a minute, steady
+    assert not _steady_beats(beats([0.46] * 2), fs, cfg)             # two intervals: too few
+    assert not _steady_beats(beats([0.42] * 6), fs, cfg)             # 143 a minute: as fast as flutter
+    assert _steady_beats(beats([0.7, 1.0, 0.7, 1.0]), fs, cfg)      # irregular, SD 0.18 × the mean
+    assert not _steady_beats(beats([0.5, 1.5, 0.5, 1.5]), fs, cfg)  # SD 0.5 × the mean: a noisy lead's
+    assert not _steady_beats(beats([]), fs, cfg)
+
+
 def test_a_channel_named_ecg2_is_not_read_as_lead_ii(tmp_path):
     from pipeline.load import load_ecg
 
