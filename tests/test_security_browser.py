@@ -64,8 +64,9 @@ def test_a_stored_label_that_is_markup_shows_as_text_and_runs_nothing(labelled_s
         page.wait_dashboard()
         rows = page.rows()
         assert rows and HOSTILE in rows[0], rows[:3]                 # the table's cell: text
-        page.page.locator(".ecg-view-outliers .slick-row").first.locator(".slick-cell.l0").click()
-        page.wait_until(lambda: page.page.get_by_text(re.compile(r"· your label")).count() > 0, "the beat's details")
+        first_cell = page.page.locator(".ecg-view-outliers .slick-row").first.locator(".slick-cell.l0")
+        page.click_until(first_cell, lambda: page.page.get_by_text(re.compile(r"· your label")).count() > 0,
+                         "the beat's details")
         assert_nothing_ran(page, dialogs)
         assert page.page.get_by_text(HOSTILE, exact=True).count() > 0, "the label should show as typed"
 
