@@ -52,7 +52,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from pipeline import _decision_kernels, _episode_kernels, backend
+from pipeline import _decision_kernels, _episode_kernels, backend, mains
 from pipeline._decision_kernels import CANDIDATE, NOISY, SINE
 from pipeline.flutter import flutter_features
 
@@ -342,10 +342,12 @@ def _noise_ticks(signal, fs: float, positions, *, tick_s: float = 0.1, hf_ratio,
     if count == 0:
         return _NoiseTicks(measures, measures[0], tick, tick / fs, limits)  # no tick reads them
     stats = xp.empty((5, count), dtype=xp.float32)
+    step = max(1, int(round(fs / 100.0)))
     # The recording's extremes (the rails of a clipped amplifier) stay on the device.
-    _episode_kernels.launch("block_stats", count, signal, tick, max(1, int(round(fs / 100.0))),
-                            signal.min(keepdims=True), signal.max(keepdims=True), stats)
+    _episode_kernels.launch("block_stats", count, signal, tick, step, signal.min(keepdims=True),
+                            signal.max(keepdims=True), stats)
     _episode_kernels.launch("tick_measures", count, stats, stats[3], half, few, measures)
+    measures[2] = xp.maximum(measures[2] - mains.hum_power(signal, fs, step), 0)   # hum hides no beat
     return _NoiseTicks(measures, _typical_amplitude(signal, positions, fs, measures[0]), tick, tick / fs, limits)
 
 

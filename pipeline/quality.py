@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 import numbers
 
-from pipeline import _decision_kernels, _episode_kernels, backend
+from pipeline import _decision_kernels, _episode_kernels, backend, mains
 
 #: A beat whose quality is below this is "low quality". A beat in muscle noise as large as a tenth
 #: of the QRS complexes scores ~0.5; clean beats, premature ones included, score 1 or ≥ 0.6.
@@ -153,11 +153,13 @@ def _beat_stats(signal, positions, fs: float, *, half_qrs_s: float = 0.06, befor
     def samples(seconds):
         return max(1, int(round(seconds * fs)))
 
+    step = max(1, int(round(fs / 100.0)))                    # the second difference's: gain peaks near 50 Hz
     _episode_kernels.launch("beat_stats", count, signal, positions, samples(half_qrs_s), samples(before_s),
-                            samples(after_s), max(1, int(round(fs / 100.0))), samples(edge_s),
+                            samples(after_s), step, samples(edge_s),
                             int(round(template_s[0] * fs)), int(round(template_s[1] * fs)), max(1, int(fs // 125)),
                             int(neighbours),
                             out["amp"], out["hf"], out["shift"], out["corr"], out["best"])
+    out["hf"] = xp.sqrt(xp.maximum(out["hf"] * out["hf"] - mains.hum_power(signal, fs, step), 0))  # hum hides no beat
     out["local"] = backend.running_median(out["amp"], amplitude_neighbours)
     return out
 

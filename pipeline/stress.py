@@ -10,6 +10,8 @@ this module only arranges them the way hard recordings do:
 ``pvcs_into_flutter``  the same, six PVCs at 150 /min leading into the flutter
 ``noise_bursts``       muscle noise and motion bursts (synth's), beats inside labelled ``Q``
 ``electrode_motion``   large slow electrode-motion swings and an electrode pop (a baseline step)
+``mains_hum``          the noise bursts with 50-Hz hum a tenth the size of the QRS complexes, wavering
+``mains_hum_60hz_128hz`` the same with 60-Hz hum at 128 Hz, next to the highest frequency the rate shows
 ``tall_t_slow``        45 bpm, T waves taller than the small QRS complexes (synth's stress case)
 ``bigeminy``           every other beat a large PVC, the normal beats small
 ``ventricular_tachycardia`` 10 s of PVCs at 190 /min: fast, regular, no baseline, yet beats
@@ -45,7 +47,7 @@ import numpy as np
 from pipeline import synth
 
 __all__ = ["StressCase", "CASES", "make_case", "write_case", "pauses", "flutter", "noise_bursts",
-           "electrode_motion", "tall_t_slow", "bigeminy", "ventricular_tachycardia",
+           "electrode_motion", "mains_hum", "tall_t_slow", "bigeminy", "ventricular_tachycardia",
            "amplifier_recovery", "lead_lost", "tremor_one_lead", "atrial_fibrillation"]
 
 _LEADS = ("ECG1", "ECG2")
@@ -224,6 +226,25 @@ def noise_bursts(fs: float = 360.0, seed: int = 0, *, duration_s: float = 90.0,
                                              noise_bursts_per_hour=bursts_per_hour))
     episodes = tuple(("noise", a / fs, (b + 1) / fs) for a, b in ecg.noise_bursts)
     return _from_synth("noise_bursts", ecg, episodes, _streams(seed + 3, 1)[0])
+
+
+def mains_hum(fs: float = 360.0, seed: int = 0, *, duration_s: float = 90.0, hum_hz: float = 50.0,
+              hum_share: float = 0.1) -> StressCase:
+    """The ``noise_bursts`` recording with mains hum on both leads: ``hum_hz``, its amplitude
+    ``hum_share`` × the QRS amplitude and wavering by a fifth over half a minute (as an electrode's
+    contact changes), with a weak third harmonic. The Ricker response does not pass hum, so every
+    beat stays readable; the noise tests read high frequencies, where hum lies. True episodes: the
+    bursts, as in ``noise_bursts``."""
+    case = noise_bursts(fs, seed, duration_s=duration_s)
+    rng = _streams(seed + 12, 1)[0]
+    n = case.signal.shape[0]
+    t = np.arange(n) / fs
+    qrs = float(np.median(np.ptp(case.signal[np.clip(case.beats[:, None] + np.arange(-int(0.05 * fs), int(0.05 * fs) + 1),
+                                                      0, n - 1)], axis=1)))
+    size = hum_share * qrs * (1.0 + 0.2 * np.sin(2 * np.pi * t / 30.0 + rng.uniform(0, 6.3)))
+    phase = 2 * np.pi * hum_hz * t + rng.uniform(0, 6.3)
+    hum = (size * (np.sin(phase) + 0.1 * np.sin(3 * phase))).astype(np.float32)
+    return dataclasses.replace(case, name="mains_hum", signal=case.signal + hum, second=case.second + 0.8 * hum)
 
 
 def electrode_motion(fs: float = 360.0, seed: int = 0, *, duration_s: float = 60.0,
@@ -410,6 +431,8 @@ CASES: dict = {
     "flutter": flutter,
     "noise_bursts": noise_bursts,
     "electrode_motion": electrode_motion,
+    "mains_hum": mains_hum,
+    "mains_hum_60hz_128hz": functools.partial(mains_hum, 128.0, hum_hz=60.0),
     "tall_t_slow": tall_t_slow,
     "bigeminy": bigeminy,
     "ventricular_tachycardia": ventricular_tachycardia,

@@ -49,7 +49,8 @@ def _assert_found(case, found: Episodes, kind: str, cover: float):
     *((name, "flutter", FLUTTER_COVER, "noise")   # large fast waves pass the range test, but are flutter
       for name in ("flutter", "pvcs_into_flutter", "flutter_128hz", "flutter_1khz")),
     *((name, "noise", NOISE_COVER, "flutter")
-      for name in ("noise_bursts", "noise_bursts_128hz", "noise_bursts_1khz", "electrode_motion"))])
+      for name in ("noise_bursts", "noise_bursts_128hz", "noise_bursts_1khz", "electrode_motion",
+                   "mains_hum", "mains_hum_60hz_128hz"))])   # hum is no noise episode; the bursts are
 def test_episodes_are_found(cases, name, kind, cover, absent, xp):
     case = cases[name]
     found = _found(case, xp)
@@ -108,7 +109,7 @@ def test_flat_and_clipped_stretches_are_noise(cases):
 
 
 # --------------------------------------------------------------------------- backends
-@pytest.mark.parametrize("name", ["flutter", "noise_bursts"])
+@pytest.mark.parametrize("name", ["flutter", "noise_bursts", "mains_hum"])
 def test_same_on_every_backend(cases, name, xp):
     """CuPy gives NumPy's episodes and measures (float32 sums may differ in the last bits)."""
     case = cases[name]

@@ -1,0 +1,69 @@
+"""Tests of pipeline.mains: the hum's share of the second difference's power against the
+analytic value of a sine through that difference, at the rates recordings come in; nothing
+where there is no hum, nor for a burst of noise; the same on NumPy and CuPy. And what it is for:
+beats under hum are neither in noise episodes nor low quality (the ``mains_hum`` stress cases)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline import backend, quality, stress
+from pipeline.mains import hum_power
+
+
+def _recording(fs, hum_hz=None, amplitude=0.0, seconds=120.0, seed=0):
+    """White noise of 20 µV, slow wander, and a sine of ``amplitude`` mV at ``hum_hz``."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * fs)) / fs
+    x = 0.02 * rng.standard_normal(t.size) + 0.3 * np.sin(2 * np.pi * 1.1 * t)
+    if hum_hz:
+        x += amplitude * np.sin(2 * np.pi * hum_hz * t + 0.7)
+    return x.astype(np.float32)
+
+
+def _expected(fs, hum_hz, amplitude):
+    """A sine's mean square after x[i-step] - 2 x[i] + x[i+step]: gain 4 sin²(π f step / fs)."""
+    step = max(1, round(fs / 100))
+    return (4 * np.sin(np.pi * hum_hz * step / fs) ** 2 * amplitude) ** 2 / 2, step
+
+
+@pytest.mark.parametrize("fs", [128.0, 250.0, 360.0, 1000.0])
+@pytest.mark.parametrize("hum_hz, amplitude", [(50.0, 0.05), (60.0, 0.1), (50.4, 0.05), (59.7, 0.03)])
+def test_hum_power_is_the_sine_through_the_second_difference(fs, hum_hz, amplitude, xp):
+    expected, step = _expected(fs, hum_hz, amplitude)
+    measured = hum_power(xp.asarray(_recording(fs, hum_hz, amplitude)), fs, step)
+    assert measured.shape == () and measured.dtype == np.float32
+    assert float(measured) == pytest.approx(expected, rel=0.1)
+
+
+@pytest.mark.parametrize("fs", [128.0, 360.0])
+def test_no_hum_no_power(fs, xp):
+    step = max(1, round(fs / 100))
+    quiet = _recording(fs)
+    faint = _expected(fs, 50.0, 0.01)[0]               # a 10-µV hum, under the white noise
+    assert float(hum_power(xp.asarray(quiet), fs, step)) < faint
+    burst = quiet.copy()                            # muscle noise in one window of the sixteen: broadband
+    rng = np.random.default_rng(1)
+    burst[: int(2 * fs)] += (0.3 * rng.standard_normal(int(2 * fs))).astype(np.float32)
+    assert float(hum_power(xp.asarray(burst), fs, step)) < faint
+
+
+def test_short_or_slow_recordings_have_none():
+    assert float(hum_power(_recording(360.0, 50.0, 0.1, seconds=1.0), 360.0, 4)) == 0.0   # shorter than a window
+    assert float(hum_power(_recording(90.0, 50.0, 0.1), 90.0, 1)) == 0.0                  # 50 Hz beyond its Nyquist
+
+
+@pytest.mark.parametrize("name", ["mains_hum", "mains_hum_60hz_128hz"])
+def test_beats_under_hum_are_not_low_quality(name, xp):
+    """The hum cases are the noise-burst cases with hum added: their beats outside the bursts
+    keep the quality they have without it (read as noise, hum made every beat low quality)."""
+    hum = stress.make_case(name)
+    bare = stress.make_case(name.replace("mains_hum", "noise_bursts").replace("_60hz", ""))
+    assert np.array_equal(hum.beats, bare.beats) and hum.fs == bare.fs
+
+    def low(case):
+        positions = xp.asarray(case.beats)
+        return backend.to_host(quality.low_quality(quality.beat_quality(xp.asarray(case.signal), positions, case.fs)))
+
+    outside = (hum.symbols != "Q")
+    assert low(hum)[outside].mean() <= low(bare)[outside].mean() + 0.02
