@@ -262,8 +262,8 @@ def test_brush_filters_the_views_and_a_click_zooms_to_the_beat(server, browser):
         # Click the top outlier: the recording zooms to a few seconds around that beat.
         row = page.page.locator(".ecg-view-outliers .slick-row").first
         beat_time = _seconds(row.locator(".slick-cell.l1").inner_text())
-        row.locator(".slick-cell.l0").click()
-        page.wait_until(lambda: page.x_range()[1] - page.x_range()[0] < 30, "the recording to zoom in")
+        page.click_until(row.locator(".slick-cell.l0"), lambda: page.x_range()[1] - page.x_range()[0] < 30,
+                         "the recording to zoom in")
         lo, hi = page.x_range()
         assert lo < beat_time < hi and hi - lo < 30
         page.page.wait_for_timeout(2000)
