@@ -45,10 +45,18 @@ def event_rows(episodes) -> dict:
                             rank=episodes["kind"].map({k: i for i, k in enumerate(ORDER)}))
     frame = frame.sort_values(["rank", "duration_s"], ascending=[True, False], kind="stable")
     verdicts = frame["verdict"] if "verdict" in frame else [""] * len(frame)
-    return {"kind": [EPISODE_NAMES[k] for k in frame["kind"]], "code": frame["kind"].tolist(),
+    return {"kind": [EPISODE_NAMES[k] + (" (doubtful)" if k == "pause" and sure < 1 else "")
+                     for k, sure in zip(frame["kind"], _confidence(frame))], "code": frame["kind"].tolist(),
             "start": [hms(t, 0) for t in frame["start_s"]],
             "duration_s": frame["duration_s"].to_numpy(np.float64), "start_s": frame["start_s"].to_numpy(np.float64),
             "end_s": frame["end_s"].to_numpy(np.float64), "verdict": [VERDICT_NAMES[v] for v in verdicts]}
+
+
+def _confidence(frame) -> np.ndarray:
+    """The detector's confidence of each episode (1 where the frame has none: one the reviewer added)."""
+    if "confidence" not in frame:
+        return np.ones(len(frame))
+    return frame["confidence"].fillna(1.0).to_numpy(np.float64)
 
 
 class EventList(pn.viewable.Viewer):
@@ -112,6 +120,10 @@ class EventList(pn.viewable.Viewer):
         noun = {"pause": ("pause", "pauses"), "flutter": ("flutter/fibrillation episode", "flutter/fibrillation episodes"),
                 "noise": ("noise episode", "noise episodes")}
         parts = [f"{int(counts[k]):,} {noun[k][int(counts[k]) != 1]}" for k in ORDER if k in counts]
+        doubtful = int(((episodes["kind"] == "pause") & (_confidence(episodes) < 1)).sum())
+        if doubtful:
+            parts[0] += (f" ({doubtful:,} doubtful: across noise, or where the other lead shows beats that "
+                         "the analysed one does not)")
         return " · ".join(parts) + " · click a row to see it in the recording and judge it"
 
     def _clicked(self, indices: list) -> None:

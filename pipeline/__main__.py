@@ -277,8 +277,10 @@ def _episodes_line(episodes, low_quality: int) -> str:
     pauses = episodes[episodes["kind"] == "pause"]
     if len(pauses):
         longest = pauses.loc[(pauses["end_s"] - pauses["start_s"]).idxmax()]
+        doubtful = int((pauses["confidence"] < 1).sum())
         parts.append(f"{len(pauses):,} pause{'s' if len(pauses) != 1 else ''} of 2 s or more (longest "
-                     f"{longest['end_s'] - longest['start_s']:.1f} s at {when(longest['start_s'])})")
+                     f"{longest['end_s'] - longest['start_s']:.1f} s at {when(longest['start_s'])}"
+                     + (f"; {doubtful:,} doubtful, in noise" if doubtful else "") + ")")
     for kind, name in (("flutter", "ventricular flutter/fibrillation"), ("noise", "noise")):
         chosen = episodes[episodes["kind"] == kind]
         if len(chosen):

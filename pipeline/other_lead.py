@@ -40,36 +40,63 @@ def fill_gaps(positions, other, fs: float, cfg):
 
     Returns
     -------
-    (positions, added)
+    (positions, added, doubtful)
         The fiducials, sorted, and those that came from the other lead (host int64). A gap is
         filled only when the other lead's beats match the analysed lead's one to one, within
         ``cfg.other_lead_agree_s``, over ``cfg.other_lead_context_s`` on both sides of it (it shows
         the same heart, in step), and when every interval of the filled gap is at least
         ``cfg.other_lead_min_rr`` × the local RR (a burst of noise on the other lead makes
         intervals no heart makes). The added beats keep the other lead's fiducial: the analysed
-        lead has no readable QRS there.
+        lead has no readable QRS there. ``doubtful``: the gaps (host (k, 2) int64 samples) where
+        the other lead shows such beats but is not in step around them: the pause may be a lead
+        that lost the heart rather than a heart that stopped (:func:`unreadable`).
     """
     xp = backend.xp_of(positions)
+    nothing = np.zeros(0, np.int64), np.zeros((0, 2), np.int64)
     if other is None or positions.shape[0] < 3:
-        return positions, np.zeros(0, np.int64)
+        return positions, *nothing
     from pipeline.peaks import _local_rr
 
     rr = xp.diff(positions)
     long = xp.flatnonzero((rr >= cfg.pause_s * fs) & (rr <= cfg.other_lead_max_s * fs))
     if long.shape[0] == 0:                                   # host sync: one number
-        return positions, np.zeros(0, np.int64)
+        return positions, *nothing
     host = backend.to_host(positions)
     at, local_rr = backend.to_host(long), backend.to_host(_local_rr(positions)[long])
     starts, ends = host[at], host[at + 1]
     found = _beats_around(other, fs, starts, ends, cfg)
     readable = _outside(found, starts, ends, cfg.other_lead_agree_s * fs)
-    added = [_filling(found, host, readable, a, b, rr_local, fs, cfg)
-             for a, b, rr_local in zip(starts, ends, local_rr)]
-    added = np.concatenate(added) if added else np.zeros(0, np.int64)
+    added, doubtful = [], []
+    for a, b, rr_local in zip(starts, ends, local_rr):
+        inside = _heart_inside(found, a, b, rr_local, fs, cfg)
+        if inside.shape[0] and _in_step(readable, host, a, b, fs, cfg):
+            added.append(inside)
+        elif inside.shape[0]:
+            doubtful.append((a, b))
+    added = np.concatenate(added) if added else nothing[0]
+    doubtful = np.asarray(doubtful, dtype=np.int64).reshape(-1, 2)
     if added.shape[0] == 0:
-        return positions, added
+        return positions, added, doubtful
     merged = xp.sort(xp.concatenate([positions, xp.asarray(added, dtype=positions.dtype)]))
-    return merged, added
+    return merged, added, doubtful
+
+
+def unreadable(found, doubtful: np.ndarray, fs: float, cfg):
+    """``found`` (:class:`pipeline.episodes.Episodes`) with a noise episode (confidence 0.5) over
+    each ``doubtful`` gap of :func:`fill_gaps`, its two beats left out: the analysed lead shows no
+    beat there while the other lead shows a rhythm, so the pause it makes is in doubt
+    (:func:`pipeline.tables.episodes_table` lists it as such). Gaps across flutter are left as
+    they are: their beats are taken out, and no pause is listed there."""
+    from pipeline.episodes import Episodes
+
+    flutter = found.select("flutter")
+    start, end = doubtful[:, 0] / fs + cfg.other_lead_agree_s, doubtful[:, 1] / fs - cfg.other_lead_agree_s
+    clear = ~((start[:, None] < flutter.end_s[None, :]) & (end[:, None] > flutter.start_s[None, :])).any(axis=1)
+    if not clear.any():
+        return found
+    gaps = Episodes(np.full(int(clear.sum()), "noise"), start[clear], end[clear],
+                    np.full(int(clear.sum()), 0.5, np.float32))
+    return Episodes.concat([found, gaps])
 
 
 def vet_flutter(found, other, fs: float, cfg):
@@ -146,14 +173,10 @@ def _beats_around(other, fs: float, starts: np.ndarray, ends: np.ndarray, cfg) -
     return np.concatenate(beats) if beats else np.zeros(0, np.int64)
 
 
-def _filling(found: np.ndarray, positions: np.ndarray, readable: np.ndarray, a: int, b: int, local_rr: float,
-             fs: float, cfg) -> np.ndarray:
-    """The other lead's beats strictly inside the gap (a, b), or none unless the other lead agrees
-    with the analysed one around the gap (:func:`_in_step`) and every interval of the filled gap
-    is at least ``cfg.other_lead_min_rr`` × ``local_rr``."""
+def _heart_inside(found: np.ndarray, a: int, b: int, local_rr: float, fs: float, cfg) -> np.ndarray:
+    """The other lead's beats strictly inside the gap (a, b), or none unless every interval of the
+    gap they fill is at least ``cfg.other_lead_min_rr`` × ``local_rr`` (a heart's rhythm)."""
     agree = cfg.other_lead_agree_s * fs
-    if not _in_step(readable, positions, a, b, fs, cfg):
-        return found[:0]
     inside = found[(found > a + agree) & (found < b - agree)]
     if inside.shape[0] == 0:
         return inside

@@ -66,7 +66,8 @@ def heartbeats(response, signal, fs: float, cfg: SignalConfig, other=None):
     """The heartbeats of ``signal`` from its Ricker ``response``: (fiducials, episodes, pauses,
     how many fiducials came from the ``other`` lead). The pauses of the analysed lead are read on
     the other lead, if there is one (``cfg.other_lead``), before flutter is looked for; flutter
-    that lead contradicts is noise (:func:`pipeline.other_lead.vet_flutter`). Flutter waves are no
+    that lead contradicts is noise (:func:`pipeline.other_lead.vet_flutter`), and so is a pause
+    it shows beats in but could not fill (:func:`pipeline.other_lead.unreadable`). Flutter waves are no
     heartbeats, so the fiducials inside flutter episodes are taken out; beats in noise are kept
     (their quality says so) where they look like the recording's beats or fit its rhythm
     (:func:`pipeline.noise_beats.keep_plausible`): a real beat hidden because noise surrounds it
@@ -76,8 +77,9 @@ def heartbeats(response, signal, fs: float, cfg: SignalConfig, other=None):
 
     other = other if cfg.other_lead else None
     positions = peaks.find_beats(response, signal, fs, cfg)
-    positions, added = other_lead.fill_gaps(positions, other, fs, cfg)
+    positions, added, doubtful = other_lead.fill_gaps(positions, other, fs, cfg)
     found = other_lead.vet_flutter(episodes.find_episodes(signal, fs, positions), other, fs, cfg)
+    found = other_lead.unreadable(found, doubtful, fs, cfg)
     positions = noise_beats.keep_plausible(signal, positions, found, added, fs, cfg)
     if len(found.select("flutter")):  # the fiducials kept are a copy whose length the host waits for
         positions = positions[~episodes.in_episodes(positions, found, fs, "flutter")]

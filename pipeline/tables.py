@@ -43,24 +43,29 @@ EPISODE_COLUMNS = {
     "kind": "flutter | noise | pause",
     "start_s": "start, seconds from the recording's first sample (a pause: the beat before it)",
     "end_s": "end, seconds (a pause: the beat after it)",
-    "confidence": "how sure the detector is, 0-1 (a pause: 1)",
+    "confidence": "how sure the detector is, 0-1 (a pause: 1, or 0.5 across a noise episode)",
 }
 
 
 def episodes_table(found, pauses: np.ndarray, fs: float) -> pd.DataFrame:
     """One frame of the detector's episodes (:class:`pipeline.episodes.Episodes`) and the pauses
     ((n, 2) host fiducial samples). A pause across a flutter episode is left out: the beats there
-    were taken out, not missing."""
+    were taken out, not missing. A pause across a noise episode is in doubt (confidence 0.5): the
+    beats there may be hidden, not missing."""
     import pandas as pd
 
     frame = found.to_frame()
-    flutter = frame[frame["kind"] == "flutter"]
     start, end = pauses[:, 0] / fs, pauses[:, 1] / fs
-    across = np.zeros(len(start), dtype=bool)
-    for lo, hi in zip(flutter["start_s"], flutter["end_s"]):
-        across |= (start < hi) & (end > lo)
-    rows = pd.DataFrame({"kind": "pause", "start_s": start[~across], "end_s": end[~across],
-                         "confidence": np.float32(1.0)})
+
+    def across(kind: str) -> np.ndarray:
+        met = np.zeros(len(start), dtype=bool)
+        for lo, hi in frame.loc[frame["kind"] == kind, ["start_s", "end_s"]].itertuples(index=False):
+            met |= (start < hi) & (end > lo)
+        return met
+
+    kept, noisy = ~across("flutter"), across("noise")
+    rows = pd.DataFrame({"kind": "pause", "start_s": start[kept], "end_s": end[kept],
+                         "confidence": np.where(noisy[kept], 0.5, 1.0).astype(np.float32)})
     table = pd.concat([frame, rows], ignore_index=True) if len(rows) else frame
     table = table.astype({"kind": object, "start_s": np.float64, "end_s": np.float64, "confidence": np.float32})
     return table.sort_values("start_s", kind="stable").reset_index(drop=True)[list(EPISODE_COLUMNS)]

@@ -194,3 +194,20 @@ def test_a_rejected_episode_leaves_the_bands_and_no_verdict_brings_it_back(run):
         assert 60.0 not in list(track.data["x0"])
     events.source.selected.indices = [events.source.data["code"].index("flutter")]
     events.clear.clicks += 1
+
+
+def test_a_doubtful_pause_says_so_in_the_list():
+    """A pause the detector is unsure of (confidence under 1: across noise, or where the other lead
+    shows beats) reads "pause (doubtful)", and the caption counts and explains them."""
+    import pandas as pd
+
+    from dashboard.events import EventList, event_rows
+
+    episodes = pd.DataFrame({"kind": ["pause", "pause", "noise"], "start_s": [10.0, 40.0, 40.5],
+                             "end_s": [12.5, 44.0, 43.5], "confidence": np.float32([1.0, 0.5, 0.5])})
+    rows = event_rows(episodes)
+    assert rows["kind"] == ["pause (doubtful)", "pause", "noise"]            # longest pause first
+    caption = EventList._caption(episodes)
+    assert caption.startswith("2 pauses (1 doubtful: across noise, or where the other lead shows beats")
+    added = episodes.assign(confidence=np.float32([1.0, 1.0, 1.0]))
+    assert "doubtful" not in EventList._caption(added) and "doubtful" not in " ".join(event_rows(added)["kind"])

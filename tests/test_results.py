@@ -109,7 +109,8 @@ def _episodes():
     from pipeline.episodes import Episodes
 
     found = Episodes(kind=["noise", "flutter"], start_s=[1.0, 4.0], end_s=[1.5, 6.0], confidence=[0.8, 0.9])
-    # pauses: one before the flutter episode, one across it (left out: its beats were taken out)
+    # pauses: one before the flutter episode, across the noise (in doubt), one across the flutter
+    # (left out: its beats were taken out)
     return results.episodes_table(found, np.array([[100, 700], [750, 1900]]), fs=250.0)
 
 
@@ -118,7 +119,19 @@ def test_episodes_table_lists_pauses_but_not_across_flutter():
     assert list(table.columns) == list(results.EPISODE_COLUMNS)
     assert table["kind"].tolist() == ["pause", "noise", "flutter"]
     assert table.iloc[0][["start_s", "end_s"]].tolist() == [0.4, 2.8]
-    assert table["confidence"].tolist() == pytest.approx([1.0, 0.8, 0.9])
+    assert table["confidence"].tolist() == pytest.approx([0.5, 0.8, 0.9])
+
+
+def test_a_pause_across_noise_is_in_doubt():
+    """Beats in noise may be hidden rather than missing: a pause that a noise episode overlaps, even
+    in part, is listed with confidence 0.5; one beside it, with 1."""
+    from pipeline.episodes import Episodes
+
+    found = Episodes(kind=["noise"], start_s=[3.0], end_s=[3.5], confidence=[0.9])
+    table = results.episodes_table(found, np.array([[100, 700], [750, 1000], [1200, 1800]]), fs=250.0)
+    pauses = table[table["kind"] == "pause"]
+    assert pauses["start_s"].tolist() == [0.4, 3.0, 4.8]
+    assert pauses["confidence"].tolist() == [1.0, 0.5, 1.0]
 
 
 def test_write_and_load_round_trip(tmp_path, parts):
