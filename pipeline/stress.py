@@ -152,6 +152,12 @@ def _case(name, fs, signal, beats, symbols, episodes, rng) -> StressCase:
                       symbols=np.asarray(symbols, dtype="<U1"), episodes=tuple(episodes))
 
 
+def _qrs_amplitude(signal: np.ndarray, beats: np.ndarray, fs: float) -> float:
+    """The median peak-to-peak within ±50 ms of the beats: how large the QRS complexes are."""
+    near = np.clip(beats[:, None] + np.arange(-int(0.05 * fs), int(0.05 * fs) + 1), 0, signal.shape[0] - 1)
+    return float(np.median(np.ptp(signal[near], axis=1)))
+
+
 def _from_synth(name: str, ecg: "synth.SyntheticECG", episodes, rng) -> StressCase:
     return _case(name, ecg.fs, ecg.signal, ecg.r_peaks, ecg.symbols, episodes, rng)
 
@@ -237,11 +243,8 @@ def mains_hum(fs: float = 360.0, seed: int = 0, *, duration_s: float = 90.0, hum
     bursts, as in ``noise_bursts``."""
     case = noise_bursts(fs, seed, duration_s=duration_s)
     rng = _streams(seed + 12, 1)[0]
-    n = case.signal.shape[0]
-    t = np.arange(n) / fs
-    qrs = float(np.median(np.ptp(case.signal[np.clip(case.beats[:, None] + np.arange(-int(0.05 * fs), int(0.05 * fs) + 1),
-                                                      0, n - 1)], axis=1)))
-    size = hum_share * qrs * (1.0 + 0.2 * np.sin(2 * np.pi * t / 30.0 + rng.uniform(0, 6.3)))
+    t = np.arange(case.signal.shape[0]) / fs
+    size = hum_share * _qrs_amplitude(case.signal, case.beats, fs) * (1.0 + 0.2 * np.sin(2 * np.pi * t / 30.0 + rng.uniform(0, 6.3)))
     phase = 2 * np.pi * hum_hz * t + rng.uniform(0, 6.3)
     hum = (size * (np.sin(phase) + 0.1 * np.sin(3 * phase))).astype(np.float32)
     return dataclasses.replace(case, name="mains_hum", signal=case.signal + hum, second=case.second + 0.8 * hum)
@@ -258,8 +261,7 @@ def electrode_motion(fs: float = 360.0, seed: int = 0, *, duration_s: float = 60
                                              noise_bursts_per_hour=0.0))
     signal = ecg.signal.copy()
     n = signal.shape[0]
-    qrs = float(np.median(np.ptp(signal[np.clip(ecg.r_peaks[:, None] + np.arange(-int(0.05 * fs), int(0.05 * fs) + 1),
-                                                0, n - 1)], axis=1)))
+    qrs = _qrs_amplitude(signal, ecg.r_peaks, fs)
     symbols = ecg.symbols.copy()
     for a, b in motion_s:
         i0, i1 = int(a * fs), int(b * fs)
