@@ -347,7 +347,8 @@ def _noise_ticks(signal, fs: float, positions, *, tick_s: float = 0.1, hf_ratio,
     _episode_kernels.launch("block_stats", count, signal, tick, step, signal.min(keepdims=True),
                             signal.max(keepdims=True), stats)
     _episode_kernels.launch("tick_measures", count, stats, stats[3], half, few, measures)
-    measures[2] = xp.maximum(measures[2] - mains.hum_power(signal, fs, step), 0)   # hum hides no beat
+    centres = xp.arange(count, dtype=xp.float64) * tick + tick / 2
+    measures[2] = xp.maximum(measures[2] - mains.hum_power(signal, fs, step).at(centres), 0)   # hum hides no beat
     return _NoiseTicks(measures, _typical_amplitude(signal, positions, fs, measures[0]), tick, tick / fs, limits)
 
 

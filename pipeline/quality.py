@@ -159,7 +159,8 @@ def _beat_stats(signal, positions, fs: float, *, half_qrs_s: float = 0.06, befor
                             int(round(template_s[0] * fs)), int(round(template_s[1] * fs)), max(1, int(fs // 125)),
                             int(neighbours),
                             out["amp"], out["hf"], out["shift"], out["corr"], out["best"])
-    out["hf"] = xp.sqrt(xp.maximum(out["hf"] * out["hf"] - mains.hum_power(signal, fs, step), 0))  # hum hides no beat
+    hum = mains.hum_power(signal, fs, step).at(positions)
+    out["hf"] = xp.sqrt(xp.maximum(out["hf"] * out["hf"] - hum, 0)).astype(xp.float32)   # hum hides no beat
     out["local"] = backend.running_median(out["amp"], amplitude_neighbours)
     return out
 

@@ -10,7 +10,7 @@ this module only arranges them the way hard recordings do:
 ``pvcs_into_flutter``  the same, six PVCs at 150 /min leading into the flutter
 ``noise_bursts``       muscle noise and motion bursts (synth's), beats inside labelled ``Q``
 ``electrode_motion``   large slow electrode-motion swings and an electrode pop (a baseline step)
-``mains_hum``          the noise bursts with 50-Hz hum a tenth the size of the QRS complexes, wavering
+``mains_hum``          the noise bursts with 50-Hz hum for 45 s, 0.15 × the QRS amplitude, wavering
 ``mains_hum_60hz_128hz`` the same with 60-Hz hum at 128 Hz, next to the highest frequency the rate shows
 ``tall_t_slow``        45 bpm, T waves taller than the small QRS complexes (synth's stress case)
 ``bigeminy``           every other beat a large PVC, the normal beats small
@@ -235,16 +235,19 @@ def noise_bursts(fs: float = 360.0, seed: int = 0, *, duration_s: float = 90.0,
 
 
 def mains_hum(fs: float = 360.0, seed: int = 0, *, duration_s: float = 90.0, hum_hz: float = 50.0,
-              hum_share: float = 0.1) -> StressCase:
-    """The ``noise_bursts`` recording with mains hum on both leads: ``hum_hz``, its amplitude
-    ``hum_share`` × the QRS amplitude and wavering by a fifth over half a minute (as an electrode's
-    contact changes), with a weak third harmonic. The Ricker response does not pass hum, so every
+              hum_share: float = 0.15, on_s: tuple = (25.0, 70.0)) -> StressCase:
+    """The ``noise_bursts`` recording with mains hum on both leads from ``on_s[0]`` to ``on_s[1]``
+    (rising and falling over a second, as when the patient comes near mains-powered equipment and
+    leaves): ``hum_hz``, its amplitude ``hum_share`` × the QRS amplitude and wavering by a third
+    over half a minute, with a weak third harmonic. The Ricker response does not pass hum, so every
     beat stays readable; the noise tests read high frequencies, where hum lies. True episodes: the
     bursts, as in ``noise_bursts``."""
     case = noise_bursts(fs, seed, duration_s=duration_s)
     rng = _streams(seed + 12, 1)[0]
     t = np.arange(case.signal.shape[0]) / fs
-    size = hum_share * _qrs_amplitude(case.signal, case.beats, fs) * (1.0 + 0.2 * np.sin(2 * np.pi * t / 30.0 + rng.uniform(0, 6.3)))
+    present = np.clip(np.minimum(t - on_s[0], on_s[1] - t), 0.0, 1.0)
+    size = hum_share * _qrs_amplitude(case.signal, case.beats, fs) * present * (
+        1.0 + np.sin(2 * np.pi * t / 30.0 + rng.uniform(0, 6.3)) / 3.0)
     phase = 2 * np.pi * hum_hz * t + rng.uniform(0, 6.3)
     hum = (size * (np.sin(phase) + 0.1 * np.sin(3 * phase))).astype(np.float32)
     return dataclasses.replace(case, name="mains_hum", signal=case.signal + hum, second=case.second + 0.8 * hum)

@@ -1,14 +1,15 @@
 """Tests of pipeline.mains: the hum's share of the second difference's power against the
-analytic value of a sine through that difference, at the rates recordings come in; nothing
-where there is no hum, nor for a burst of noise; the same on NumPy and CuPy. And what it is for:
-beats under hum are neither in noise episodes nor low quality (the ``mains_hum`` stress cases)."""
+analytic value of a sine through that difference, at the rates recordings come in, and where the
+hum is; nothing where there is no hum, nor for a burst of noise; the same on NumPy and CuPy. And
+what it is for: beats under hum are neither in noise episodes nor low quality (the ``mains_hum``
+stress cases)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from pipeline import backend, quality, stress
-from pipeline.mains import hum_power
+from pipeline.mains import Hum, hum_power
 
 
 def _recording(fs, hum_hz=None, amplitude=0.0, seconds=120.0, seed=0):
@@ -27,13 +28,34 @@ def _expected(fs, hum_hz, amplitude):
     return (4 * np.sin(np.pi * hum_hz * step / fs) ** 2 * amplitude) ** 2 / 2, step
 
 
+def _everywhere(hum: Hum, xp) -> np.ndarray:
+    """The hum's power read at every second of the recording it was measured on."""
+    return backend.to_host(hum.at(xp.arange(0, hum.stride * (hum.power.shape[0] - 1) + hum.width, 100)))
+
+
 @pytest.mark.parametrize("fs", [128.0, 250.0, 360.0, 1000.0])
 @pytest.mark.parametrize("hum_hz, amplitude", [(50.0, 0.05), (60.0, 0.1), (50.4, 0.05), (59.7, 0.03)])
 def test_hum_power_is_the_sine_through_the_second_difference(fs, hum_hz, amplitude, xp):
     expected, step = _expected(fs, hum_hz, amplitude)
-    measured = hum_power(xp.asarray(_recording(fs, hum_hz, amplitude)), fs, step)
-    assert measured.shape == () and measured.dtype == np.float32
-    assert float(measured) == pytest.approx(expected, rel=0.1)
+    hum = hum_power(xp.asarray(_recording(fs, hum_hz, amplitude)), fs, step)
+    assert hum.power.shape == (60,) and hum.power.dtype == np.float32           # 120 s: every window
+    assert np.median(backend.to_host(hum.power)) == pytest.approx(expected, rel=0.1)
+    assert np.all(np.abs(_everywhere(hum, xp) / expected - 1) < 0.4)             # one window's noise
+
+
+def test_hum_is_read_where_it_is(xp):
+    """Hum for the middle minute of five: its power there, none a window's reach away from it."""
+    fs, step = 250.0, 2
+    signal = _recording(fs, seconds=300.0)
+    t = np.arange(signal.shape[0]) / fs
+    on = (t >= 120) & (t < 180)
+    signal[on] += (0.05 * np.sin(2 * np.pi * 50.0 * t[on])).astype(np.float32)
+    hum = hum_power(xp.asarray(signal), fs, step)
+    assert hum.power.shape == (64,)                                              # at least 64 windows
+    at = backend.to_host(hum.at(xp.asarray((np.array([60.0, 125.0, 150.0, 175.0, 240.0]) * fs).astype(np.int64))))
+    expected = _expected(fs, 50.0, 0.05)[0]
+    assert at[1:4] == pytest.approx(expected, rel=0.15)
+    assert at[0] < 0.01 * expected and at[4] < 0.01 * expected
 
 
 @pytest.mark.parametrize("fs", [128.0, 360.0])
@@ -41,22 +63,26 @@ def test_no_hum_no_power(fs, xp):
     step = max(1, round(fs / 100))
     quiet = _recording(fs)
     faint = _expected(fs, 50.0, 0.01)[0]               # a 10-µV hum, under the white noise
-    assert float(hum_power(xp.asarray(quiet), fs, step)) < faint
-    burst = quiet.copy()                            # muscle noise in one window of the sixteen: broadband
+    assert _everywhere(hum_power(xp.asarray(quiet), fs, step), xp).max() < faint
+    burst = quiet.copy()                                # muscle noise in the first window: broadband
     rng = np.random.default_rng(1)
     burst[: int(2 * fs)] += (0.3 * rng.standard_normal(int(2 * fs))).astype(np.float32)
-    assert float(hum_power(xp.asarray(burst), fs, step)) < faint
+    power = backend.to_host(hum_power(xp.asarray(burst), fs, step).power)
+    assert power[0] < 0.02 * 6 * 0.3 ** 2               # a sliver of the burst's own (6 σ² through the difference)
+    assert power[1:].max() < faint
 
 
 def test_short_or_slow_recordings_have_none():
-    assert float(hum_power(_recording(360.0, 50.0, 0.1, seconds=1.0), 360.0, 4)) == 0.0   # shorter than a window
-    assert float(hum_power(_recording(90.0, 50.0, 0.1), 90.0, 1)) == 0.0                  # 50 Hz beyond its Nyquist
+    for hum in (hum_power(_recording(360.0, 50.0, 0.1, seconds=1.0), 360.0, 4),   # shorter than a window
+                hum_power(_recording(90.0, 50.0, 0.1), 90.0, 1)):                 # 50 Hz beyond its Nyquist
+        assert hum.power.shape == (0,) and (hum.at(np.arange(0, 300, 7)) == 0).all()
 
 
 @pytest.mark.parametrize("name", ["mains_hum", "mains_hum_60hz_128hz"])
 def test_beats_under_hum_are_not_low_quality(name, xp):
-    """The hum cases are the noise-burst cases with hum added: their beats outside the bursts
-    keep the quality they have without it (read as noise, hum made every beat low quality)."""
+    """The hum cases are the noise-burst cases with hum added for half the recording: their beats
+    outside the bursts keep the quality they have without it (read as noise, hum made every beat
+    under it low quality)."""
     hum = stress.make_case(name)
     bare = stress.make_case(name.replace("mains_hum", "noise_bursts").replace("_60hz", ""))
     assert np.array_equal(hum.beats, bare.beats) and hum.fs == bare.fs
