@@ -15,6 +15,7 @@ this module only arranges them the way hard recordings do:
 ``tall_t_slow``        45 bpm, T waves taller than the small QRS complexes (synth's stress case)
 ``bigeminy``           every other beat a large PVC, the normal beats small
 ``ventricular_tachycardia`` 10 s of PVCs at 190 /min: fast, regular, no baseline, yet beats
+``supraventricular_tachycardia`` narrow complexes at 170 and 215 /min, P waves on T waves; also at 128 Hz
 ``amplifier_recovery`` an amplifier driven to its rail, then tiny beats on the recovering baseline
 ``lead_lost``          lead II on its rail for 6 s and flat for 4 s while the second lead shows every beat
 ``tremor_one_lead``    20 s of 4.7-Hz tremor on lead II alone, as regular as flutter; the second lead clean
@@ -48,6 +49,7 @@ from pipeline import synth
 
 __all__ = ["StressCase", "CASES", "make_case", "write_case", "pauses", "flutter", "noise_bursts",
            "electrode_motion", "mains_hum", "tall_t_slow", "bigeminy", "ventricular_tachycardia",
+           "supraventricular_tachycardia",
            "amplifier_recovery", "lead_lost", "tremor_one_lead", "atrial_fibrillation"]
 
 _LEADS = ("ECG1", "ECG2")
@@ -333,6 +335,31 @@ def ventricular_tachycardia(fs: float = 360.0, seed: int = 0, *, duration_s: flo
     return _case("ventricular_tachycardia", fs, signal, beats, np.where(kinds == 1, "V", "N"), (), rng_lead)
 
 
+def supraventricular_tachycardia(fs: float = 360.0, seed: int = 0, *, duration_s: float = 60.0,
+                                 runs: tuple = ((12.0, 12.0, 170.0), (36.0, 10.0, 215.0))) -> StressCase:
+    """Sinus rhythm at 75 bpm with runs of paroxysmal supraventricular tachycardia, each (start s,
+    length s, rate /min): narrow complexes from an atrial focus (an ectopic P wave, ``A``) that
+    start and stop abruptly, at rates where each beat's P wave meets the T wave before it and the
+    T wave's end meets the next QRS. Nothing here is flutter or noise: every complex is a beat."""
+    rng_times, rng_noise, rng_lead = _streams(seed + 13, 3)
+    t = _sinus(duration_s, rng_times, heart_rate=75.0)
+    kinds = np.zeros(t.size, np.int8)
+    for start, length, rate in runs:
+        run = start + np.cumsum(60.0 / rate * rng_times.uniform(0.99, 1.01, int(length * rate / 60.0) + 1))
+        run = run[run < start + length]
+        keep = (t < start - 0.35) | (t > start + length + 0.9)
+        t, kinds = np.concatenate([t[keep], run]), np.concatenate([kinds[keep], np.full(run.size, 3, np.int8)])
+        order = np.argsort(t)
+        t, kinds = t[order], kinds[order]
+    keep = t < duration_s - 0.5
+    t, kinds = t[keep], kinds[keep]
+    n = int(round(duration_s * fs))
+    signal, beats, _ = _render_beats(fs, n, t, kinds, seed, heart_rate=75.0)
+    signal += _background(n, fs, rng_noise)
+    return _case("supraventricular_tachycardia", fs, signal, beats, np.where(kinds[:beats.size] == 3, "A", "N"), (),
+                 rng_lead)
+
+
 def amplifier_recovery(fs: float = 360.0, seed: int = 0, *, duration_s: float = 60.0,
                        starts_s: tuple = (15.0, 38.0), rail_s: float = 0.5, recovery_s: float = 6.0,
                        gain: float = 0.15) -> StressCase:
@@ -441,6 +468,8 @@ CASES: dict = {
     "tall_t_slow": tall_t_slow,
     "bigeminy": bigeminy,
     "ventricular_tachycardia": ventricular_tachycardia,
+    "supraventricular_tachycardia": supraventricular_tachycardia,
+    "supraventricular_tachycardia_128hz": functools.partial(supraventricular_tachycardia, 128.0),
     "amplifier_recovery": amplifier_recovery,
     "lead_lost": lead_lost,
     "tremor_one_lead": tremor_one_lead,

@@ -70,7 +70,8 @@ def test_ventricular_beats_leading_into_flutter_stay_outside_it(cases, xp):
     assert not backend.to_host(in_episodes(pvcs, found, case.fs, "flutter")).any(), found.to_frame()
 
 
-@pytest.mark.parametrize("name", ["pauses", "tall_t_slow", "bigeminy", "ventricular_tachycardia"])
+@pytest.mark.parametrize("name", ["pauses", "tall_t_slow", "bigeminy", "ventricular_tachycardia",
+                                  "supraventricular_tachycardia", "supraventricular_tachycardia_128hz"])
 def test_no_episode_in_clean_cases(cases, name, xp):
     found = _found(cases[name], xp)
     assert len(found) == 0, found.to_frame()
