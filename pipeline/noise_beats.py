@@ -99,8 +99,7 @@ def _alike(signal, points: np.ndarray, sample: np.ndarray, fs: float, cfg) -> np
     and are as narrow as a QRS complex."""
     xp = backend.xp_of(signal)
     points = xp.asarray(points)
-    likeness = qrs.likeness_sample(signal, sample, fs, reach_s=cfg.rescue_likeness_s, despike_s=cfg.despike_s,
-                                   width_cap_s=cfg.max_qrs_width_s)
+    likeness = qrs.detector_likeness_sample(signal, sample, fs, cfg)
     own = xp.empty((points.shape[0], 2), dtype=xp.float64)
     _beat_kernels.launch("stretches", points.shape[0], signal, points, likeness.reach, own)
     state = xp.full(points.shape[0], _beat_kernels.SHAPED, dtype=xp.int32)

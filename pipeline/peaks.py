@@ -250,12 +250,6 @@ def rescue_suppressed(env, thresholds, block: int, signal, candidates, refined, 
     return xp.unique(xp.concatenate([positions, rescued]))
 
 
-def _likeness_sample(signal, sample, fs: float, cfg) -> qrs.LikenessSample:
-    """:func:`pipeline.qrs.likeness_sample` with ``cfg``'s settings."""
-    return qrs.likeness_sample(signal, sample, fs, reach_s=cfg.rescue_likeness_s, despike_s=cfg.despike_s,
-                               width_cap_s=cfg.max_qrs_width_s)
-
-
 def _hidden_beats(signal, positions, peak, half: int, fs: float, cfg, polarity: float):
     """(moved, passed): the envelope's peaks ``peak`` moved to their QRS extrema, and whether each
     passes :func:`rescue_suppressed`'s checks (the ``rescue`` kernel, one thread a peak, each check
@@ -265,7 +259,7 @@ def _hidden_beats(signal, positions, peak, half: int, fs: float, cfg, polarity: 
     (:func:`pipeline.qrs.spread`), and stay on the device."""
     xp = backend.xp_of(positions)
     count = peak.shape[0]
-    sample, medians, reach, stretches = _likeness_sample(signal, qrs.spread(positions), fs, cfg)
+    sample, medians, reach, stretches = qrs.detector_likeness_sample(signal, qrs.spread(positions), fs, cfg)
     moved, spare = xp.empty(count, dtype=xp.int64), xp.empty(count, dtype=xp.int64)
     width, slope = xp.empty(count, dtype=xp.int32), xp.empty(count, dtype=xp.float32)
     own, state = xp.empty((count, 2), dtype=xp.float64), xp.empty(count, dtype=xp.int32)

@@ -148,3 +148,10 @@ def likeness_sample(signal, sample, fs: float, *, reach_s: float = 0.06, despike
     stretches = xp.empty((sample.shape[0], 2), dtype=xp.float64)
     _beat_kernels.launch("stretches", sample.shape[0], signal, sample, reach, stretches)
     return LikenessSample(sample, medians, reach, stretches)
+
+
+def detector_likeness_sample(signal, sample, fs: float, cfg) -> LikenessSample:
+    """:func:`likeness_sample` with the detector's settings (``cfg``, a
+    :class:`pipeline.config.SignalConfig`: ``rescue_likeness_s``, ``despike_s``, ``max_qrs_width_s``)."""
+    return likeness_sample(signal, sample, fs, reach_s=cfg.rescue_likeness_s, despike_s=cfg.despike_s,
+                           width_cap_s=cfg.max_qrs_width_s)
