@@ -381,6 +381,7 @@ class RecordingHeader(View):
         report, episodes = shared.report, shared.run.episodes
         kinds = episodes["kind"].value_counts() if episodes is not None and len(episodes) else {}
         pauses = int(kinds.get("pause", 0))
+        doubtful = int(((episodes["kind"] == "pause") & (episodes["confidence"] < 1)).sum()) if pauses else 0
         others = {k: int(kinds.get(k, 0)) for k in ("flutter", "noise") if kinds.get(k, 0)}
         n_episodes = sum(others.values())
         which = (" (" + ", ".join(f"{n} {EPISODE_NAMES[k]}" for k, n in others.items()) + ")") if others else ""
@@ -397,7 +398,8 @@ class RecordingHeader(View):
                  ("", f"<b>{shared.n_beats:,}</b> {noun(shared.n_beats, 'beat')}"),
                  ("", f"<b>{outliers:,}</b> {noun(outliers, 'outlier')} "
                       f"<span class='ecg-muted'>(score ≥ {self.store.threshold:.2f})</span>"),
-                 ("", f"<b>{pauses:,}</b> {noun(pauses, 'pause')}{pause_rule}"),
+                 ("", f"<b>{pauses:,}</b> {noun(pauses, 'pause')}{pause_rule}"
+                      + (f" <span class='ecg-muted'>({doubtful:,} doubtful)</span>" if doubtful else "")),
                  ("", f"<b>{n_episodes:,}</b> {noun(n_episodes, 'episode')}{escape(which)}")]
         items = "".join(f"<span class='ecg-fact'>{f'{name} ' if name else ''}{value}</span>" for name, value in facts)
         return (f"<div class='ecg-recording-name'>{escape(recording_name(shared))}</div>"

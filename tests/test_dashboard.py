@@ -1061,6 +1061,22 @@ def test_header_shows_the_recording_and_hides_the_pipelines_timings(shared, page
     assert outliers <= 1 and f"<b>{outliers:,}</b> outlier" in header.text.object
 
 
+def test_header_counts_doubtful_pauses(shared, store, monkeypatch):
+    """A pause the detector is unsure of (across noise, or where the other lead shows beats) is
+    counted as doubtful beside the pauses; none is said when every pause is sure."""
+    import pandas as pd
+
+    from dashboard.views import RecordingHeader
+
+    episodes = pd.DataFrame({"kind": ["pause", "pause", "noise"], "start_s": [10.0, 40.0, 40.5],
+                             "end_s": [12.5, 44.0, 43.5], "confidence": np.float32([1.0, 0.5, 0.5])})
+    monkeypatch.setattr(shared.run, "episodes", episodes)
+    text = RecordingHeader(store).text.object
+    assert re.search(r"<b>2</b> pauses ≥ 2 s <span class='ecg-muted'>\(1 doubtful\)</span>", text), text
+    monkeypatch.setattr(shared.run, "episodes", episodes.assign(confidence=np.float32(1.0)))
+    assert "doubtful" not in RecordingHeader(store).text.object
+
+
 def test_the_page_has_one_threshold_slider_and_buttons_that_look_like_buttons(review_page):
     from dashboard import app
 
