@@ -29,7 +29,7 @@ def _expected(fs, hum_hz, amplitude):
 
 
 def _everywhere(hum: Hum, xp) -> np.ndarray:
-    """The hum's power read at every second of the recording it was measured on."""
+    """The hum's power read every 100 samples over the recording it was measured on."""
     return backend.to_host(hum.at(xp.arange(0, hum.stride * (hum.power.shape[0] - 1) + hum.width, 100)))
 
 
