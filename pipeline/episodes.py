@@ -129,7 +129,7 @@ def find_episodes(signal, fs: float, positions=None, *, flutter: bool = True, no
                   max_subharmonic: float = 0.35, min_sine_share: float = 1 / 3, min_flutter_s: float = 3.0,
                   max_flutter_gap_s: float = 2.0, hf_ratio: float = 0.2, range_ratio: float = 4.0,
                   step_ratio: float = 2.5, flat_ratio: float = 0.005, rail_share: float = 0.1,
-                  min_noise_s: float = 0.3, max_noise_gap_s: float = 0.5) -> Episodes:
+                  min_noise_s: float = 0.3, max_noise_gap_s: float = 0.5, hum=None) -> Episodes:
     """Flutter/fibrillation and noise episodes of one lead.
 
     Parameters
@@ -176,6 +176,9 @@ def find_episodes(signal, fs: float, positions=None, *, flutter: bool = True, no
         (a clipped amplifier).
     min_noise_s, max_noise_gap_s : float
         Noise runs shorter than this are dropped, after gaps up to ``max_noise_gap_s`` are bridged.
+    hum : pipeline.mains.Hum, optional
+        The recording's mains hum, whose share the high-frequency floor leaves out; measured here
+        (:func:`pipeline.mains.hum_power`) when not given.
 
     Returns
     -------
@@ -207,7 +210,7 @@ def find_episodes(signal, fs: float, positions=None, *, flutter: bool = True, no
                                   max_sine_ratio=max_sine_ratio, max_subharmonic=max_subharmonic))
     if noise:
         ticks = _noise_ticks(signal, fs, positions, hf_ratio=hf_ratio, range_ratio=range_ratio, step_ratio=step_ratio,
-                             flat_ratio=flat_ratio, rail_share=rail_share)
+                             flat_ratio=flat_ratio, rail_share=rail_share, hum=hum)
         noise_gap = max(0, int(round(max_noise_gap_s / ticks.seconds)))
         runs.append(ticks.runs(noise_gap))
     tables = _run_tables(runs, xp) if runs else []
@@ -329,8 +332,9 @@ class _NoiseTicks(NamedTuple):
 
 
 def _noise_ticks(signal, fs: float, positions, *, tick_s: float = 0.1, hf_ratio, range_ratio, step_ratio, flat_ratio,
-                 rail_share) -> _NoiseTicks:
-    """The measures of :func:`noise_severity`: two kernels, and the typical amplitude."""
+                 rail_share, hum=None) -> _NoiseTicks:
+    """The measures of :func:`noise_severity`: two kernels, and the typical amplitude; the
+    high-frequency floor less ``hum`` (:func:`pipeline.mains.hum_power`, measured here if None)."""
     xp = backend.xp_of(signal)
     tick = max(1, int(round(tick_s * fs)))
     count = signal.shape[0] // tick
@@ -342,13 +346,13 @@ def _noise_ticks(signal, fs: float, positions, *, tick_s: float = 0.1, hf_ratio,
     if count == 0:
         return _NoiseTicks(measures, measures[0], tick, tick / fs, limits)  # no tick reads them
     stats = xp.empty((5, count), dtype=xp.float32)
-    step = max(1, int(round(fs / 100.0)))
     # The recording's extremes (the rails of a clipped amplifier) stay on the device.
-    _episode_kernels.launch("block_stats", count, signal, tick, step, signal.min(keepdims=True),
+    _episode_kernels.launch("block_stats", count, signal, tick, mains.difference_step(fs), signal.min(keepdims=True),
                             signal.max(keepdims=True), stats)
     _episode_kernels.launch("tick_measures", count, stats, stats[3], half, few, measures)
+    hum = mains.hum_power(signal, fs) if hum is None else hum
     centres = xp.arange(count, dtype=xp.float64) * tick + tick / 2
-    measures[2] = xp.maximum(measures[2] - mains.hum_power(signal, fs, step).at(centres), 0)   # hum hides no beat
+    measures[2] = xp.maximum(measures[2] - hum.at(centres), 0)   # hum hides no beat
     return _NoiseTicks(measures, _typical_amplitude(signal, positions, fs, measures[0]), tick, tick / fs, limits)
 
 

@@ -43,11 +43,18 @@ class Hum(NamedTuple):
         return xp.maximum(self.power[before], self.power[after])
 
 
-def hum_power(signal, fs: float, step: int, *, every_s: float = 10.0, least: int = 64, window_s: float = 2.0,
+def difference_step(fs: float) -> int:
+    """The step of the noise measures' second difference ``x[i-step] - 2 x[i] + x[i+step]``: its
+    gain peaks at fs / (2 step), near 50 Hz, where muscle noise lies."""
+    return max(1, int(round(fs / 100.0)))
+
+
+def hum_power(signal, fs: float, *, every_s: float = 10.0, least: int = 64, window_s: float = 2.0,
               line_hz: float = 1.0, floor_hz: tuple[float, float] = (3.0, 8.0)) -> Hum:
-    """The mean square that mains hum adds to the second difference ``x[i-step] - 2 x[i] + x[i+step]``
-    of ``signal``, along the recording: a :class:`Hum` on the signal's device, made without waiting
-    for it.
+    """The mean square that mains hum adds to the noise measures' second difference of ``signal``
+    (step :func:`difference_step`), along the recording: a :class:`Hum` on the signal's device,
+    made without waiting for it. A segmentation measures it once for both measures
+    (:func:`pipeline.segmentation.segment`).
 
     Measured in windows of ``window_s``, one every ``every_s`` (at least ``least`` where the
     recording holds them), spread evenly: each window's second difference is tapered (Hann) and
@@ -58,6 +65,7 @@ def hum_power(signal, fs: float, step: int, *, every_s: float = 10.0, least: int
     are left out; a recording shorter than a window has none.
     """
     xp = backend.xp_of(signal)
+    step = difference_step(fs)
     n, width = int(signal.shape[0]), int(round(window_s * fs))
     lines = [f for f in MAINS_HZ if f + line_hz + fs / width < fs / 2]
     if n < width or width <= 4 * step or not lines:

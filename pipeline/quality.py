@@ -48,7 +48,7 @@ LOW_QUALITY = 0.5
 def beat_quality(signal, positions, fs: float, *, hf_ramp: tuple[float, float] = (0.15, 0.35),
                  shift_ramp: tuple[float, float] = (0.6, 1.5), amplitude_ramp: tuple[float, float] = (2.5, 5.0),
                  shape_ramp: tuple[float, float] = (0.8, 0.3), shape_weight: float = 0.4, noise_spans=None,
-                 **measure_options):
+                 hum=None, **measure_options):
     """Quality of every beat, float32 in [0, 1] on the input's device (1 = clean).
 
     Parameters
@@ -74,6 +74,9 @@ def beat_quality(signal, positions, fs: float, *, hf_ramp: tuple[float, float] =
         Sorted, disjoint (start, end) seconds of noise on the signal's device
         (:func:`pipeline.episodes.episode_spans`): a beat inside scores at most half of
         :data:`LOW_QUALITY`, whatever its own measures say.
+    hum : pipeline.mains.Hum, optional
+        The recording's mains hum, whose share the high-frequency noise leaves out; measured here
+        (:func:`pipeline.mains.hum_power`) when not given.
     **measure_options
         Passed to :func:`quality_measures`.
 
@@ -81,7 +84,7 @@ def beat_quality(signal, positions, fs: float, *, hf_ramp: tuple[float, float] =
     -------
     float32 array of ``len(positions)`` values; below :data:`LOW_QUALITY`, a beat is low quality.
     """
-    m = _beat_stats(signal, positions, fs, **measure_options)
+    m = _beat_stats(signal, positions, fs, hum=hum, **measure_options)
     xp = backend.xp_of(m["amp"])
     spans = xp.empty((2, 0)) if noise_spans is None else noise_spans
     quality = xp.empty(m["amp"].shape[0], dtype=xp.float32)
@@ -129,10 +132,11 @@ def quality_measures(signal, positions, fs: float, **options) -> dict:
 
 def _beat_stats(signal, positions, fs: float, *, half_qrs_s: float = 0.06, before_s: float = 0.35,
                 after_s: float = 0.5, edge_s: float = 0.04, template_s: tuple[float, float] = (-0.1, 0.15),
-                neighbours: int = 4, amplitude_neighbours: int = 8) -> dict:
+                neighbours: int = 4, amplitude_neighbours: int = 8, hum=None) -> dict:
     """The raw measures of the ``beat_stats`` kernel (``amp``, ``hf``, ``shift``, ``corr``,
     ``best``: see :func:`pipeline._episode_kernels._beat_stats_one`), ``local``, the running
-    median of ``amp``, and ``positions`` as int64 (the options: :func:`quality_measures`)."""
+    median of ``amp``, and ``positions`` as int64 (the options: :func:`quality_measures`); ``hf``
+    less the mains ``hum``'s share (:func:`pipeline.mains.hum_power`, measured here if None)."""
     xp = backend.xp_of(signal)
     if signal.ndim != 1:
         raise ValueError(f"signal must be 1-D (one lead); got shape {signal.shape}")
@@ -153,13 +157,12 @@ def _beat_stats(signal, positions, fs: float, *, half_qrs_s: float = 0.06, befor
     def samples(seconds):
         return max(1, int(round(seconds * fs)))
 
-    step = max(1, int(round(fs / 100.0)))                    # the second difference's: gain peaks near 50 Hz
     _episode_kernels.launch("beat_stats", count, signal, positions, samples(half_qrs_s), samples(before_s),
-                            samples(after_s), step, samples(edge_s),
+                            samples(after_s), mains.difference_step(fs), samples(edge_s),
                             int(round(template_s[0] * fs)), int(round(template_s[1] * fs)), max(1, int(fs // 125)),
                             int(neighbours),
                             out["amp"], out["hf"], out["shift"], out["corr"], out["best"])
-    hum = mains.hum_power(signal, fs, step).at(positions)
+    hum = (mains.hum_power(signal, fs) if hum is None else hum).at(positions)
     out["hf"] = xp.sqrt(xp.maximum(out["hf"] * out["hf"] - hum, 0)).astype(xp.float32)   # hum hides no beat
     out["local"] = backend.running_median(out["amp"], amplitude_neighbours)
     return out

@@ -45,24 +45,25 @@ def segment(signal, fs: float, cfg: SignalConfig, stages: Callable = _untimed, o
     lengths → fixed-length rows and each beat's quality. The run times each part as a stage
     (``stages``); the warm-up runs the same chain untimed. ``other``: another lead of the
     recording, sample for sample, whose beats fill the pauses the analysed lead cannot show."""
-    from pipeline import embed, peaks, wavelet
+    from pipeline import embed, mains, peaks, wavelet
 
     with stages("wavelet"):
         response = wavelet.ricker_response(signal, fs, cfg.ricker_width_s)
     with stages("peaks"):
-        positions, found, pauses, from_other_lead = heartbeats(response, signal, fs, cfg, other)
+        hum = mains.hum_power(signal, fs)       # once, for the noise episodes and the beats' quality
+        positions, found, pauses, from_other_lead = heartbeats(response, signal, fs, cfg, other, hum)
     del response
     with stages("lengths"):
         histogram = peaks.length_histogram(peaks.beat_lengths(positions), fs)
     with stages("embed"):
         width = cfg.window(fs)
         beats = embed.embed_beats(signal, positions, fs, width=width, pre_fiducial=cfg.pre_fiducial)
-        beat_quality = quality_of_beats(signal, positions, found, fs)
+        beat_quality = quality_of_beats(signal, positions, found, fs, hum)
     return Segmented(positions, from_other_lead, found, pauses, histogram, beats, beat_quality, width,
                      int(round(cfg.pre_fiducial * width)))
 
 
-def heartbeats(response, signal, fs: float, cfg: SignalConfig, other=None):
+def heartbeats(response, signal, fs: float, cfg: SignalConfig, other=None, hum=None):
     """The heartbeats of ``signal`` from its Ricker ``response``: (fiducials, episodes, pauses,
     how many fiducials came from the ``other`` lead). The pauses of the analysed lead are read on
     the other lead, if there is one (``cfg.other_lead``), before flutter is looked for; flutter
@@ -72,13 +73,14 @@ def heartbeats(response, signal, fs: float, cfg: SignalConfig, other=None):
     (their quality says so) where they look like the recording's beats or fit its rhythm
     (:func:`pipeline.noise_beats.keep_plausible`): a real beat hidden because noise surrounds it
     would be a missed beat. Pauses are the intervals of at least ``cfg.pause_s`` between the beats
-    kept."""
+    kept. ``hum``: the recording's mains hum for the noise measures (:func:`pipeline.mains.hum_power`;
+    measured if None)."""
     from pipeline import episodes, noise_beats, other_lead, peaks, rhythm
 
     other = other if cfg.other_lead else None
     positions = peaks.find_beats(response, signal, fs, cfg)
     positions, added, doubtful = other_lead.fill_gaps(positions, other, fs, cfg)
-    found = other_lead.vet_flutter(episodes.find_episodes(signal, fs, positions), other, fs, cfg)
+    found = other_lead.vet_flutter(episodes.find_episodes(signal, fs, positions, hum=hum), other, fs, cfg)
     found = other_lead.unreadable(found, doubtful, fs, cfg)
     positions = noise_beats.keep_plausible(signal, positions, found, added, fs, cfg)
     if len(found.select("flutter")):  # the fiducials kept are a copy whose length the host waits for
@@ -89,10 +91,11 @@ def heartbeats(response, signal, fs: float, cfg: SignalConfig, other=None):
     return positions, found, rhythm.pauses(positions, fs, cfg.pause_s), int(added.shape[0])
 
 
-def quality_of_beats(signal, positions, found, fs: float):
-    """Each beat's quality (:func:`pipeline.quality.beat_quality`), below the low-quality line for
-    every beat inside a noise episode, whatever its own measures say."""
+def quality_of_beats(signal, positions, found, fs: float, hum=None):
+    """Each beat's quality (:func:`pipeline.quality.beat_quality`, ``hum`` the recording's mains
+    hum), below the low-quality line for every beat inside a noise episode, whatever its own
+    measures say."""
     from pipeline import episodes, quality
 
-    return quality.beat_quality(signal, positions, fs,
+    return quality.beat_quality(signal, positions, fs, hum=hum,
                                 noise_spans=episodes.episode_spans(found, "noise", backend.xp_of(positions)))

@@ -25,7 +25,7 @@ def _recording(fs, hum_hz=None, amplitude=0.0, seconds=120.0, seed=0):
 def _expected(fs, hum_hz, amplitude):
     """A sine's mean square after x[i-step] - 2 x[i] + x[i+step]: gain 4 sin²(π f step / fs)."""
     step = max(1, round(fs / 100))
-    return (4 * np.sin(np.pi * hum_hz * step / fs) ** 2 * amplitude) ** 2 / 2, step
+    return (4 * np.sin(np.pi * hum_hz * step / fs) ** 2 * amplitude) ** 2 / 2
 
 
 def _everywhere(hum: Hum, xp) -> np.ndarray:
@@ -36,8 +36,8 @@ def _everywhere(hum: Hum, xp) -> np.ndarray:
 @pytest.mark.parametrize("fs", [128.0, 250.0, 360.0, 1000.0])
 @pytest.mark.parametrize("hum_hz, amplitude", [(50.0, 0.05), (60.0, 0.1), (50.4, 0.05), (59.7, 0.03)])
 def test_hum_power_is_the_sine_through_the_second_difference(fs, hum_hz, amplitude, xp):
-    expected, step = _expected(fs, hum_hz, amplitude)
-    hum = hum_power(xp.asarray(_recording(fs, hum_hz, amplitude)), fs, step)
+    expected = _expected(fs, hum_hz, amplitude)
+    hum = hum_power(xp.asarray(_recording(fs, hum_hz, amplitude)), fs)
     assert hum.power.shape == (60,) and hum.power.dtype == np.float32           # 120 s: every window
     assert np.median(backend.to_host(hum.power)) == pytest.approx(expected, rel=0.1)
     assert np.all(np.abs(_everywhere(hum, xp) / expected - 1) < 0.4)             # one window's noise
@@ -45,36 +45,35 @@ def test_hum_power_is_the_sine_through_the_second_difference(fs, hum_hz, amplitu
 
 def test_hum_is_read_where_it_is(xp):
     """Hum for the middle minute of five: its power there, none a window's reach away from it."""
-    fs, step = 250.0, 2
+    fs = 250.0
     signal = _recording(fs, seconds=300.0)
     t = np.arange(signal.shape[0]) / fs
     on = (t >= 120) & (t < 180)
     signal[on] += (0.05 * np.sin(2 * np.pi * 50.0 * t[on])).astype(np.float32)
-    hum = hum_power(xp.asarray(signal), fs, step)
+    hum = hum_power(xp.asarray(signal), fs)
     assert hum.power.shape == (64,)                                              # at least 64 windows
     at = backend.to_host(hum.at(xp.asarray((np.array([60.0, 125.0, 150.0, 175.0, 240.0]) * fs).astype(np.int64))))
-    expected = _expected(fs, 50.0, 0.05)[0]
+    expected = _expected(fs, 50.0, 0.05)
     assert at[1:4] == pytest.approx(expected, rel=0.15)
     assert at[0] < 0.01 * expected and at[4] < 0.01 * expected
 
 
 @pytest.mark.parametrize("fs", [128.0, 360.0])
 def test_no_hum_no_power(fs, xp):
-    step = max(1, round(fs / 100))
     quiet = _recording(fs)
-    faint = _expected(fs, 50.0, 0.01)[0]               # a 10-µV hum, under the white noise
-    assert _everywhere(hum_power(xp.asarray(quiet), fs, step), xp).max() < faint
+    faint = _expected(fs, 50.0, 0.01)               # a 10-µV hum, under the white noise
+    assert _everywhere(hum_power(xp.asarray(quiet), fs), xp).max() < faint
     burst = quiet.copy()                                # muscle noise in the first window: broadband
     rng = np.random.default_rng(1)
     burst[: int(2 * fs)] += (0.3 * rng.standard_normal(int(2 * fs))).astype(np.float32)
-    power = backend.to_host(hum_power(xp.asarray(burst), fs, step).power)
+    power = backend.to_host(hum_power(xp.asarray(burst), fs).power)
     assert power[0] < 0.02 * 6 * 0.3 ** 2               # a sliver of the burst's own (6 σ² through the difference)
     assert power[1:].max() < faint
 
 
 def test_short_or_slow_recordings_have_none():
-    for hum in (hum_power(_recording(360.0, 50.0, 0.1, seconds=1.0), 360.0, 4),   # shorter than a window
-                hum_power(_recording(90.0, 50.0, 0.1), 90.0, 1)):                 # 50 Hz beyond its Nyquist
+    for hum in (hum_power(_recording(360.0, 50.0, 0.1, seconds=1.0), 360.0),   # shorter than a window
+                hum_power(_recording(90.0, 50.0, 0.1), 90.0)):                 # 50 Hz beyond its Nyquist
         assert hum.power.shape == (0,) and (hum.at(np.arange(0, 300, 7)) == 0).all()
 
 
