@@ -25,6 +25,7 @@ from dashboard.data_store import DataStore, one_patch
 from dashboard.episode_review import EpisodeReview
 from dashboard.spec import EPISODE_NAMES, hms
 from dashboard.views import escape, html
+from pipeline.tables import doubtful_pauses
 
 ORDER = ("pause", "flutter", "noise")     # what a Holter report lists first
 CONTEXT_S = 3.0                           # seconds shown on either side of an episode
@@ -45,18 +46,11 @@ def event_rows(episodes) -> dict:
                             rank=episodes["kind"].map({k: i for i, k in enumerate(ORDER)}))
     frame = frame.sort_values(["rank", "duration_s"], ascending=[True, False], kind="stable")
     verdicts = frame["verdict"] if "verdict" in frame else [""] * len(frame)
-    return {"kind": [EPISODE_NAMES[k] + (" (doubtful)" if k == "pause" and sure < 1 else "")
-                     for k, sure in zip(frame["kind"], _confidence(frame))], "code": frame["kind"].tolist(),
+    return {"kind": [EPISODE_NAMES[k] + (" (doubtful)" if doubtful else "")
+                     for k, doubtful in zip(frame["kind"], doubtful_pauses(frame))], "code": frame["kind"].tolist(),
             "start": [hms(t, 0) for t in frame["start_s"]],
             "duration_s": frame["duration_s"].to_numpy(np.float64), "start_s": frame["start_s"].to_numpy(np.float64),
             "end_s": frame["end_s"].to_numpy(np.float64), "verdict": [VERDICT_NAMES[v] for v in verdicts]}
-
-
-def _confidence(frame) -> np.ndarray:
-    """The detector's confidence of each episode (1 where the frame has none: one the reviewer added)."""
-    if "confidence" not in frame:
-        return np.ones(len(frame))
-    return frame["confidence"].fillna(1.0).to_numpy(np.float64)
 
 
 class EventList(pn.viewable.Viewer):
@@ -120,7 +114,7 @@ class EventList(pn.viewable.Viewer):
         noun = {"pause": ("pause", "pauses"), "flutter": ("flutter/fibrillation episode", "flutter/fibrillation episodes"),
                 "noise": ("noise episode", "noise episodes")}
         parts = [f"{int(counts[k]):,} {noun[k][int(counts[k]) != 1]}" for k in ORDER if k in counts]
-        doubtful = int(((episodes["kind"] == "pause") & (_confidence(episodes) < 1)).sum())
+        doubtful = int(doubtful_pauses(episodes).sum())
         if doubtful:
             parts[0] += (f" ({doubtful:,} doubtful: across noise, or where the other lead shows beats that "
                          "the analysed one does not)")

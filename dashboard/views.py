@@ -24,6 +24,7 @@ from dashboard.data_store import TABLE_LIMIT, DataStore, Selection
 from dashboard.spec import (CENTRE_COLOR, EPISODE_NAMES, HMS_CELL, MEAN_COLOR, MUTED, ONE_IN_CELL, SIGNAL_COLOR,
                             STYLESHEET, TABLE_COLUMNS, ViewSpec, brush_text, hms, no_label, noun, one_in, plural)
 from pipeline.quality import low_quality
+from pipeline.tables import doubtful_pauses
 
 # Columns of the outlier table that only some runs have (the score's components).
 OPTIONAL_COLUMNS = ("rr_pre", "rr_post", "p_shape")
@@ -381,7 +382,7 @@ class RecordingHeader(View):
         report, episodes = shared.report, shared.run.episodes
         kinds = episodes["kind"].value_counts() if episodes is not None and len(episodes) else {}
         pauses = int(kinds.get("pause", 0))
-        doubtful = int(((episodes["kind"] == "pause") & (episodes["confidence"] < 1)).sum()) if pauses else 0
+        doubtful = int(doubtful_pauses(episodes).sum()) if pauses else 0
         others = {k: int(kinds.get(k, 0)) for k in ("flutter", "noise") if kinds.get(k, 0)}
         n_episodes = sum(others.values())
         which = (" (" + ", ".join(f"{n} {EPISODE_NAMES[k]}" for k, n in others.items()) + ")") if others else ""

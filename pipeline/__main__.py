@@ -270,6 +270,8 @@ def _other_lead_note(inp: dict, counts: dict) -> str:
 
 def _episodes_line(episodes, low_quality: int) -> str:
     """Pauses (with the longest), flutter and noise stretches, low-quality beats, in words."""
+    from pipeline.tables import doubtful_pauses
+
     def when(seconds: float) -> str:
         return f"{int(seconds // 3600)}:{int(seconds % 3600 // 60):02d}:{seconds % 60:04.1f}"
 
@@ -277,7 +279,7 @@ def _episodes_line(episodes, low_quality: int) -> str:
     pauses = episodes[episodes["kind"] == "pause"]
     if len(pauses):
         longest = pauses.loc[(pauses["end_s"] - pauses["start_s"]).idxmax()]
-        doubtful = int((pauses["confidence"] < 1).sum())
+        doubtful = int(doubtful_pauses(pauses).sum())
         parts.append(f"{len(pauses):,} pause{'s' if len(pauses) != 1 else ''} of 2 s or more (longest "
                      f"{longest['end_s'] - longest['start_s']:.1f} s at {when(longest['start_s'])}"
                      + (f"; {doubtful:,} doubtful, in noise" if doubtful else "") + ")")

@@ -71,6 +71,12 @@ def episodes_table(found, pauses: np.ndarray, fs: float) -> pd.DataFrame:
     return table.sort_values("start_s", kind="stable").reset_index(drop=True)[list(EPISODE_COLUMNS)]
 
 
+def doubtful_pauses(episodes: pd.DataFrame) -> np.ndarray:
+    """Boolean mask of the rows of an episodes frame (:data:`EPISODE_COLUMNS`) that are pauses the
+    detector is unsure of: confidence under 1, across noise (:func:`episodes_table`)."""
+    return ((episodes["kind"] == "pause") & (episodes["confidence"] < 1)).to_numpy()
+
+
 def beats_table(*, fiducial, length, start, fs, is_train, z, score, annotations=None, components=None,
                 tolerance_s: float = 0.15) -> pd.DataFrame:
     """One row per beat (host arrays in); ``length`` is the samples to the next beat (-1 for the last
