@@ -1,8 +1,9 @@
 """Synthetic stress cases for beat detection, episodes and beat quality: short recordings with a
 known answer (every true beat and every true episode).
 
-Beats come from :mod:`pipeline.synth`'s generators (its wave model, rhythm and noise bursts);
-this module only arranges them the way hard recordings do:
+Beats come from :mod:`pipeline.synth`'s generators (its wave model, rhythm and noise bursts),
+drawn and assembled by :mod:`pipeline.stress_assembly`; this module only arranges them the way
+hard recordings do:
 
 =====================  ======================================================================
 ``pauses``             sinus rhythm with pauses of 2, 3, 4.5 s and a 6-s sinus arrest
@@ -40,12 +41,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from pipeline import synth
+from pipeline.stress_assembly import (StressCase, assemble, background, from_synth, qrs_amplitude, render_beats,
+                                      second_lead, sinus, streams)
 
 __all__ = ["StressCase", "CASES", "make_case", "write_case", "pauses", "flutter", "noise_bursts",
            "electrode_motion", "mains_hum", "tall_t_slow", "bigeminy", "ventricular_tachycardia",
@@ -55,123 +57,14 @@ __all__ = ["StressCase", "CASES", "make_case", "write_case", "pauses", "flutter"
 _LEADS = ("ECG1", "ECG2")
 
 
-@dataclass
-class StressCase:
-    """One synthetic recording and its ground truth.
-
-    Attributes
-    ----------
-    name : str
-    fs : float
-    signal : numpy.ndarray
-        Lead II (float32, mV), written as ``ECG1``.
-    second : numpy.ndarray
-        Another lead (float32, mV): smaller inverted QRS complexes, more noise; ``ECG2``.
-    beats : numpy.ndarray
-        int64 sample of every true heartbeat's fiducial (main QRS deflection), increasing.
-    symbols : numpy.ndarray
-        One MIT-BIH symbol per beat (synth's: ``N``, ``V``, ``A``, ``S``), ``Q`` for a beat hidden
-        in noise.
-    episodes : tuple
-        ``(kind, start_s, end_s)`` of every true episode, kind ``'flutter'`` or ``'noise'``.
-    """
-
-    name: str
-    fs: float
-    signal: np.ndarray
-    second: np.ndarray
-    beats: np.ndarray
-    symbols: np.ndarray
-    episodes: tuple = ()
-
-    @property
-    def duration_s(self) -> float:
-        return self.signal.shape[0] / self.fs
-
-    def inside(self, kind: str | None = None) -> np.ndarray:
-        """Boolean per beat: inside a true episode (of ``kind``, or of any kind)."""
-        mask = np.zeros(self.beats.shape[0], dtype=bool)
-        for k, start, end in self.episodes:
-            if kind in (None, k):
-                mask |= (self.beats >= start * self.fs) & (self.beats <= end * self.fs)
-        return mask
-
-
-# --------------------------------------------------------------------------- assembly
-def _streams(seed: int, count: int):
-    return [np.random.default_rng(s) for s in np.random.SeedSequence([seed, 0x57E55]).spawn(count)]
-
-
-def _render_beats(fs: float, n: int, times: np.ndarray, kinds: np.ndarray, seed: int, *, heart_rate: float = 70.0,
-                  qrs_scale: float = 1.0, t_wave_scale: float = 1.0, p_waves: bool = True):
-    """Beats at ``times`` (s) of ``kinds`` (0 N, 1 V) drawn by synth's wave model: (signal, fiducials,
-    R amplitude). Premature beats take the T wave of the sinus cycle before them, as in synth.
-    ``p_waves=False``: no atrial wave before any beat (atrial fibrillation)."""
-    rng_rhythm, rng_morph, rng_beat, rng_extra = _streams(seed, 4)
-    rhythm = synth._Rhythm(rng_rhythm, heart_rate)
-    morph = synth._Morphology(rng_morph)
-    morph.scale_sinus(qrs_scale, t_wave_scale)
-    if not p_waves:
-        morph.P = 0.0
-    peaks = np.rint(np.asarray(times) * fs).astype(np.int64)
-    keep = (peaks >= 0) & (peaks < n)
-    peaks, kinds = peaks[keep], np.asarray(kinds, dtype=np.int8)[keep]
-    t_r = peaks / fs
-    rr = np.diff(t_r, prepend=t_r[0] - rhythm.rr_mean) if t_r.size else t_r
-    ectopic = np.flatnonzero(kinds != 0)
-    rr[ectopic] = np.where(ectopic >= 1, rr[np.maximum(ectopic - 1, 0)], rhythm.rr_mean)
-    signal = np.zeros(n, dtype=np.float32)
-    if t_r.size:
-        mu, amp, sig = synth._beat_components(morph, rhythm, rng_beat, t_r, rr, kinds, fs, rng_extra)
-        synth._render_gaussians(signal, mu * fs, amp, sig * fs)
-    return signal, peaks, morph.R
-
-
-def _background(n: int, fs: float, rng: np.random.Generator, noise_mv: float = 0.02) -> np.ndarray:
-    """Baseline wander (respiration and slower), a little mains hum and white noise."""
-    t = np.arange(n) / fs
-    wander = (rng.uniform(0.05, 0.15) * np.sin(2 * np.pi * rng.uniform(0.2, 0.3) * t + rng.uniform(0, 6.3))
-              + rng.uniform(0.05, 0.2) * np.sin(2 * np.pi * rng.uniform(0.03, 0.1) * t + rng.uniform(0, 6.3)))
-    hum = 0.01 * np.sin(2 * np.pi * 50.0 * t + rng.uniform(0, 6.3))
-    return (wander + hum + noise_mv * rng.standard_normal(n)).astype(np.float32)
-
-
-def _second_lead(signal: np.ndarray, fs: float, rng: np.random.Generator) -> np.ndarray:
-    """A lead whose QRS complexes are small and inverted against lead II's (like V1), with its own
-    wander and twice the white noise."""
-    return (-0.35 * signal + _background(signal.shape[0], fs, rng, noise_mv=0.04)).astype(np.float32)
-
-
-def _sinus(duration: float, rng: np.random.Generator, heart_rate: float = 70.0) -> np.ndarray:
-    """Sinus beat times (s) from synth's rhythm model (HRV, respiration)."""
-    rhythm = synth._Rhythm(rng, heart_rate)
-    return synth._sinus_times(rhythm, rng, duration)
-
-
-def _case(name, fs, signal, beats, symbols, episodes, rng) -> StressCase:
-    return StressCase(name=name, fs=float(fs), signal=signal.astype(np.float32),
-                      second=_second_lead(signal, fs, rng), beats=np.asarray(beats, dtype=np.int64),
-                      symbols=np.asarray(symbols, dtype="<U1"), episodes=tuple(episodes))
-
-
-def _qrs_amplitude(signal: np.ndarray, beats: np.ndarray, fs: float) -> float:
-    """The median peak-to-peak within ±50 ms of the beats: how large the QRS complexes are."""
-    near = np.clip(beats[:, None] + np.arange(-int(0.05 * fs), int(0.05 * fs) + 1), 0, signal.shape[0] - 1)
-    return float(np.median(np.ptp(signal[near], axis=1)))
-
-
-def _from_synth(name: str, ecg: "synth.SyntheticECG", episodes, rng) -> StressCase:
-    return _case(name, ecg.fs, ecg.signal, ecg.r_peaks, ecg.symbols, episodes, rng)
-
-
 # --------------------------------------------------------------------------- cases
 def pauses(fs: float = 360.0, seed: int = 0, *, duration_s: float = 60.0,
            pauses_s: tuple = (2.0, 3.0, 4.5, 6.0)) -> StressCase:
     """Sinus rhythm at 70 bpm with, at evenly spread times, an interval of each of ``pauses_s``
     before the next beat (sinus pauses; the last, 6 s, a sinus arrest). No episode: a pause is no noise, and its
     baseline, though quiet, is not flat."""
-    rng_times, rng_noise, rng_lead = _streams(seed + 1, 3)
-    t = _sinus(duration_s + sum(pauses_s), rng_times)
+    rng_times, rng_noise, rng_lead = streams(seed + 1, 3)
+    t = sinus(duration_s + sum(pauses_s), rng_times)
     rr = np.diff(t)
     targets = np.linspace(0.0, duration_s, len(pauses_s) + 2)[1:-1]
     done, now = 0, t[0]
@@ -183,9 +76,9 @@ def pauses(fs: float = 360.0, seed: int = 0, *, duration_s: float = 60.0,
     t = t[0] + np.concatenate([[0.0], np.cumsum(rr)])
     n = int(round(duration_s * fs))
     t = t[t < duration_s - 0.5]
-    beats_signal, beats, _ = _render_beats(fs, n, t, np.zeros(t.size), seed)
-    signal = beats_signal + _background(n, fs, rng_noise)
-    return _case("pauses", fs, signal, beats, np.full(beats.size, "N"), (), rng_lead)
+    beats_signal, beats, _ = render_beats(fs, n, t, np.zeros(t.size), seed)
+    signal = beats_signal + background(n, fs, rng_noise)
+    return assemble("pauses", fs, signal, beats, np.full(beats.size, "N"), (), rng_lead)
 
 
 def flutter(fs: float = 360.0, seed: int = 0, *, duration_s: float = 40.0, start_s: float = 12.0,
@@ -196,8 +89,8 @@ def flutter(fs: float = 360.0, seed: int = 0, *, duration_s: float = 40.0, start
     (about the R wave's) and rate drift a little. ``lead_in_beats`` PVCs at 150 /min may lead
     into the flutter (as ventricular beats often do): they are beats (``V``), outside the episode.
     True episode: ``('flutter', start, end)``."""
-    rng_times, rng_wave, rng_noise, rng_lead = _streams(seed + 2, 4)
-    t = _sinus(duration_s, rng_times)
+    rng_times, rng_wave, rng_noise, rng_lead = streams(seed + 2, 4)
+    t = sinus(duration_s, rng_times)
     end_s = start_s + length_s
     run = start_s - 0.4 * np.arange(lead_in_beats, 0, -1)
     t = t[(t < start_s - 0.3 - 0.4 * lead_in_beats - (0.3 if lead_in_beats else 0.0)) | (t > end_s + 1.0)]
@@ -207,7 +100,7 @@ def flutter(fs: float = 360.0, seed: int = 0, *, duration_s: float = 40.0, start
     t, kinds = t[order], kinds[order]
     kinds, t = kinds[t < duration_s - 0.5], t[t < duration_s - 0.5]
     n = int(round(duration_s * fs))
-    signal, beats, r_amp = _render_beats(fs, n, t, kinds, seed)
+    signal, beats, r_amp = render_beats(fs, n, t, kinds, seed)
     # half-cycles of a slowly wandering rate
     half = []
     now = start_s
@@ -221,9 +114,9 @@ def flutter(fs: float = 360.0, seed: int = 0, *, duration_s: float = 40.0, start
     amplitude = r_amp * 0.8 * envelope * (1.0 + 0.2 * np.sin(2 * np.pi * 0.3 * centres)) * rng_wave.uniform(0.9, 1.1, centres.size)
     width = np.full(centres.size, 0.5 / rate_hz / 2.2)
     synth._render_gaussians(signal, centres * fs, sign * amplitude, width * fs)
-    signal += _background(n, fs, rng_noise)
+    signal += background(n, fs, rng_noise)
     symbols = np.where(kinds[: beats.size] == 1, "V", "N")
-    return _case("flutter", fs, signal, beats, symbols, (("flutter", start_s, end_s),), rng_lead)
+    return assemble("flutter", fs, signal, beats, symbols, (("flutter", start_s, end_s),), rng_lead)
 
 
 def noise_bursts(fs: float = 360.0, seed: int = 0, *, duration_s: float = 90.0,
@@ -233,7 +126,7 @@ def noise_bursts(fs: float = 360.0, seed: int = 0, *, duration_s: float = 90.0,
     ecg = synth.synthesize(synth.SynthConfig(n_samples=int(round(duration_s * fs)), fs=fs, seed=seed,
                                              noise_bursts_per_hour=bursts_per_hour))
     episodes = tuple(("noise", a / fs, (b + 1) / fs) for a, b in ecg.noise_bursts)
-    return _from_synth("noise_bursts", ecg, episodes, _streams(seed + 3, 1)[0])
+    return from_synth("noise_bursts", ecg, episodes, streams(seed + 3, 1)[0])
 
 
 def mains_hum(fs: float = 360.0, seed: int = 0, *, duration_s: float = 90.0, hum_hz: float = 50.0,
@@ -245,10 +138,10 @@ def mains_hum(fs: float = 360.0, seed: int = 0, *, duration_s: float = 90.0, hum
     beat stays readable; the noise tests read high frequencies, where hum lies. True episodes: the
     bursts, as in ``noise_bursts``."""
     case = noise_bursts(fs, seed, duration_s=duration_s)
-    rng = _streams(seed + 12, 1)[0]
+    rng = streams(seed + 12, 1)[0]
     t = np.arange(case.signal.shape[0]) / fs
     present = np.clip(np.minimum(t - on_s[0], on_s[1] - t), 0.0, 1.0)
-    size = hum_share * _qrs_amplitude(case.signal, case.beats, fs) * present * (
+    size = hum_share * qrs_amplitude(case.signal, case.beats, fs) * present * (
         1.0 + np.sin(2 * np.pi * t / 30.0 + rng.uniform(0, 6.3)) / 3.0)
     phase = 2 * np.pi * hum_hz * t + rng.uniform(0, 6.3)
     hum = (size * (np.sin(phase) + 0.1 * np.sin(3 * phase))).astype(np.float32)
@@ -261,12 +154,12 @@ def electrode_motion(fs: float = 360.0, seed: int = 0, *, duration_s: float = 60
     peak ~8 × the QRS amplitude, tapered in and out over 0.2 s) and an electrode pop at ``pop_s``:
     a baseline step of 4 × the QRS amplitude that decays over 2 s. Beats inside the swings are
     labelled ``Q``. True episodes: the swings, and ±0.5 s around the pop."""
-    rng_motion, rng_lead = _streams(seed + 4, 2)
+    rng_motion, rng_lead = streams(seed + 4, 2)
     ecg = synth.synthesize(synth.SynthConfig(n_samples=int(round(duration_s * fs)), fs=fs, seed=seed,
                                              noise_bursts_per_hour=0.0))
     signal = ecg.signal.copy()
     n = signal.shape[0]
-    qrs = _qrs_amplitude(signal, ecg.r_peaks, fs)
+    qrs = qrs_amplitude(signal, ecg.r_peaks, fs)
     symbols = ecg.symbols.copy()
     for a, b in motion_s:
         i0, i1 = int(a * fs), int(b * fs)
@@ -281,7 +174,7 @@ def electrode_motion(fs: float = 360.0, seed: int = 0, *, duration_s: float = 60
     p = int(pop_s * fs)
     signal[p:] += (4.0 * qrs * np.exp(-np.arange(n - p) / (2.0 * fs))).astype(np.float32)
     episodes = tuple(("noise", a, b) for a, b in motion_s) + (("noise", pop_s - 0.5, pop_s + 0.5),)
-    return _case("electrode_motion", fs, signal, ecg.r_peaks, symbols, sorted(episodes, key=lambda e: e[1]), rng_lead)
+    return assemble("electrode_motion", fs, signal, ecg.r_peaks, symbols, sorted(episodes, key=lambda e: e[1]), rng_lead)
 
 
 def tall_t_slow(fs: float = 360.0, seed: int = 0, *, duration_s: float = 60.0) -> StressCase:
@@ -289,7 +182,7 @@ def tall_t_slow(fs: float = 360.0, seed: int = 0, *, duration_s: float = 60.0) -
     noise bursts: every beat is clean and no stretch is an episode."""
     config = synth.stress_config("tall_t_slow", n_samples=int(round(duration_s * fs)), fs=fs, seed=seed)
     ecg = synth.synthesize(dataclasses.replace(config, noise_bursts_per_hour=0.0))
-    return _from_synth("tall_t_slow", ecg, (), _streams(seed + 5, 1)[0])
+    return from_synth("tall_t_slow", ecg, (), streams(seed + 5, 1)[0])
 
 
 def bigeminy(fs: float = 360.0, seed: int = 0, *, duration_s: float = 60.0, qrs_scale: float = 0.35,
@@ -297,8 +190,8 @@ def bigeminy(fs: float = 360.0, seed: int = 0, *, duration_s: float = 60.0, qrs_
     """Ventricular bigeminy: every other beat a PVC (synth's ectopic focus, 1.3–1.8 mV), early
     (``coupling`` × the sinus interval) with a full compensatory pause; the sinus beats between
     them small (``qrs_scale``). No episode; every beat clean."""
-    rng_times, rng_noise, rng_lead = _streams(seed + 6, 3)
-    t = _sinus(duration_s, rng_times, heart_rate=75.0)
+    rng_times, rng_noise, rng_lead = streams(seed + 6, 3)
+    t = sinus(duration_s, rng_times, heart_rate=75.0)
     rr = np.diff(t)
     kinds = (np.arange(t.size) % 2 == 1).astype(np.int8)
     v = np.flatnonzero(kinds[:-1] == 1)
@@ -309,10 +202,10 @@ def bigeminy(fs: float = 360.0, seed: int = 0, *, duration_s: float = 60.0, qrs_
     t = t[0] + np.concatenate([[0.0], np.cumsum(rr)])
     keep = t < duration_s - 0.5
     n = int(round(duration_s * fs))
-    signal, beats, _ = _render_beats(fs, n, t[keep], kinds[keep], seed, heart_rate=75.0, qrs_scale=qrs_scale)
-    signal += _background(n, fs, rng_noise)
+    signal, beats, _ = render_beats(fs, n, t[keep], kinds[keep], seed, heart_rate=75.0, qrs_scale=qrs_scale)
+    signal += background(n, fs, rng_noise)
     symbols = np.where(kinds[keep][: beats.size] == 1, "V", "N")
-    return _case("bigeminy", fs, signal, beats, symbols, (), rng_lead)
+    return assemble("bigeminy", fs, signal, beats, symbols, (), rng_lead)
 
 
 def ventricular_tachycardia(fs: float = 360.0, seed: int = 0, *, duration_s: float = 40.0, start_s: float = 12.0,
@@ -321,8 +214,8 @@ def ventricular_tachycardia(fs: float = 360.0, seed: int = 0, *, duration_s: flo
     ectopic beats, one after the other at ``rate_bpm``), then sinus rhythm. As fast and regular
     as flutter and with as little baseline, but made of QRS complexes: every one is a beat (``V``),
     and the run is no flutter episode."""
-    rng_times, rng_noise, rng_lead = _streams(seed + 7, 3)
-    t = _sinus(duration_s, rng_times)
+    rng_times, rng_noise, rng_lead = streams(seed + 7, 3)
+    t = sinus(duration_s, rng_times)
     end_s = start_s + length_s
     run = start_s + np.cumsum(60.0 / rate_bpm * rng_times.uniform(0.98, 1.02, int(length_s * rate_bpm / 60.0)))
     run = run[run < end_s]
@@ -330,9 +223,9 @@ def ventricular_tachycardia(fs: float = 360.0, seed: int = 0, *, duration_s: flo
     t = t[t < duration_s - 0.5]
     kinds = ((t >= start_s) & (t <= end_s)).astype(np.int8)
     n = int(round(duration_s * fs))
-    signal, beats, _ = _render_beats(fs, n, t, kinds, seed)
-    signal += _background(n, fs, rng_noise)
-    return _case("ventricular_tachycardia", fs, signal, beats, np.where(kinds == 1, "V", "N"), (), rng_lead)
+    signal, beats, _ = render_beats(fs, n, t, kinds, seed)
+    signal += background(n, fs, rng_noise)
+    return assemble("ventricular_tachycardia", fs, signal, beats, np.where(kinds == 1, "V", "N"), (), rng_lead)
 
 
 def supraventricular_tachycardia(fs: float = 360.0, seed: int = 0, *, duration_s: float = 60.0,
@@ -341,8 +234,8 @@ def supraventricular_tachycardia(fs: float = 360.0, seed: int = 0, *, duration_s
     length s, rate /min): narrow complexes from an atrial focus (an ectopic P wave, ``A``) that
     start and stop abruptly, at rates where each beat's P wave meets the T wave before it and the
     T wave's end meets the next QRS. Nothing here is flutter or noise: every complex is a beat."""
-    rng_times, rng_noise, rng_lead = _streams(seed + 13, 3)
-    t = _sinus(duration_s, rng_times, heart_rate=75.0)
+    rng_times, rng_noise, rng_lead = streams(seed + 13, 3)
+    t = sinus(duration_s, rng_times, heart_rate=75.0)
     kinds = np.zeros(t.size, np.int8)
     for start, length, rate in runs:
         run = start + np.cumsum(60.0 / rate * rng_times.uniform(0.99, 1.01, int(length * rate / 60.0) + 1))
@@ -354,9 +247,9 @@ def supraventricular_tachycardia(fs: float = 360.0, seed: int = 0, *, duration_s
     keep = t < duration_s - 0.5
     t, kinds = t[keep], kinds[keep]
     n = int(round(duration_s * fs))
-    signal, beats, _ = _render_beats(fs, n, t, kinds, seed, heart_rate=75.0)
-    signal += _background(n, fs, rng_noise)
-    return _case("supraventricular_tachycardia", fs, signal, beats, np.where(kinds[:beats.size] == 3, "A", "N"), (),
+    signal, beats, _ = render_beats(fs, n, t, kinds, seed, heart_rate=75.0)
+    signal += background(n, fs, rng_noise)
+    return assemble("supraventricular_tachycardia", fs, signal, beats, np.where(kinds[:beats.size] == 3, "A", "N"), (),
                  rng_lead)
 
 
@@ -369,11 +262,11 @@ def amplifier_recovery(fs: float = 360.0, seed: int = 0, *, duration_s: float = 
     back (as on some Holter tapes after an electrode is knocked). The small beats are true beats,
     far under a threshold set by the beats around but far above the noise of their stretch. Beats
     on the rail are hidden (``Q``). True episodes: the rails (noise)."""
-    rng_times, rng_noise, rng_lead = _streams(seed + 8, 3)
-    t = _sinus(duration_s, rng_times, heart_rate=80.0)
+    rng_times, rng_noise, rng_lead = streams(seed + 8, 3)
+    t = sinus(duration_s, rng_times, heart_rate=80.0)
     t = t[t < duration_s - 0.5]
     n = int(round(duration_s * fs))
-    signal, beats, r_amp = _render_beats(fs, n, t, np.zeros(t.size), seed, heart_rate=80.0)
+    signal, beats, r_amp = render_beats(fs, n, t, np.zeros(t.size), seed, heart_rate=80.0)
     rail = 4.0 * r_amp
     size = np.ones(n, dtype=np.float32)
     offset = np.zeros(n, dtype=np.float32)
@@ -381,14 +274,14 @@ def amplifier_recovery(fs: float = 360.0, seed: int = 0, *, duration_s: float = 
         i0, i1 = int(start * fs), int((start + rail_s) * fs)
         size[i1:int((start + rail_s + recovery_s) * fs)] = gain
         offset[i1:] += (rail * np.exp(-np.arange(n - i1) / (1.5 * fs))).astype(np.float32)
-    signal = np.minimum(signal * size + offset + _background(n, fs, rng_noise), rail)
+    signal = np.minimum(signal * size + offset + background(n, fs, rng_noise), rail)
     symbols = np.full(beats.size, "N")
     for start in starts_s:
         i0, i1 = int(start * fs), int((start + rail_s) * fs)
         signal[i0:i1] = rail
         symbols[(beats >= i0) & (beats < i1)] = "Q"
     episodes = tuple(("noise", start, start + rail_s) for start in starts_s)
-    return _case("amplifier_recovery", fs, signal, beats, symbols, episodes, rng_lead)
+    return assemble("amplifier_recovery", fs, signal, beats, symbols, episodes, rng_lead)
 
 
 def atrial_fibrillation(fs: float = 360.0, seed: int = 0, *, duration_s: float = 90.0, heart_rate: float = 95.0,
@@ -397,7 +290,7 @@ def atrial_fibrillation(fs: float = 360.0, seed: int = 0, *, duration_s: float =
     coefficient of variation ``rr_cv``, none under 0.3 s), fibrillatory waves of 4–8 Hz and about
     ``f_wave_mv`` drifting in rate and size, and a few PVCs. Every rule that leans on a regular
     rhythm (a rival that keeps it, a search inside a "long" gap) meets the rhythm it cannot lean on."""
-    rng_times, rng_noise, rng_lead, rng_f = _streams(seed + 10, 4)
+    rng_times, rng_noise, rng_lead, rng_f = streams(seed + 10, 4)
     mean = 60.0 / heart_rate
     shape = 1.0 / rr_cv ** 2
     rr = np.maximum(rng_times.gamma(shape, mean / shape, int(2 * duration_s / mean)), 0.3)
@@ -406,13 +299,13 @@ def atrial_fibrillation(fs: float = 360.0, seed: int = 0, *, duration_s: float =
     kinds = (rng_times.random(t.size) < pvc_fraction).astype(np.int8)
     kinds[:3] = 0
     n = int(round(duration_s * fs))
-    signal, beats, _ = _render_beats(fs, n, t, kinds, seed, heart_rate=heart_rate, p_waves=False)
+    signal, beats, _ = render_beats(fs, n, t, kinds, seed, heart_rate=heart_rate, p_waves=False)
     time = np.arange(n) / fs
     rate = 6.0 + 1.5 * np.sin(2 * np.pi * 0.07 * time + rng_f.uniform(0, 6.3))     # Hz, drifting
     size = f_wave_mv * (1.0 + 0.4 * np.sin(2 * np.pi * 0.13 * time + rng_f.uniform(0, 6.3)))
     signal += (size * np.sin(2 * np.pi * np.cumsum(rate) / fs)).astype(np.float32)
-    signal += _background(n, fs, rng_noise)
-    return _case("atrial_fibrillation", fs, signal, beats, np.where(kinds[:beats.size] == 1, "V", "N"), (), rng_lead)
+    signal += background(n, fs, rng_noise)
+    return assemble("atrial_fibrillation", fs, signal, beats, np.where(kinds[:beats.size] == 1, "V", "N"), (), rng_lead)
 
 
 def lead_lost(fs: float = 360.0, seed: int = 0, *, duration_s: float = 60.0,
@@ -421,17 +314,17 @@ def lead_lost(fs: float = 360.0, seed: int = 0, *, duration_s: float = 60.0,
     and for 4 s flat (a loose electrode), while the second lead, unharmed, shows every beat. Read
     on lead II alone these are pauses that never happened; every beat is a true beat (``N``).
     True episodes: the lost stretches (noise)."""
-    rng_times, rng_noise, rng_lead = _streams(seed + 9, 3)
-    t = _sinus(duration_s, rng_times, heart_rate=75.0)
+    rng_times, rng_noise, rng_lead = streams(seed + 9, 3)
+    t = sinus(duration_s, rng_times, heart_rate=75.0)
     t = t[t < duration_s - 0.5]
     n = int(round(duration_s * fs))
-    clean, beats, r_amp = _render_beats(fs, n, t, np.zeros(t.size), seed, heart_rate=75.0)
-    clean = clean + _background(n, fs, rng_noise)
+    clean, beats, r_amp = render_beats(fs, n, t, np.zeros(t.size), seed, heart_rate=75.0)
+    clean = clean + background(n, fs, rng_noise)
     signal = clean.copy()
     for start, end, how in lost:
         signal[int(start * fs):int(end * fs)] = 4.0 * r_amp if how == "rail" else 0.0
     return StressCase(name="lead_lost", fs=float(fs), signal=signal.astype(np.float32),
-                      second=_second_lead(clean, fs, rng_lead), beats=np.asarray(beats, dtype=np.int64),
+                      second=second_lead(clean, fs, rng_lead), beats=np.asarray(beats, dtype=np.int64),
                       symbols=np.full(beats.size, "N"), episodes=tuple(("noise", s, e) for s, e, _ in lost))
 
 
@@ -441,19 +334,19 @@ def tremor_one_lead(fs: float = 360.0, seed: int = 0, *, duration_s: float = 60.
     ``height`` × the QRS amplitude over the stretch ``tremor``: as large, fast and regular as
     flutter, which passes the flutter tests on that lead, while the second lead shows the sinus
     rhythm plainly. Every beat is a true beat (``N``); the true episode is the tremor (noise)."""
-    rng_times, rng_noise, rng_lead = _streams(seed + 11, 3)
-    t = _sinus(duration_s, rng_times)
+    rng_times, rng_noise, rng_lead = streams(seed + 11, 3)
+    t = sinus(duration_s, rng_times)
     t = t[t < duration_s - 0.5]
     n = int(round(duration_s * fs))
-    clean, beats, r_amp = _render_beats(fs, n, t, np.zeros(t.size), seed)
-    clean = clean + _background(n, fs, rng_noise)
+    clean, beats, r_amp = render_beats(fs, n, t, np.zeros(t.size), seed)
+    clean = clean + background(n, fs, rng_noise)
     seconds = np.arange(n) / fs
     inside = (seconds >= tremor[0]) & (seconds < tremor[1])
     wave = np.sin(2 * np.pi * rate_hz * seconds[inside] + 0.3 * np.sin(2 * np.pi * 0.4 * seconds[inside]))
     signal = clean.copy()
     signal[inside] += height * r_amp * wave
     return StressCase(name="tremor_one_lead", fs=float(fs), signal=signal.astype(np.float32),
-                      second=_second_lead(clean, fs, rng_lead), beats=np.asarray(beats, dtype=np.int64),
+                      second=second_lead(clean, fs, rng_lead), beats=np.asarray(beats, dtype=np.int64),
                       symbols=np.full(beats.size, "N"), episodes=(("noise", *tremor),))
 
 
