@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from pipeline import backend
+from pipeline import _hum_kernels, backend
 
 MAINS_HZ = (50.0, 60.0)
 
@@ -72,28 +72,16 @@ def hum_power(signal, fs: float, *, every_s: float = 10.0, least: int = 64, wind
         return Hum(xp.zeros(0, dtype=xp.float32), 1, width)
     count = min(max(least, int(n / (every_s * fs))), n // width)
     stride = (n - width) // max(count - 1, 1)
-    pieces = signal[xp.arange(count)[:, None] * stride + xp.arange(width)[None, :]].astype(xp.float64)
-    second = pieces[:, :-2 * step] - 2.0 * pieces[:, step:-step] + pieces[:, 2 * step:]
-    m = second.shape[1]
-    second = (second - second.mean(axis=1, keepdims=True)) * xp.hanning(m)
+    m = width - 2 * step
     spacing = fs / m                                         # the DFT's bins: orthogonal over the window
-    total = xp.zeros(count, dtype=xp.float64)
-    for line in lines:
-        reach, near, far = round(line_hz / spacing), round(floor_hz[0] / spacing), round(floor_hz[1] / spacing)
-        below_nyquist = int(np.ceil((fs / 2 - line) / spacing)) - 1
-        offsets = xp.concatenate([xp.arange(-reach, reach + 1), xp.arange(-far, -near + 1),
-                                  xp.arange(near, min(far, below_nyquist) + 1)])
-        power = _power(second, (line + offsets * spacing) / fs, xp)
-        lobe = 2 * reach + 1
-        above = power[:, :lobe].sum(axis=1) - lobe * power[:, lobe:].mean(axis=1)
-        # A sine's mean square is (16 / 3) |X|² / m² summed over Hann's main lobe (Parseval, one
-        # side: the taper keeps 3/8 of the power).
-        total += xp.maximum(above, 0.0) * (16.0 / 3.0 / m ** 2)
-    return Hum(total.astype(xp.float32), stride, width)
-
-
-def _power(rows, cycles_per_sample, xp):
-    """|DFT|² of each row of ``rows`` at ``cycles_per_sample`` (an array on their device): (rows,
-    frequencies). The basis is made on the device: no copy there, so no wait."""
-    phase = 2.0 * np.pi * xp.arange(rows.shape[1], dtype=xp.float64)[:, None] * cycles_per_sample[None, :]
-    return (rows @ xp.cos(phase)) ** 2 + (rows @ xp.sin(phase)) ** 2
+    reach, near, far = round(line_hz / spacing), round(floor_hz[0] / spacing), round(floor_hz[1] / spacing)
+    tops = [min(far, int(np.ceil((fs / 2 - line) / spacing)) - 1) for line in lines]   # below Nyquist
+    cycles = [line / fs for line in lines]
+    per_line = 2 * reach + 1 + 2 * (far - near + 1)
+    powers = xp.empty((count, len(lines) * per_line), dtype=xp.float64)
+    line_args = (cycles[0], tops[0], cycles[-1], tops[-1])
+    _hum_kernels.launch("hum_bins", powers.size, signal, stride, step, m, len(lines), reach, near, far,
+                        *line_args, powers)
+    power = xp.empty(count, dtype=xp.float32)
+    _hum_kernels.launch("hum_lines", count, powers, len(lines), reach, near, far, m, power)
+    return Hum(power, stride, width)

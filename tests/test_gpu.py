@@ -525,8 +525,8 @@ CACHE_SCRIPT = """
 import json
 import cupy
 import numpy
-from pipeline import _decision_kernels, _episode_kernels, _kernels, _rhythm_kernels, embed, episodes, peaks, quality
-from pipeline import wavelet
+from pipeline import _decision_kernels, _episode_kernels, _hum_kernels, _kernels, _rhythm_kernels, embed, episodes, peaks
+from pipeline import quality, wavelet
 fs = 250.0
 t = cupy.arange(60 * 250) / fs
 signal = cupy.exp(-((t % 0.8) - 0.4) ** 2 / 2e-4).astype(cupy.float32)
@@ -543,7 +543,8 @@ found = episodes.find_episodes(signal, fs, positions)
 episodes.in_episodes(positions, found, fs)
 quality.beat_quality(signal, positions, fs)
 kernels = {**_kernels._cuda_kernels(), **_episode_kernels._episode_cuda_kernels(),
-           **_decision_kernels._decision_cuda_kernels(), **_rhythm_kernels._rhythm_cuda_kernels()}
+           **_decision_kernels._decision_cuda_kernels(), **_rhythm_kernels._rhythm_cuda_kernels(),
+           **_hum_kernels._hum_cuda_kernels()}
 print(json.dumps({name: [sum(k._cache_hits.values()), sum(k._cache_misses.values())] for name, k in kernels.items()}))
 """
 
@@ -567,7 +568,7 @@ def test_cuda_kernels_come_from_the_disk_cache_in_a_new_process():
     assert second == {name: [1, 0] for name in ("nms", "chunk_maxima", "embed", "qrs_shape", "rhythm", "non_qrs", "early_beats",
                                                 "gap_bounds", "narrow", "deflection", "gap_peaks", "unsuppressed", "block_stats", "beat_range", "beat_stats", "tick_measures",
                                                 "flutter_frames", "flutter_measures", "flutter_flags", "tick_severity",
-                                                "runs", "in_spans", "beat_quality")}, second
+                                                "runs", "in_spans", "beat_quality", "hum_bins", "hum_lines")}, second
 
 
 # --------------------------------------------------------------------------- the two dashboard boards

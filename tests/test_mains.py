@@ -1,6 +1,7 @@
 """Tests of pipeline.mains: the hum's share of the second difference's power against the
 analytic value of a sine through that difference, at the rates recordings come in, and where the
-hum is; nothing where there is no hum, nor for a burst of noise; the same on NumPy and CuPy. And
+hum is; nothing where there is no hum, nor for a burst of noise; the kernels against the
+whole-array formula (a gather, a taper, matrix products); the same on NumPy and CuPy. And
 what it is for: beats under hum are neither in noise episodes nor low quality (the ``mains_hum``
 stress cases)."""
 from __future__ import annotations
@@ -56,6 +57,44 @@ def test_hum_is_read_where_it_is(xp):
     expected = _expected(fs, 50.0, 0.05)
     assert at[1:4] == pytest.approx(expected, rel=0.15)
     assert at[0] < 0.01 * expected and at[4] < 0.01 * expected
+
+
+def _formula(signal, fs, *, every_s=10.0, least=64, window_s=2.0, line_hz=1.0, floor_hz=(3.0, 8.0)):
+    """hum_power's measure written over whole arrays in NumPy: each window's second difference
+    gathered, its mean taken out, tapered, projected on the DFT's basis at the lines' and floor's
+    frequencies by a matrix product."""
+    step = max(1, round(fs / 100))
+    n, width = signal.shape[0], round(window_s * fs)
+    lines = [f for f in (50.0, 60.0) if f + line_hz + fs / width < fs / 2]
+    count = min(max(least, int(n / (every_s * fs))), n // width)
+    stride = (n - width) // max(count - 1, 1)
+    pieces = signal[np.arange(count)[:, None] * stride + np.arange(width)[None, :]].astype(np.float64)
+    second = pieces[:, :-2 * step] - 2.0 * pieces[:, step:-step] + pieces[:, 2 * step:]
+    m = second.shape[1]
+    second = (second - second.mean(axis=1, keepdims=True)) * np.hanning(m)
+    spacing = fs / m
+    total = np.zeros(count)
+    for line in lines:
+        reach, near, far = round(line_hz / spacing), round(floor_hz[0] / spacing), round(floor_hz[1] / spacing)
+        top = int(np.ceil((fs / 2 - line) / spacing)) - 1
+        offsets = np.concatenate([np.arange(-reach, reach + 1), np.arange(-far, -near + 1),
+                                  np.arange(near, min(far, top) + 1)])
+        phase = 2 * np.pi * np.arange(m)[:, None] * ((line + offsets * spacing) / fs)[None, :]
+        power = (second @ np.cos(phase)) ** 2 + (second @ np.sin(phase)) ** 2
+        lobe = 2 * reach + 1
+        total += np.maximum(power[:, :lobe].sum(axis=1) - lobe * power[:, lobe:].mean(axis=1), 0) * 16 / 3 / m ** 2
+    return total, stride, width
+
+
+@pytest.mark.parametrize("fs, seconds", [(128.0, 700.0), (250.0, 120.0), (360.0, 300.0), (1000.0, 70.0),
+                                         (115.0, 90.0)])   # 115 Hz: 50 Hz alone, its upper floor cut at Nyquist
+def test_kernels_match_the_whole_array_formula(fs, seconds, xp):
+    signal = _recording(fs, 50.0, 0.05, seconds=seconds, seed=3)
+    signal[: int(fs)] += np.float32(0.5)                 # a step: a window whose mean is far from 0
+    expected, stride, width = _formula(signal, fs)
+    hum = hum_power(xp.asarray(signal), fs)
+    assert (hum.stride, hum.width) == (stride, width)
+    np.testing.assert_allclose(backend.to_host(hum.power), expected, rtol=1e-5, atol=1e-12)
 
 
 @pytest.mark.parametrize("fs", [128.0, 360.0])
