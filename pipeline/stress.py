@@ -17,6 +17,7 @@ hard recordings do:
 ``bigeminy``           every other beat a large PVC, the normal beats small
 ``ventricular_tachycardia`` 10 s of PVCs at 190 /min: fast, regular, no baseline, yet beats
 ``supraventricular_tachycardia`` narrow complexes at 170 and 215 /min, P waves on T waves; also at 128 Hz
+``av_block``           Mobitz II, 2:1 and 3:1 AV block: P waves alone where beats would be; also at 128 Hz
 ``amplifier_recovery`` an amplifier driven to its rail, then tiny beats on the recovering baseline
 ``lead_lost``          lead II on its rail for 6 s and flat for 4 s while the second lead shows every beat
 ``tremor_one_lead``    20 s of 4.7-Hz tremor on lead II alone, as regular as flutter; the second lead clean
@@ -51,7 +52,7 @@ from pipeline.stress_assembly import (StressCase, assemble, background, from_syn
 
 __all__ = ["StressCase", "CASES", "make_case", "write_case", "pauses", "flutter", "noise_bursts",
            "electrode_motion", "mains_hum", "tall_t_slow", "bigeminy", "ventricular_tachycardia",
-           "supraventricular_tachycardia",
+           "supraventricular_tachycardia", "av_block",
            "amplifier_recovery", "lead_lost", "tremor_one_lead", "atrial_fibrillation"]
 
 _LEADS = ("ECG1", "ECG2")
@@ -253,6 +254,26 @@ def supraventricular_tachycardia(fs: float = 360.0, seed: int = 0, *, duration_s
                  rng_lead)
 
 
+def av_block(fs: float = 360.0, seed: int = 0, *, duration_s: float = 120.0, pp_s: float = 0.8,
+             p_scale: float = 1.0) -> StressCase:
+    """Second-degree AV block: sinus P waves every ``pp_s`` (about 75 /min), some not conducted, so
+    that a P wave stands alone where a beat would be: Mobitz II for the first quarter (every fifth
+    blocked), 2:1 block for the second (every other one: RR twice the PP), 3:1 for the third (two
+    in three: 2.4-s pauses, listed as pauses), every one conducted after. A blocked P wave is no
+    beat. ``p_scale`` scales the P waves (synth's 0.12–0.2 mV)."""
+    rng_times, rng_noise, rng_lead = streams(seed + 17, 3)
+    p = np.arange(1.0, duration_s - 0.5, pp_s)
+    p = p + 0.01 * rng_times.standard_normal(p.size)
+    k, quarter = np.arange(p.size), duration_s / 4
+    blocked = (((p < quarter) & (k % 5 == 4)) | ((p >= quarter) & (p < 2 * quarter) & (k % 2 == 1))
+               | ((p >= 2 * quarter) & (p < 3 * quarter) & (k % 3 != 0)))
+    n = int(round(duration_s * fs))
+    signal, beats, _ = render_beats(fs, n, p[~blocked], np.zeros(int((~blocked).sum())), seed, blocked=p[blocked],
+                                    p_scale=p_scale)
+    signal += background(n, fs, rng_noise)
+    return assemble("av_block", fs, signal, beats, np.full(beats.size, "N"), (), rng_lead)
+
+
 def amplifier_recovery(fs: float = 360.0, seed: int = 0, *, duration_s: float = 60.0,
                        starts_s: tuple = (15.0, 38.0), rail_s: float = 0.5, recovery_s: float = 6.0,
                        gain: float = 0.15) -> StressCase:
@@ -363,6 +384,8 @@ CASES: dict = {
     "ventricular_tachycardia": ventricular_tachycardia,
     "supraventricular_tachycardia": supraventricular_tachycardia,
     "supraventricular_tachycardia_128hz": functools.partial(supraventricular_tachycardia, 128.0),
+    "av_block": av_block,
+    "av_block_128hz": functools.partial(av_block, 128.0),
     "amplifier_recovery": amplifier_recovery,
     "lead_lost": lead_lost,
     "tremor_one_lead": tremor_one_lead,

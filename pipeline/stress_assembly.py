@@ -58,16 +58,18 @@ def streams(seed: int, count: int):
 
 
 def render_beats(fs: float, n: int, times: np.ndarray, kinds: np.ndarray, seed: int, *, heart_rate: float = 70.0,
-                  qrs_scale: float = 1.0, t_wave_scale: float = 1.0, p_waves: bool = True):
+                  qrs_scale: float = 1.0, t_wave_scale: float = 1.0, p_waves: bool = True, blocked=(),
+                  p_scale: float = 1.0):
     """Beats at ``times`` (s) of ``kinds`` (0 N, 1 V) drawn by synth's wave model: (signal, fiducials,
     R amplitude). Premature beats take the T wave of the sinus cycle before them, as in synth.
-    ``p_waves=False``: no atrial wave before any beat (atrial fibrillation)."""
+    ``p_waves=False``: no atrial wave before any beat (atrial fibrillation). ``blocked``: times (s)
+    where a sinus beat would be, had the AV node conducted it: its P wave alone (AV block).
+    ``p_scale`` scales every P wave."""
     rng_rhythm, rng_morph, rng_beat, rng_extra = streams(seed, 4)
     rhythm = synth._Rhythm(rng_rhythm, heart_rate)
     morph = synth._Morphology(rng_morph)
     morph.scale_sinus(qrs_scale, t_wave_scale)
-    if not p_waves:
-        morph.P = 0.0
+    morph.P *= p_scale if p_waves else 0.0
     peaks = np.rint(np.asarray(times) * fs).astype(np.int64)
     keep = (peaks >= 0) & (peaks < n)
     peaks, kinds = peaks[keep], np.asarray(kinds, dtype=np.int8)[keep]
@@ -79,6 +81,8 @@ def render_beats(fs: float, n: int, times: np.ndarray, kinds: np.ndarray, seed: 
     if t_r.size:
         mu, amp, sig = synth._beat_components(morph, rhythm, rng_beat, t_r, rr, kinds, fs, rng_extra)
         synth._render_gaussians(signal, mu * fs, amp, sig * fs)
+    lone = np.asarray(blocked, dtype=np.float64) - morph.n_shift - morph.p_off    # a P wave at RR = 1 s
+    synth._render_gaussians(signal, lone * fs, np.full(lone.size, morph.P), np.full(lone.size, morph.p_sig * fs))
     return signal, peaks, morph.R
 
 

@@ -21,6 +21,7 @@ from pipeline.segmentation import heartbeats
 FLOOR = {"pauses": (1.0, 1.0), "flutter": (1.0, 1.0), "pvcs_into_flutter": (1.0, 1.0), "flutter_128hz": (1.0, 1.0), "flutter_1khz": (1.0, 1.0),
          "tall_t_slow": (1.0, 1.0), "bigeminy": (1.0, 1.0), "ventricular_tachycardia": (1.0, 1.0),
          "supraventricular_tachycardia": (1.0, 1.0), "supraventricular_tachycardia_128hz": (1.0, 1.0),
+         "av_block": (1.0, 1.0), "av_block_128hz": (1.0, 1.0),
          "noise_bursts": (0.99, 0.99), "noise_bursts_128hz": (0.95, 0.95), "noise_bursts_1khz": (0.95, 0.95),
          "electrode_motion": (0.88, 0.9), "mains_hum": (0.99, 0.99), "mains_hum_60hz_128hz": (0.95, 0.95),
          "amplifier_recovery": (0.95, 1.0),  # beats within 0.2 s of a rail's edges are lost with it
@@ -95,6 +96,23 @@ def test_the_other_lead_adds_nothing_where_it_disagrees(xp):
     case = stress.make_case("pauses")
     noise = np.random.default_rng(0).normal(0, 0.3, case.signal.shape[0]).astype(np.float32)
     np.testing.assert_array_equal(_found(case.signal, case.fs, xp, noise), _found(case.signal, case.fs, xp))
+
+
+def test_blocked_p_waves_are_no_beats_and_a_high_grade_block_leaves_pauses(xp):
+    """Second-degree AV block: the P waves the AV node blocks stand alone, 0.6 s after a beat in
+    2:1 block, and are no beats; the 3:1 block's 2.4-s intervals are pauses, every one listed
+    (a P wave counted as a beat would split each in two)."""
+    case = stress.make_case("av_block")
+    fs, cfg = case.fs, SignalConfig()
+    s = xp.asarray(case.signal)
+    positions, _, pauses, _ = heartbeats(wavelet.ricker_response(s, fs, cfg.ricker_width_s), s, fs, cfg,
+                                         xp.asarray(case.second))
+    np.testing.assert_array_equal(np.abs(backend.to_host(positions) - case.beats) <= 0.05 * fs, True)
+    rr = np.diff(case.beats) / fs
+    expected = np.flatnonzero(rr >= cfg.pause_s)
+    assert 10 <= expected.size and np.all(np.abs(rr[expected] - 2.4) < 0.1)
+    starts = backend.to_host(pauses)[:, 0]
+    assert starts.shape == expected.shape and np.all(np.abs(starts - case.beats[expected]) <= 0.05 * fs)
 
 
 def test_a_pause_the_other_lead_shows_beats_in_is_in_doubt(xp):
