@@ -21,6 +21,7 @@ hard recordings do:
 ``amplifier_recovery`` an amplifier driven to its rail, then tiny beats on the recovering baseline
 ``lead_lost``          lead II on its rail for 6 s and flat for 4 s while the second lead shows every beat
 ``tremor_one_lead``    20 s of 4.7-Hz tremor on lead II alone, as regular as flutter; the second lead clean
+``atrial_flutter``     a 300 /min sawtooth of flutter waves conducted 2:1, 3:1 or 4:1; also at 128 Hz
 ``atrial_fibrillation`` no P waves, irregularly irregular RR, fibrillatory waves, a few PVCs
 ``*_128hz``, ``*_1khz`` the flutter, noise-burst and fibrillation cases at 128 Hz and 1 kHz
 =====================  ======================================================================
@@ -52,7 +53,7 @@ from pipeline.stress_assembly import (StressCase, assemble, background, from_syn
 
 __all__ = ["StressCase", "CASES", "make_case", "write_case", "pauses", "flutter", "noise_bursts",
            "electrode_motion", "mains_hum", "tall_t_slow", "bigeminy", "ventricular_tachycardia",
-           "supraventricular_tachycardia", "av_block",
+           "supraventricular_tachycardia", "av_block", "atrial_flutter",
            "amplifier_recovery", "lead_lost", "tremor_one_lead", "atrial_fibrillation"]
 
 _LEADS = ("ECG1", "ECG2")
@@ -329,6 +330,33 @@ def atrial_fibrillation(fs: float = 360.0, seed: int = 0, *, duration_s: float =
     return assemble("atrial_fibrillation", fs, signal, beats, np.where(kinds[:beats.size] == 1, "V", "N"), (), rng_lead)
 
 
+def atrial_flutter(fs: float = 360.0, seed: int = 0, *, duration_s: float = 90.0, f_rate: float = 300.0,
+                   f_wave_mv: float = 0.4, delay_s: float = 0.22) -> StressCase:
+    """Atrial flutter: a sawtooth of flutter waves at ``f_rate`` /min (each falling slowly and
+    rising fast, ``f_wave_mv`` from trough to crest: lead II's inverted F waves) and no P waves,
+    conducted to the ventricles after every second, third or fourth wave at random (2:1 half the
+    time), ``delay_s`` later. The baseline is never still, and it is regular at 5 Hz, where
+    ventricular flutter lies; yet it is the atria's: every QRS is a beat and nothing is an
+    episode."""
+    rng_times, rng_noise, rng_lead, rng_f = streams(seed + 19, 4)
+    period = 60.0 / f_rate * rng_f.uniform(0.95, 1.05)
+    waves = np.arange(0.5, duration_s - 0.5, period)
+    steps = rng_times.choice([2, 3, 4], waves.size, p=[0.5, 0.2, 0.3])
+    conducted = [0]
+    while conducted[-1] + steps[conducted[-1]] < waves.size:
+        conducted.append(conducted[-1] + steps[conducted[-1]])
+    t = waves[conducted] + delay_s
+    t = t[t < duration_s - 0.5]
+    n = int(round(duration_s * fs))
+    signal, beats, _ = render_beats(fs, n, t, np.zeros(t.size), seed, heart_rate=75.0, p_waves=False)
+    time = np.arange(n) / fs
+    phase = ((time - 0.5) / period) % 1.0
+    saw = np.where(phase < 0.75, -phase / 0.75, -(1.0 - phase) / 0.25) + 0.5
+    signal += (f_wave_mv * saw * (time > 0.5)).astype(np.float32)
+    signal += background(n, fs, rng_noise)
+    return assemble("atrial_flutter", fs, signal, beats, np.full(beats.size, "N"), (), rng_lead)
+
+
 def lead_lost(fs: float = 360.0, seed: int = 0, *, duration_s: float = 60.0,
               lost: tuple = ((15.0, 21.0, "rail"), (38.0, 42.0, "flat"))) -> StressCase:
     """Sinus rhythm at 75 bpm whose lead II loses the heart twice, for 6 s on the amplifier's rail
@@ -386,6 +414,8 @@ CASES: dict = {
     "supraventricular_tachycardia_128hz": functools.partial(supraventricular_tachycardia, 128.0),
     "av_block": av_block,
     "av_block_128hz": functools.partial(av_block, 128.0),
+    "atrial_flutter": atrial_flutter,
+    "atrial_flutter_128hz": functools.partial(atrial_flutter, 128.0),
     "amplifier_recovery": amplifier_recovery,
     "lead_lost": lead_lost,
     "tremor_one_lead": tremor_one_lead,

@@ -22,6 +22,7 @@ FLOOR = {"pauses": (1.0, 1.0), "flutter": (1.0, 1.0), "pvcs_into_flutter": (1.0,
          "tall_t_slow": (1.0, 1.0), "bigeminy": (1.0, 1.0), "ventricular_tachycardia": (1.0, 1.0),
          "supraventricular_tachycardia": (1.0, 1.0), "supraventricular_tachycardia_128hz": (1.0, 1.0),
          "av_block": (1.0, 1.0), "av_block_128hz": (1.0, 1.0),
+         "atrial_flutter": (1.0, 1.0), "atrial_flutter_128hz": (1.0, 1.0),
          "noise_bursts": (0.99, 0.99), "noise_bursts_128hz": (0.95, 0.95), "noise_bursts_1khz": (0.95, 0.95),
          "electrode_motion": (0.88, 0.9), "mains_hum": (0.99, 0.99), "mains_hum_60hz_128hz": (0.95, 0.95),
          "amplifier_recovery": (0.95, 1.0),  # beats within 0.2 s of a rail's edges are lost with it

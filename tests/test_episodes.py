@@ -72,7 +72,7 @@ def test_ventricular_beats_leading_into_flutter_stay_outside_it(cases, xp):
 
 @pytest.mark.parametrize("name", ["pauses", "tall_t_slow", "bigeminy", "ventricular_tachycardia",
                                   "supraventricular_tachycardia", "supraventricular_tachycardia_128hz", "av_block",
-                                  "av_block_128hz"])
+                                  "av_block_128hz", "atrial_flutter", "atrial_flutter_128hz"])
 def test_no_episode_in_clean_cases(cases, name, xp):
     found = _found(cases[name], xp)
     assert len(found) == 0, found.to_frame()

@@ -18,7 +18,7 @@ NEAR_NOISE_S = 0.7    # beats this close to a burst see it in their window: not 
 def cases() -> dict:
     return {name: stress.make_case(name) for name in ("noise_bursts", "noise_bursts_128hz", "noise_bursts_1khz",
                                                       "electrode_motion", "tall_t_slow", "bigeminy", "pauses",
-                                                      "flutter", "ventricular_tachycardia")}
+                                                      "flutter", "ventricular_tachycardia", "atrial_flutter", "av_block")}
 
 
 def _quality(case, xp):
@@ -75,10 +75,11 @@ def test_electrode_motion(cases, xp):
     assert np.mean(quality[_far_from(case)] >= LOW_QUALITY) >= CLEAN_HIGH
 
 
-@pytest.mark.parametrize("name", ["tall_t_slow", "bigeminy", "pauses", "flutter", "ventricular_tachycardia"])
+@pytest.mark.parametrize("name", ["tall_t_slow", "bigeminy", "pauses", "flutter", "ventricular_tachycardia",
+                                  "atrial_flutter", "av_block"])
 def test_clean_cases_score_high(cases, name, xp):
-    """Tall T waves, large PVCs beside small beats, pauses, beats around flutter and a run of VT
-    are all clean: every beat scores high."""
+    """Tall T waves, large PVCs beside small beats, pauses, beats around flutter, a run of VT, beats
+    on atrial flutter's sawtooth and AV block's lone P waves are all clean: every beat scores high."""
     quality = backend.to_host(_quality(cases[name], xp))
     assert np.mean(quality >= LOW_QUALITY) >= CLEAN_HIGH, np.sort(quality)[:5]
 
