@@ -13,7 +13,7 @@ import pytest
 from pipeline import backend, stress, wavelet
 from pipeline.config import SignalConfig
 from pipeline.metrics import ec57_counts, flutter_episodes
-from pipeline.segmentation import heartbeats
+from pipeline.segmentation import heartbeats, segment
 
 # Se and P+ each case must reach at 150 ms. Noise bursts: beats inside them count, and noise there
 # can pass for a beat or hide one; electrode motion: a swing as steep as a QRS complex is taken for
@@ -97,6 +97,27 @@ def test_the_other_lead_adds_nothing_where_it_disagrees(xp):
     case = stress.make_case("pauses")
     noise = np.random.default_rng(0).normal(0, 0.3, case.signal.shape[0]).astype(np.float32)
     np.testing.assert_array_equal(_found(case.signal, case.fs, xp, noise), _found(case.signal, case.fs, xp))
+
+
+@pytest.mark.parametrize("name", ["noise_bursts", "bigeminy"])
+def test_units_offset_and_polarity_change_nothing(name, xp):
+    """Databases store ECG in mV, µV, V or ADC counts about an offset, and a lead may be recorded
+    the other way round: the beats, the episodes and the beats' quality are the same (every
+    measure is relative to the recording's own QRS amplitude, every filter blind to a constant)."""
+    case = stress.make_case(name)
+
+    def read(transform):
+        signal, other = (xp.asarray(transform(lead).astype(np.float32)) for lead in (case.signal, case.second))
+        seg = segment(signal, case.fs, SignalConfig(), other=other)
+        return backend.to_host(seg.positions), backend.to_host(seg.quality), seg.episodes.kind.tolist()
+
+    positions, quality, kinds = read(lambda x: x)
+    assert kinds or name == "bigeminy"
+    for transform in (lambda x: x * 1000, lambda x: x / 1000, lambda x: x * 200 + 1024, lambda x: -x):
+        other_positions, other_quality, other_kinds = read(transform)
+        np.testing.assert_array_equal(other_positions, positions)
+        np.testing.assert_allclose(other_quality, quality, atol=1e-3)
+        assert other_kinds == kinds
 
 
 def test_blocked_p_waves_are_no_beats_and_a_high_grade_block_leaves_pauses(xp):
