@@ -62,7 +62,8 @@ def _hum_bin_one(i, signal, stride, step, m, lines, reach, near, far, line0, top
 def _hum_lines_one(w, powers, lines, reach, near, far, m, out):
     """out[w]: window w's hum, the mean square its lines add above the spectrum around them: per
     line, the power over its bins less as many times the mean of its floor's bins (those not NaN),
-    nothing where below; ``16 / 3 / m²`` turns a sine's tapered |DFT|² into its mean square."""
+    nothing where below. A sine's mean square is ``16 / 3 / m²`` × its |DFT|² summed over Hann's
+    main lobe (Parseval, one side: the taper keeps 3/8 of the power)."""
     lobe, span = 2 * reach + 1, far - near + 1
     per_line = lobe + 2 * span
     total = np.float64(0.0)

@@ -62,7 +62,8 @@ def hum_power(signal, fs: float, *, every_s: float = 10.0, least: int = 64, wind
     leakage included) and ``floor_hz`` away on both sides (the level of the spectrum around it:
     muscle noise and QRS complexes spread over many frequencies, hum does not). A line's power is
     that above the level around it, nothing where it is below. Lines the sampling rate cannot show
-    are left out; a recording shorter than a window has none.
+    are left out; a recording shorter than a window has none. Two kernels do it
+    (:mod:`pipeline._hum_kernels`): one thread a window and frequency, then one a window.
     """
     xp = backend.xp_of(signal)
     step = difference_step(fs)
@@ -79,7 +80,7 @@ def hum_power(signal, fs: float, *, every_s: float = 10.0, least: int = 64, wind
     cycles = [line / fs for line in lines]
     per_line = 2 * reach + 1 + 2 * (far - near + 1)
     powers = xp.empty((count, len(lines) * per_line), dtype=xp.float64)
-    line_args = (cycles[0], tops[0], cycles[-1], tops[-1])
+    line_args = (cycles[0], tops[0], cycles[-1], tops[-1])   # the second the first again where one line fits
     _hum_kernels.launch("hum_bins", powers.size, signal, stride, step, m, len(lines), reach, near, far,
                         *line_args, powers)
     power = xp.empty(count, dtype=xp.float32)
