@@ -18,7 +18,8 @@ NEAR_NOISE_S = 0.7    # beats this close to a burst see it in their window: not 
 def cases() -> dict:
     return {name: stress.make_case(name) for name in ("noise_bursts", "noise_bursts_128hz", "noise_bursts_1khz",
                                                       "electrode_motion", "tall_t_slow", "bigeminy", "pauses",
-                                                      "flutter", "ventricular_tachycardia", "atrial_flutter", "av_block")}
+                                                      "flutter", "ventricular_tachycardia", "atrial_flutter",
+                                                      "av_block")}
 
 
 def _quality(case, xp):

@@ -613,7 +613,8 @@ def test_the_segmentation_compiles_no_cpu_kernel_the_warm_up_did_not(tmp_path):
     compilation of seconds inside the run's first process."""
     import numba
 
-    from pipeline import _decision_kernels, _episode_kernels, _hum_kernels, _kernels, _rhythm_kernels, segmentation, warmup
+    from pipeline import _decision_kernels, _episode_kernels, _hum_kernels, _kernels, _rhythm_kernels
+    from pipeline import segmentation, warmup
     from pipeline.synth import SynthConfig, synthesize, write_csv
 
     def signatures() -> dict:
