@@ -2,11 +2,11 @@
 # The GPU machine's measurements, one long command a stage (device time is scarce and the machine
 # forgets /tmp when idle). From the repository root, the pack loaded (../shared/gpu/README.md):
 #
-#   benchmarks/gpu_session.sh tests|startup|serve|quality|dashboard|scale|batch
+#   benchmarks/gpu_session.sh tests|startup|serve|segment|quality|dashboard|scale|batch
 #
 # Logs and JSON go to $OUT (default benchmarks/results). serve: STARTS=N fresh servers each (default
-# 3); dashboard, scale: BOARDS=bokeh or cuxfilter for one board; batch: GPUS, PER_GPU, RECORDINGS,
-# BUDGET choose the archive's layouts, TESTS=0 skips the batch tests, MPS=1 runs under CUDA MPS.
+# 3); segment: PROCESSES=N fresh processes (default 8); dashboard, scale: BOARDS=bokeh or cuxfilter
+# for one board; batch: GPUS, PER_GPU, RECORDINGS, BUDGET choose the archive's layouts, TESTS=0 skips the batch tests, MPS=1 runs under CUDA MPS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . .gpupack/meta/env.sh
@@ -58,6 +58,15 @@ serve)
     step serve-cached $((25 * ${STARTS:-3})) python3 -m benchmarks.serve_start --no-browser --runs "${STARTS:-3}" \
         --out "$OUT" -- --out "$RUNS"
     cp -r /tmp/serve-start-* "$OUT/" 2>/dev/null ;;
+segment)
+    # The segmentation's time inside a run (the report's 'segment' line) in PROCESSES fresh processes on
+    # the 20M default: what a server start pays, with the kernel caches filled. The first process on
+    # a machine compiles the kernels (~80 s) and is left out.
+    [ -e /tmp/ecg-kernels-compiled ] || { step first-run 200 python3 -m pipeline run --no-cache --out "$RUNS" \
+        && touch /tmp/ecg-kernels-compiled; }
+    for i in $(seq "${PROCESSES:-8}"); do
+        timeout 60 python3 -m pipeline run --no-cache --out "$RUNS" 2>/dev/null | grep "^segment"
+    done | tee "$OUT/segment-in-run.log" ;;
 quality)
     step evaluate-mitdb 300 python3 -m pipeline evaluate .gpudata/mitdb --device gpu --no-neurokit --out "$RUNS/mitdb" ;;
 dashboard)
@@ -75,6 +84,6 @@ batch)
         --budget-s "${BUDGET:-360}" --data-dir /tmp/ecg-archive --tag "${TAG:-gpus}" --out "$OUT"
     [ "${MPS:-0}" = 1 ] && echo quit | nvidia-cuda-mps-control ;;
 *)
-    echo "usage: benchmarks/gpu_session.sh tests|startup|serve|quality|dashboard|scale|batch" >&2
+    echo "usage: benchmarks/gpu_session.sh tests|startup|serve|segment|quality|dashboard|scale|batch" >&2
     exit 2 ;;
 esac
