@@ -6,7 +6,8 @@
 #
 # Logs and JSON go to $OUT (default benchmarks/results). serve: STARTS=N fresh servers each (default
 # 3); segment: PROCESSES=N fresh processes (default 8); dashboard, scale: BOARDS=bokeh or cuxfilter
-# for one board; batch: GPUS, PER_GPU, RECORDINGS, BUDGET choose the archive's layouts, TESTS=0 skips the batch tests, MPS=1 runs under CUDA MPS.
+# for one board; batch: GPUS, PER_GPU, RECORDINGS, BUDGET choose the archive's layouts, TESTS=0
+# skips the batch tests, MPS=1 runs under CUDA MPS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . .gpupack/meta/env.sh
