@@ -1,25 +1,29 @@
 """Beat detection as the product shows it (the beats table: fiducials, flutter taken out), against
 reference annotations, AAMI EC57 style, with NeuroKit2 on the same lead beside it.
 
-    python -m benchmarks.detection [FOLDER ...] [--resample HZ] [--second-lead] [--stress] [--out FILE.md]
+    python -m benchmarks.detection [FOLDER ...] [--resample HZ] [--second-lead] [--noise KIND:DB,...] [--stress]
+                                   [--out FILE.md]
 
 FOLDER: WFDB records with ``.atr`` (the development set is ../shared/data/mitdb-ds1). ``--resample``
 also reads every folder's records resampled to HZ (both leads and the annotations; polyphase,
 as a recorder at that rate would deliver them), the other rates the product meets.
 ``--second-lead`` also reads them on the lead the product would not choose (V1, V4, V5 on MIT-BIH):
 a lead unlike lead II, as the clearest lead of a recording whose leads carry no names may be.
-``--stress`` adds the synthetic stress cases of :mod:`pipeline.stress` (their true beats; flutter
+``--noise`` also reads them with noise added to both leads, in the noise stress test's layout, each
+KIND (``ma`` muscle, ``em`` electrode motion, ``bw`` baseline wander; synthetic) at SNR DB
+(:mod:`benchmarks.noise`). ``--stress`` adds the synthetic stress cases of :mod:`pipeline.stress` (their true beats; flutter
 episodes left out as the reference's are). Detection only: no VAE is trained, so a folder takes seconds a record.
 """
 from __future__ import annotations
 
 import sys
 import tempfile
+import zlib
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks import report
+from benchmarks import noise, report
 from pipeline import load, stress, wavelet
 from pipeline.config import SignalConfig
 from pipeline.evaluate import PROTOCOL, neurokit_peaks
@@ -77,6 +81,15 @@ def resampled(folder: Path, fs: float):
                None if other is None else scale(other))
 
 
+def with_noise(folder: Path, kind: str, snr_db: float):
+    """:func:`records` with noise of ``kind`` at ``snr_db`` added to both leads
+    (:func:`benchmarks.noise.add_noise`), seeded by the record, the kind and the SNR."""
+    for name, signal, fs, reference, excluded, other in records(folder):
+        rng = np.random.default_rng(zlib.crc32(f"{name}:{kind}:{snr_db:g}".encode()))
+        add = lambda lead: noise.add_noise(lead, reference, fs, kind, snr_db, rng)
+        yield name, add(signal), fs, reference, excluded, None if other is None else add(other)
+
+
 def stress_cases():
     with tempfile.TemporaryDirectory() as folder:
         for name in stress.CASES:
@@ -114,15 +127,23 @@ def main(argv=None) -> int:
     parser.add_argument("--resample", type=float, metavar="HZ", help="also read the folders' records resampled to HZ")
     parser.add_argument("--second-lead", action="store_true",
                         help="also read the folders' records on their other lead (not the one the product chooses)")
+    parser.add_argument("--noise", metavar="KIND:DB,...", help="also read the folders' records with noise added "
+                        "(KIND ma, em or bw; synthetic, in the noise stress test's layout) at DB dB SNR")
     parser.add_argument("--stress", action="store_true", help="add the synthetic stress cases")
     parser.add_argument("--out", type=Path, help="also write the tables as Markdown here")
     args = parser.parse_args(argv)
+    try:
+        noises = noise.parse(args.noise) if args.noise else []
+    except ValueError as error:
+        parser.error(str(error))
     sections = [(str(folder), list(records(folder))) for folder in args.folders]
     if args.resample:
         sections += [(f"{folder}, resampled to {args.resample:g} Hz", list(resampled(folder, args.resample)))
                      for folder in args.folders]
     if args.second_lead:
         sections += [(f"{folder}, second lead", list(on_second_lead(folder))) for folder in args.folders]
+    sections += [(f"{folder}, {kind} noise at {snr:g} dB", list(with_noise(folder, kind, snr)))
+                 for kind, snr in noises for folder in args.folders]
     if args.stress:
         sections.append(("synthetic stress cases", list(stress_cases())))
     text = [f"Protocol: {PROTOCOL}. NeuroKit2: ecg_clean + ecg_peaks on the same lead.", ""]

@@ -1,11 +1,13 @@
-"""Which beats inside noise episodes stay: those that look like the recording's beats, and of
-the others those that fit its rhythm.
+"""Which beats inside noise episodes, and which faint beats anywhere, stay: those that look like
+the recording's beats, and of the others those that fit its rhythm.
 
 Inside a burst of muscle noise or electrode motion as large as the QRS complexes, a noise
 deflection passes every check a QRS complex passes (threshold, width, slope), and the non-maximum
 suppression may keep it. Such a deflection falls anywhere in the cardiac cycle, so it splits an
 RR interval; a heartbeat does not (a premature beat is followed by a pause: its two intervals
-together are longer than one).
+together are longer than one). Electrode motion that no noise test flags (its swings are slow,
+and smaller than the QRS complexes) leaves such deflections too, a fraction as steep as the
+recording's beats: those faint beats are judged the same way wherever they lie.
 
 See Also
 --------
@@ -22,15 +24,18 @@ from pipeline import _beat_kernels, backend, episodes, qrs
 
 
 def keep_plausible(signal, positions, found, added, fs: float, cfg):
-    """The beats ``positions`` (sorted fiducials) less those inside ``found``'s noise episodes that
-    the rhythm shows are no beats.
+    """The beats ``positions`` (sorted fiducials) less those inside ``found``'s noise episodes, or
+    faint, that the rhythm shows are no beats.
 
-    The beats that stay whatever their timing: those outside noise, the first and the last, those
-    from the other lead (``added``, host), and those whose ECG within ±``cfg.rescue_likeness_s``
-    correlates at least ``cfg.rescue_likeness`` with that of one of the recording's clean beats
-    (up to ~1000 of them, :func:`pipeline.qrs.spread`) and which are as narrow as a QRS complex
-    (at most ``cfg.search_back_width`` × those beats' median width): a beat the noise leaves
-    readable.
+    Judged are the beats inside noise episodes and the faint ones: less than ``cfg.faint_slope``
+    × as steep as the median beat (the steepest rise near the fiducial,
+    :func:`pipeline.qrs.qrs_shape`). The beats that stay whatever their timing: those not judged,
+    the first and the last, those from the other lead (``added``, host), and those whose ECG
+    within ±``cfg.rescue_likeness_s`` correlates at least ``cfg.rescue_likeness`` with that of one
+    of the recording's clean beats (neither judged; up to ~1000 of them,
+    :func:`pipeline.qrs.spread`) and which are as narrow as a QRS complex (at most
+    ``cfg.search_back_width`` × those beats' median width): a beat the noise leaves readable, a
+    small beat of the recording's own shape.
     Each run of the other beats between two that stay is chosen again: the subset is kept whose RR
     intervals lie nearest the local rhythm (the least sum of squared log ratios to the median of
     the nine clean intervals nearby), a beat being left out only where its neighbours are then at
@@ -38,26 +43,21 @@ def keep_plausible(signal, positions, found, added, fs: float, cfg):
     premature beat with its pause stays.
 
     A beat whose neighbours are farther apart than that never goes, whatever the others do (a
-    subset left out spans a gap at least as long), so only the beats that could go are judged. The
-    rhythm is read on the host, from one copy of the fiducials (two host waits in all: that copy
-    and the likeness of the few that could go, measured on the device); the fiducials kept go back
-    in one copy. Each of a dozen small device calls and waits would cost more host time than the
-    copies.
+    subset left out spans a gap at least as long), so only the likeness of those that could go is
+    measured. The rhythm is read on the host, from one copy of the fiducials and their slopes (three host waits
+    in all: those copies and the likeness of the few that could go, measured on the device); the
+    fiducials kept go back in one copy. Each of a dozen small device calls and waits would cost
+    more host time than the copies.
     """
     count = positions.shape[0]
-    noise = episodes.episode_spans(found, "noise", np)
-    if count < 4 or noise.shape[1] == 0:
+    if count < 4:
         return positions
-    every = backend.to_host(positions)                       # one copy: ~0.75 MB a day of beats
-    low, high = np.ceil(noise[0] * fs).astype(np.int64), np.floor(noise[1] * fs).astype(np.int64)
-    first, stop = np.searchsorted(every, low), np.searchsorted(every, high, side="right")
-    where = _around(first, stop, count)                      # the episodes' beats and their context, by index
-    host, sample = every[where], qrs.spread(every)
-    at = np.searchsorted(low, sample, side="right") - 1
-    sample = sample[(at < 0) | (sample > high[np.maximum(at, 0)])]                  # the clean ones
-    must = np.ones(where.shape[0], dtype=bool)               # False: inside a noise episode
-    for a, b in zip(np.searchsorted(where, first), np.searchsorted(where, stop)):
-        must[a:b] = False
+    judged, every = _judged(signal, positions, found, fs, cfg)
+    if not judged.any():
+        return positions
+    where = _around(np.flatnonzero(judged), count)           # the judged beats and their context, by index
+    host, sample = every[where], every[qrs.spread(np.flatnonzero(~judged))]    # a sample of the clean ones
+    must = ~judged[where]                                    # False: inside a noise episode, or faint
     must[(where == 0) | (where == count - 1)] = True
     if added.shape[0]:
         must |= np.isin(host, added)
@@ -69,9 +69,9 @@ def keep_plausible(signal, positions, found, added, fs: float, cfg):
     could_go = host[loose + 1] - host[loose - 1] <= cfg.noise_rhythm_rr * local
     if not could_go.any():
         return positions
-    judged = loose[could_go]
+    doubtful = loose[could_go]
     must[loose[~could_go]] = True
-    must[judged[_alike(signal, host[judged], sample, fs, cfg)]] = True
+    must[doubtful[_alike(signal, host[doubtful], sample, fs, cfg)]] = True
     keep = np.ones(where.shape[0], dtype=bool)
     rr = dict(zip(loose.tolist(), local.tolist()))
     for a, b in _runs(~must).tolist():                       # beats a..b-1, kept beats around
@@ -81,16 +81,28 @@ def keep_plausible(signal, positions, found, added, fs: float, cfg):
     return backend.xp_of(positions).asarray(np.delete(every, where[~keep]))
 
 
-# Beats copied on either side of a noise episode: more than the four clean RR intervals on either
+def _judged(signal, positions, found, fs: float, cfg) -> tuple[np.ndarray, np.ndarray]:
+    """Host mask of the beats to judge (inside ``found``'s noise episodes, or faint: see
+    :func:`keep_plausible`) and the fiducials on the host."""
+    _, _, slope = qrs.qrs_shape(signal, positions, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
+    every, slope = backend.to_host(positions), backend.to_host(slope)   # ~0.75 + 0.4 MB a day of beats
+    judged = slope < cfg.faint_slope * np.median(qrs.spread(slope))
+    noise = episodes.episode_spans(found, "noise", np)
+    low, high = np.ceil(noise[0] * fs).astype(np.int64), np.floor(noise[1] * fs).astype(np.int64)
+    for a, b in zip(np.searchsorted(every, low).tolist(), np.searchsorted(every, high, side="right").tolist()):
+        judged[a:b] = True
+    return judged, every
+
+
+# Beats copied on either side of a judged one: more than the four clean RR intervals on either
 # side of the one a run's local rhythm is centred on.
 _CONTEXT = 12
 
 
-def _around(first: np.ndarray, stop: np.ndarray, count: int) -> np.ndarray:
-    """The indices (sorted, unique) of the beats ``first[i]..stop[i] - 1`` and ``_CONTEXT`` beats
-    on either side of each range, within ``0..count - 1``."""
-    return np.unique(np.concatenate([np.arange(max(a - _CONTEXT, 0), min(b + _CONTEXT, count))
-                                     for a, b in zip(first.tolist(), stop.tolist())]))
+def _around(indices: np.ndarray, count: int) -> np.ndarray:
+    """The indices (sorted, unique) of the beats ``indices`` and ``_CONTEXT`` beats on either side
+    of each, within ``0..count - 1``."""
+    return np.unique(np.clip(indices[:, None] + np.arange(-_CONTEXT, _CONTEXT + 1), 0, count - 1))
 
 
 def _alike(signal, points: np.ndarray, sample: np.ndarray, fs: float, cfg) -> np.ndarray:

@@ -88,3 +88,22 @@ def test_the_rhythm_choice_is_the_best_subset_by_brute_force():
                    for middle in itertools.product((False, True), repeat=m - 2)
                    if feasible(points, (True, *middle, True), most * local))
         assert cost(points, local, kept) == pytest.approx(best, abs=1e-12)
+
+
+def test_anywhere_a_faint_wave_splitting_an_rr_interval_goes_and_a_small_beat_of_the_recordings_shape_stays(
+        recording, xp):
+    """Electrode motion that no noise test flags: a slow swing half the QRS complexes' height
+    halfway between two beats (a fifth of their slope) is no beat; a copy of a beat at a quarter
+    of its size, as faint, looks like the recording's beats and stays."""
+    signal, r, _, _ = recording
+    signal = signal.copy()
+    qrs = float(np.ptp(signal[r[5] - 20:r[5] + 20]))
+    swing, small = (r[30] + r[31]) // 2, (r[34] + r[35]) // 2
+    t = np.arange(-100, 101)
+    signal[swing - 100:swing + 101] += (0.5 * qrs * np.exp(-0.5 * (t / (0.04 * FS)) ** 2)).astype(np.float32)
+    signal[small - 25:small + 26] += 0.25 * (signal[r[33] - 25:r[33] + 26] - signal[r[33] - 25])
+    positions = np.sort(np.concatenate([r, [swing, small]]))
+    kept = _kept(xp, signal, positions, Episodes())
+    np.testing.assert_array_equal(kept, np.sort(np.concatenate([r, [small]])))
+    if xp is not np:
+        np.testing.assert_array_equal(kept, _kept(np, signal, positions, Episodes()))
