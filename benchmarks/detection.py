@@ -11,8 +11,9 @@ as a recorder at that rate would deliver them), the other rates the product meet
 a lead unlike lead II, as the clearest lead of a recording whose leads carry no names may be.
 ``--noise`` also reads them with noise added to both leads, in the noise stress test's layout, each
 KIND (``ma`` muscle, ``em`` electrode motion, ``bw`` baseline wander; synthetic) at SNR DB
-(:mod:`benchmarks.noise`). ``--stress`` adds the synthetic stress cases of :mod:`pipeline.stress` (their true beats; flutter
-episodes left out as the reference's are). Detection only: no VAE is trained, so a folder takes seconds a record.
+(:mod:`benchmarks.noise`). ``--stress`` adds the synthetic stress cases of :mod:`pipeline.stress`
+(their true beats; flutter episodes left out as the reference's are). Detection only: no VAE is
+trained, so a folder takes seconds a record.
 """
 from __future__ import annotations
 

@@ -44,10 +44,10 @@ def keep_plausible(signal, positions, found, added, fs: float, cfg):
 
     A beat whose neighbours are farther apart than that never goes, whatever the others do (a
     subset left out spans a gap at least as long), so only the likeness of those that could go is
-    measured. The rhythm is read on the host, from one copy of the fiducials and their slopes (three host waits
-    in all: those copies and the likeness of the few that could go, measured on the device); the
-    fiducials kept go back in one copy. Each of a dozen small device calls and waits would cost
-    more host time than the copies.
+    measured. The rhythm is read on the host, from one copy of the fiducials and one of their
+    slopes (three host waits in all: those copies and the likeness of the few that could go,
+    measured on the device); the fiducials kept go back in one copy. Each of a dozen small device
+    calls and waits would cost more host time than the copies.
     """
     count = positions.shape[0]
     if count < 4:

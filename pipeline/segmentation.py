@@ -71,9 +71,9 @@ def heartbeats(response, signal, fs: float, cfg: SignalConfig, other=None, hum=N
     it shows beats in but could not fill (:func:`pipeline.other_lead.unreadable`). Flutter waves are no
     heartbeats, so the fiducials inside flutter episodes are taken out; beats in noise are kept
     (their quality says so) where they look like the recording's beats or fit its rhythm
-    (:func:`pipeline.noise_beats.keep_plausible`): a real beat hidden because noise surrounds it
-    would be a missed beat. Pauses are the intervals of at least ``cfg.pause_s`` between the beats
-    kept. ``hum``: the recording's mains hum for the noise measures (:func:`pipeline.mains.hum_power`;
+    (:func:`pipeline.noise_beats.keep_plausible`, which judges faint beats anywhere the same way):
+    a real beat hidden because noise surrounds it would be a missed beat. Pauses are the intervals
+    of at least ``cfg.pause_s`` between the beats kept. ``hum``: the recording's mains hum for the noise measures (:func:`pipeline.mains.hum_power`;
     measured if None)."""
     from pipeline import episodes, noise_beats, other_lead, peaks, rhythm
 
