@@ -27,6 +27,19 @@ def _chunk_maxima_one(c, envelope, size, maxima):
     maxima[k] = top
 
 
+def _noise_floor_one(b, envelope, threshold, block, times, raised):
+    """raised[b]: block ``b``'s threshold, or ``times`` × the mean of its envelope below that
+    threshold where this is higher: the noise floor a deflection must stand out of."""
+    k = np.int64(b)      # a CPU prange index is unsigned: Numba mixes it with ints as a float
+    total = 0.0
+    count = 0
+    for j in range(k * block, min((k + 1) * block, envelope.shape[0])):
+        if envelope[j] < threshold[k]:
+            total += envelope[j]
+            count += 1
+    raised[k] = max(threshold[k], times * total / max(count, 1))
+
+
 def _nms_one(i, envelope, threshold, block, half, maxima, size, gate):
     """gate[i] = 1 where envelope[i] exceeds its block's threshold and is the maximum of
     envelope[i-half : i+half+1] (ties go to the leftmost sample, so a plateau gives one beat).
@@ -384,6 +397,7 @@ def _unsuppressed_body(search_left):
 # costs more than its few comparisons.
 _nms_cpu_body = numba.njit(_nms_one, cache=True, inline="always")
 _chunk_maxima_cpu_body = numba.njit(_chunk_maxima_one, cache=True)
+_noise_floor_cpu_body = numba.njit(_noise_floor_one, cache=True)
 _embed_cpu_body = numba.njit(_embed_one, cache=True)
 _median_of_cpu = numba.njit(_median_of, cache=True)
 _qrs_shape_cpu_body = numba.njit(_qrs_shape_body(_median_of_cpu), cache=True)
@@ -398,6 +412,12 @@ _unsuppressed_cpu_body = numba.njit(_unsuppressed_body(_search_left_cpu), cache=
 def _nms_cpu(n, envelope, threshold, block, half, maxima, size, gate):
     for i in numba.prange(n):
         _nms_cpu_body(i, envelope, threshold, block, half, maxima, size, gate)
+
+
+@numba.njit(parallel=True, cache=True)
+def _noise_floor_cpu(n, envelope, threshold, block, times, raised):
+    for b in numba.prange(n):
+        _noise_floor_cpu_body(b, envelope, threshold, block, times, raised)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -434,7 +454,7 @@ def _unsuppressed_cpu(n, env, thresholds, block, own, candidates, half, flag):
 # bodies as module globals rather than closure cells, so that their on-disk cache key (bytecode,
 # closure contents, signature, GPU architecture) is the same in every process.
 cuda = _nms_cuda_body = _embed_cuda_body = _qrs_shape_cuda_body = _gap_peaks_cuda_body = None
-_unsuppressed_cuda_body = _chunk_maxima_cuda_body = None
+_unsuppressed_cuda_body = _chunk_maxima_cuda_body = _noise_floor_cuda_body = None
 
 
 @functools.cache
@@ -451,11 +471,12 @@ def _cuda_kernels() -> dict:
     like the CPU ones (``cache=True``: in ``__pycache__``, invalidated when this file changes), so
     that only the first process on a machine pays the compilation."""
     global cuda, _nms_cuda_body, _embed_cuda_body, _qrs_shape_cuda_body, _gap_peaks_cuda_body
-    global _unsuppressed_cuda_body, _chunk_maxima_cuda_body
+    global _unsuppressed_cuda_body, _chunk_maxima_cuda_body, _noise_floor_cuda_body
     from numba import cuda
 
     _nms_cuda_body = cuda.jit(device=True)(_nms_one)
     _chunk_maxima_cuda_body = cuda.jit(device=True)(_chunk_maxima_one)
+    _noise_floor_cuda_body = cuda.jit(device=True)(_noise_floor_one)
     _embed_cuda_body = cuda.jit(device=True)(_embed_one)
     _qrs_shape_cuda_body = cuda.jit(device=True)(_qrs_shape_body(_median_of_cuda()))
     _gap_peaks_cuda_body = cuda.jit(device=True)(_gap_peaks_one)
@@ -470,6 +491,11 @@ def _cuda_kernels() -> dict:
         c = cuda.grid(1)
         if c < n:
             _chunk_maxima_cuda_body(c, envelope, size, maxima)
+
+    def noise_floor(n, envelope, threshold, block, times, raised):
+        b = cuda.grid(1)
+        if b < n:
+            _noise_floor_cuda_body(b, envelope, threshold, block, times, raised)
 
     def embed(n, signal, positions, pre, out):
         i = cuda.grid(1)
@@ -492,12 +518,13 @@ def _cuda_kernels() -> dict:
             _unsuppressed_cuda_body(i, env, thresholds, block, own, candidates, half, flag)
 
     return {"nms": _launch.cuda_jit_cached(nms), "chunk_maxima": _launch.cuda_jit_cached(chunk_maxima),
-            "embed": _launch.cuda_jit_cached(embed),
+            "noise_floor": _launch.cuda_jit_cached(noise_floor), "embed": _launch.cuda_jit_cached(embed),
             "qrs_shape": _launch.cuda_jit_cached(qrs_shape),
             "gap_peaks": _launch.cuda_jit_cached(gap_peaks), "unsuppressed": _launch.cuda_jit_cached(unsuppressed)}
 
 
-_CPU = {"nms": _nms_cpu, "chunk_maxima": _chunk_maxima_cpu, "embed": _embed_cpu, "qrs_shape": _qrs_shape_cpu,
+_CPU = {"nms": _nms_cpu, "chunk_maxima": _chunk_maxima_cpu, "noise_floor": _noise_floor_cpu, "embed": _embed_cpu,
+        "qrs_shape": _qrs_shape_cpu,
         "gap_peaks": _gap_peaks_cpu, "unsuppressed": _unsuppressed_cpu}
 
 

@@ -47,6 +47,17 @@ def block_levels(env, fs: float, block_s: float, n_blocks: int):
     return backend.running_median(maxima, n_blocks // 2), block
 
 
+def above_the_noise_floor(env, thresholds, block: int, times: float):
+    """Each block's threshold raised, where noise fills the block, to ``times`` × the mean of the
+    envelope below it (Numba kernel, one thread a block). Between clean beats the response is near
+    zero, so the threshold stays; electrode motion or muscle noise lifts the response everywhere,
+    and a deflection must stand out of that floor as a QRS complex stands out of its baseline (a
+    relative threshold alone, a fraction of the beats' own response, passes the larger swings)."""
+    raised = backend.xp_of(env).empty_like(thresholds)
+    _kernels.launch("noise_floor", thresholds.shape[0], env, thresholds, int(block), float(times), raised)
+    return raised
+
+
 def nms_gate(env, thresholds, block: int, half_window: int):
     """Binary gate (uint8): 1 at samples above their block's threshold that are the maximum of
     ``env`` within ±``half_window`` samples. Numba kernels, CUDA or CPU by the input's type: the
@@ -150,7 +161,7 @@ def find_beats(response, signal, fs: float, cfg):
     xp = backend.xp_of(response)
     env = envelope(response)
     level, block = block_levels(env, fs, cfg.level_block_s, cfg.level_blocks)
-    thresholds = (cfg.threshold * level).astype(env.dtype)
+    thresholds = above_the_noise_floor(env, (cfg.threshold * level).astype(env.dtype), block, cfg.noise_floor)
     candidates = xp.flatnonzero(nms_gate(env, thresholds, block, max(1, int(round(cfg.refractory_s * fs)))))
     candidates = candidates.astype(xp.int64)
     # Up to ~1000 of them snapped to their largest deflection first, to learn the beats' usual

@@ -565,7 +565,7 @@ def test_cuda_kernels_come_from_the_disk_cache_in_a_new_process():
 
     counts()
     second = counts()
-    assert second == {name: [1, 0] for name in ("nms", "chunk_maxima", "embed", "qrs_shape", "rhythm", "non_qrs", "early_beats",
+    assert second == {name: [1, 0] for name in ("nms", "chunk_maxima", "noise_floor", "embed", "qrs_shape", "rhythm", "non_qrs", "early_beats",
                                                 "gap_bounds", "narrow", "deflection", "gap_peaks", "unsuppressed", "block_stats", "beat_range", "beat_stats", "tick_measures",
                                                 "flutter_frames", "flutter_measures", "flutter_flags", "tick_severity",
                                                 "runs", "in_spans", "beat_quality", "hum_bins", "hum_lines")}, second
