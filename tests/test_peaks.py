@@ -11,8 +11,8 @@ from scipy.ndimage import maximum_filter1d
 
 from pipeline import backend
 from pipeline.config import SignalConfig
-from pipeline.peaks import (adaptive_threshold, beat_lengths, drop_non_qrs, envelope, fiducials, length_histogram,
-                            nms_gate, search_back)
+from pipeline.peaks import (above_the_noise_floor, adaptive_threshold, beat_lengths, drop_non_qrs, envelope,
+                            fiducials, find_beats, length_histogram, nms_gate, search_back)
 from pipeline.qrs import polarity_of, refine_to_extremum
 
 BEAT_SYMBOLS = list("NLRBAaJSVrFejnE/fQ?")  # the MIT-BIH README's heartbeat symbols
@@ -160,6 +160,49 @@ def test_adaptive_threshold_equals_numpy(n, fs, n_blocks, xp):
     level = np.median(sliding_window_view(np.pad(maxima, half, mode="edge"), n_blocks), axis=1)
     assert isinstance(thresholds, xp.ndarray) and thresholds.dtype == xp.float32
     np.testing.assert_allclose(_host(thresholds), 0.3 * level, rtol=1e-6)
+
+
+@pytest.mark.parametrize("n, block", [(10_000, 500), (7_777, 1000), (3_001, 720)])
+def test_noise_floor_raises_a_threshold_to_times_the_mean_below_it(n, block, xp):
+    rng = np.random.default_rng(n)
+    env = np.abs(rng.standard_normal(n)).astype(np.float32) * np.linspace(0.2, 2.0, n, dtype=np.float32)
+    thresholds = rng.uniform(0.5, 2.5, -(-n // block)).astype(np.float32)
+    raised = above_the_noise_floor(xp.asarray(env), xp.asarray(thresholds), block, 3.0)
+    expected = []
+    for b, threshold in enumerate(thresholds):
+        chunk = env[b * block:(b + 1) * block]
+        below = chunk[chunk < threshold]
+        expected.append(max(threshold, 3.0 * below.mean()) if below.size else threshold)
+    assert isinstance(raised, xp.ndarray) and raised.dtype == xp.float32
+    np.testing.assert_allclose(_host(raised), expected, rtol=1e-5)
+    assert np.any(_host(raised) > thresholds) and np.any(_host(raised) == thresholds)
+
+
+def test_slow_swings_between_beats_raise_the_threshold_and_no_beat_is_lost(xp):
+    """Electrode motion: 0.5-10 Hz swings (RMS a tenth of the QRS peak-to-peak) over half of a
+    clean recording pass a threshold that is only a fraction of the beats' response; above the
+    noise floor, a good part of those false beats go, and every beat stays."""
+    from scipy.signal import butter, sosfiltfilt
+
+    from pipeline import synth, wavelet
+
+    fs = 360.0
+    ecg = synth.synthesize(synth.SynthConfig(n_samples=int(300 * fs), fs=fs, seed=7, noise_bursts_per_hour=0.0))
+    qrs = np.median([np.ptp(ecg.signal[r - 18:r + 18]) for r in ecg.r_peaks[2:-2]])
+    swings = sosfiltfilt(butter(2, [0.5, 10.0], "bandpass", fs=fs, output="sos"),
+                         np.random.default_rng(3).standard_normal(len(ecg.signal)))
+    swings[:len(swings) // 2] = 0.0
+    signal = xp.asarray((ecg.signal + 0.1 * qrs * swings / swings[len(swings) // 2:].std()).astype(np.float32))
+    response = wavelet.ricker_response(signal, fs, SignalConfig().ricker_width_s)
+
+    def false_and_missed(cfg):
+        found = _host(find_beats(response, signal, fs, cfg))
+        near = np.abs(found[:, None] - ecg.r_peaks[None, :]) <= int(0.15 * fs)
+        return int((~near.any(axis=1)).sum()), int((~near.any(axis=0)).sum())
+
+    without_floor, with_floor = false_and_missed(SignalConfig(noise_floor=0.0)), false_and_missed(SignalConfig())
+    assert without_floor[0] >= 20 and with_floor[0] <= 0.8 * without_floor[0], (without_floor, with_floor)
+    assert with_floor[1] == without_floor[1] == 0, (without_floor, with_floor)
 
 
 def test_envelope_is_absolute_value(xp):
