@@ -46,7 +46,8 @@ class SignalConfig:
     search_back_refractory_s: float = 0.2  # ...one candidate within ± this (the absolute refractory period)
     noise_rhythm_rr: float = 1.25    # in noise, a beat unlike the recording's goes where its neighbours are then at most
                                      # this × the local RR apart and the rhythm fits better without it
-    faint_slope: float = 0.3         # anywhere, a beat less than this fraction as steep as the median is judged as in noise
+    faint_slope: float = 0.3         # anywhere, a beat less than this fraction as steep as the median is judged as in noise...
+    faint_neighbour_slope: float = 0.5  # ...and so is one less than this fraction as steep as a beat beside it, on every lead
     pause_s: float = 2.0             # an RR interval at least this long is listed as a pause
     other_lead: bool = True          # read the pauses of the analysed lead on another lead, where there is one...
     other_lead_max_s: float = 20.0   # ...pauses up to this long...

@@ -7,7 +7,10 @@ suppression may keep it. Such a deflection falls anywhere in the cardiac cycle, 
 RR interval; a heartbeat does not (a premature beat is followed by a pause: its two intervals
 together are longer than one). Electrode motion that no noise test flags (its swings are slow,
 and smaller than the QRS complexes) leaves such deflections too, a fraction as steep as the
-recording's beats: those faint beats are judged the same way wherever they lie.
+recording's beats: those faint beats are judged the same way wherever they lie. So are the
+deflections much less steep than a beat beside them, on every lead read: a swing on one lead is
+no QRS complex on the other, while a heartbeat shows on both. Such a deflection can correlate with
+a wide beat's shape, so only the rhythm may keep it.
 
 See Also
 --------
@@ -23,19 +26,22 @@ import numpy as np
 from pipeline import _beat_kernels, backend, episodes, qrs
 
 
-def keep_plausible(signal, positions, found, added, fs: float, cfg):
+def keep_plausible(signal, positions, found, added, fs: float, cfg, other=None):
     """The beats ``positions`` (sorted fiducials) less those inside ``found``'s noise episodes, or
     faint, that the rhythm shows are no beats.
 
     Judged are the beats inside noise episodes and the faint ones: less than ``cfg.faint_slope``
     × as steep as the median beat (the steepest rise near the fiducial,
-    :func:`pipeline.qrs.qrs_shape`). The beats that stay whatever their timing: those not judged,
-    the first and the last, those from the other lead (``added``, host), and those whose ECG
-    within ±``cfg.rescue_likeness_s`` correlates at least ``cfg.rescue_likeness`` with that of one
-    of the recording's clean beats (neither judged; up to ~1000 of them,
+    :func:`pipeline.qrs.qrs_shape`), or less than ``cfg.faint_neighbour_slope`` × as steep as the
+    steeper of the two beats beside them, on the analysed lead and on the ``other`` lead if there
+    is one (sample for sample, same device). The beats that stay whatever their timing: those not
+    judged, the first and the last, those from the other lead (``added``, host), and those whose
+    ECG within ±``cfg.rescue_likeness_s`` correlates at least ``cfg.rescue_likeness`` with that of
+    one of the recording's clean beats (neither judged; up to ~1000 of them,
     :func:`pipeline.qrs.spread`) and which are as narrow as a QRS complex (at most
     ``cfg.search_back_width`` × those beats' median width): a beat the noise leaves readable, a
-    small beat of the recording's own shape.
+    small beat of the recording's own shape. Beats judged for their neighbours alone are not
+    measured so: a swing half as steep as a beat beside it may have a wide beat's shape.
     Each run of the other beats between two that stay is chosen again: the subset is kept whose RR
     intervals lie nearest the local rhythm (the least sum of squared log ratios to the median of
     the nine clean intervals nearby), a beat being left out only where its neighbours are then at
@@ -52,7 +58,7 @@ def keep_plausible(signal, positions, found, added, fs: float, cfg):
     count = positions.shape[0]
     if count < 4:
         return positions
-    judged, every = _judged(signal, positions, found, fs, cfg)
+    judged, by_neighbours, every = _judged(signal, positions, found, fs, cfg, other)
     if not judged.any():
         return positions
     where = _around(np.flatnonzero(judged), count)           # the judged beats and their context, by index
@@ -71,7 +77,8 @@ def keep_plausible(signal, positions, found, added, fs: float, cfg):
         return positions
     doubtful = loose[could_go]
     must[loose[~could_go]] = True
-    must[doubtful[_alike(signal, host[doubtful], sample, fs, cfg)]] = True
+    alike = _alike(signal, host[doubtful], sample, fs, cfg) & ~by_neighbours[where[doubtful]]
+    must[doubtful[alike]] = True
     keep = np.ones(where.shape[0], dtype=bool)
     rr = dict(zip(loose.tolist(), local.tolist()))
     for a, b in _runs(~must).tolist():                       # beats a..b-1, kept beats around
@@ -81,17 +88,36 @@ def keep_plausible(signal, positions, found, added, fs: float, cfg):
     return backend.xp_of(positions).asarray(np.delete(every, where[~keep]))
 
 
-def _judged(signal, positions, found, fs: float, cfg) -> tuple[np.ndarray, np.ndarray]:
-    """Host mask of the beats to judge (inside ``found``'s noise episodes, or faint: see
-    :func:`keep_plausible`) and the fiducials on the host."""
-    _, _, slope = qrs.qrs_shape(signal, positions, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
-    every, slope = backend.to_host(positions), backend.to_host(slope)   # ~0.75 + 0.4 MB a day of beats
+def _judged(signal, positions, found, fs: float, cfg, other=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Host masks of the beats to judge (inside ``found``'s noise episodes, or faint: see
+    :func:`keep_plausible`) and of those judged only for being faint beside their neighbours, and
+    the fiducials on the host."""
+    slope = _slopes(signal, positions, fs, cfg)
+    every = backend.to_host(positions)                      # ~0.75 + 0.4 MB a day of beats
     judged = slope < cfg.faint_slope * np.median(qrs.spread(slope))
+    by_neighbours = slope < cfg.faint_neighbour_slope * _steeper_neighbour(slope)
+    if other is not None:
+        other_slope = _slopes(other, positions, fs, cfg)
+        by_neighbours &= other_slope < cfg.faint_neighbour_slope * _steeper_neighbour(other_slope)
     noise = episodes.episode_spans(found, "noise", np)
     low, high = np.ceil(noise[0] * fs).astype(np.int64), np.floor(noise[1] * fs).astype(np.int64)
     for a, b in zip(np.searchsorted(every, low).tolist(), np.searchsorted(every, high, side="right").tolist()):
         judged[a:b] = True
-    return judged, every
+    by_neighbours &= ~judged
+    return judged | by_neighbours, by_neighbours, every
+
+
+def _slopes(signal, positions, fs: float, cfg) -> np.ndarray:
+    """Host: each beat's steepest rise on ``signal`` (:func:`pipeline.qrs.qrs_shape`)."""
+    _, _, slope = qrs.qrs_shape(signal, positions, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
+    return backend.to_host(slope)
+
+
+def _steeper_neighbour(slope: np.ndarray) -> np.ndarray:
+    """Each beat's steeper neighbour's ``slope`` (the first and last beats have one neighbour)."""
+    before = np.concatenate([slope[1:2], slope[:-1]])
+    after = np.concatenate([slope[1:], slope[-2:-1]])
+    return np.maximum(before, after)
 
 
 # Beats copied on either side of a judged one: more than the four clean RR intervals on either

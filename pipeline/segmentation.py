@@ -71,7 +71,8 @@ def heartbeats(response, signal, fs: float, cfg: SignalConfig, other=None, hum=N
     it shows beats in but could not fill (:func:`pipeline.other_lead.unreadable`). Flutter waves are no
     heartbeats, so the fiducials inside flutter episodes are taken out; beats in noise are kept
     (their quality says so) where they look like the recording's beats or fit its rhythm
-    (:func:`pipeline.noise_beats.keep_plausible`, which judges faint beats anywhere the same way):
+    (:func:`pipeline.noise_beats.keep_plausible`, which judges the same way faint beats anywhere and
+    beats much less steep than one beside them on every lead read):
     a real beat hidden because noise surrounds it would be a missed beat. Pauses are the intervals
     of at least ``cfg.pause_s`` between the beats kept. ``hum``: the recording's mains hum for the noise measures (:func:`pipeline.mains.hum_power`;
     measured if None)."""
@@ -82,7 +83,7 @@ def heartbeats(response, signal, fs: float, cfg: SignalConfig, other=None, hum=N
     positions, added, doubtful = other_lead.fill_gaps(positions, other, fs, cfg)
     found = other_lead.vet_flutter(episodes.find_episodes(signal, fs, positions, hum=hum), other, fs, cfg)
     found = other_lead.unreadable(found, doubtful, fs, cfg)
-    positions = noise_beats.keep_plausible(signal, positions, found, added, fs, cfg)
+    positions = noise_beats.keep_plausible(signal, positions, found, added, fs, cfg, other)
     if len(found.select("flutter")):  # the fiducials kept are a copy whose length the host waits for
         positions = positions[~episodes.in_episodes(positions, found, fs, "flutter")]
         if added.shape[0]:

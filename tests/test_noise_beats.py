@@ -107,3 +107,39 @@ def test_anywhere_a_faint_wave_splitting_an_rr_interval_goes_and_a_small_beat_of
     np.testing.assert_array_equal(kept, np.sort(np.concatenate([r, [small]])))
     if xp is not np:
         np.testing.assert_array_equal(kept, _kept(np, signal, positions, Episodes()))
+
+
+def _rise(signal: np.ndarray, point: int, half: int = round(0.008 * FS), reach: int = round(0.06 * FS)) -> float:
+    """The largest rise over 16 ms within ±60 ms of ``point``: a reference for the slope the rule reads."""
+    at = np.arange(point - reach, point + reach + 1)
+    return float(np.max(signal[at + half] - signal[at - half]))
+
+
+def test_a_swing_half_as_steep_as_its_neighbours_goes_unless_the_other_lead_shows_a_beat(recording, xp):
+    """A swing between two beats, steeper than the faint line but less than half as steep as
+    the beats beside it, splits an RR interval: it goes, read on one lead or on two. Where the
+    other lead shows a QRS complex at that point, the swing is a beat that lead sees plainly, and
+    it stays."""
+    signal, r, _, _ = recording
+    signal = signal.copy()
+    other = (-0.6 * signal).astype(np.float32)
+    beat_rise = np.median([_rise(signal, int(p)) for p in r[25:40]])
+    lone, seen = (r[30] + r[31]) // 2, (r[34] + r[35]) // 2
+    t = np.arange(-60, 61)
+    bump = np.exp(-0.5 * (t / (0.012 * FS)) ** 2)
+    bump *= 0.4 * beat_rise / _rise(np.pad(bump, 200), 260)     # 0.4 × as steep as the beats
+    for point in (lone, seen):
+        signal[point - 60:point + 61] += bump.astype(np.float32)
+    other[seen - 25:seen + 26] += other[r[33] - 25:r[33] + 26] - other[r[33] - 25]
+    assert 0.33 < _rise(signal, lone) / beat_rise < 0.47           # between the faint line and half
+    positions = np.sort(np.concatenate([r, [lone, seen]]))
+
+    def kept(xp, other):
+        return backend.to_host(keep_plausible(xp.asarray(signal), xp.asarray(positions), Episodes(),
+                                              np.zeros(0, np.int64), FS, SignalConfig(),
+                                              None if other is None else xp.asarray(other)))
+
+    np.testing.assert_array_equal(kept(xp, other), np.sort(np.concatenate([r, [seen]])))
+    np.testing.assert_array_equal(kept(xp, None), r)
+    if xp is not np:
+        np.testing.assert_array_equal(kept(xp, other), kept(np, other))
