@@ -7,7 +7,8 @@ on the GPU, the twin chosen from the array type. On the GPU each check was dozen
 operations and a host synchronisation each time it narrowed the peaks down; here a thread runs a
 peak's or a beat's checks one after the other, measuring only what the checks before let through.
 
-The bodies call :mod:`pipeline._kernels`' device functions (the QRS-shape body, the binary search).
+The bodies call the QRS-shape body of :mod:`pipeline._shape_kernels` and the binary search of
+:mod:`pipeline._kernels`.
 Numba's disk cache is keyed on this file alone: after a change to those, clear ``__pycache__``.
 """
 from __future__ import annotations
@@ -18,14 +19,8 @@ import math
 import numba
 import numpy as np
 
-from pipeline import _kernels, _launch
-
-# The bits of a peak's state in the rescue (see _rescue_body and _alike_body): it passed the checks
-# before the likeness (SHAPED), it is alike to one of the beats (ALIKE), a likeness was NaN
-# (UNDEFINED). It passes when its state is RESCUED.
-SHAPED, ALIKE, UNDEFINED = 1, 2, 4
-RESCUED = SHAPED | ALIKE
-
+from pipeline import _kernels, _launch, _likeness_kernels, _shape_kernels
+from pipeline._likeness_kernels import SHAPED
 
 # --------------------------------------------------------------------------- device functions
 def _middle(values, e):
@@ -57,35 +52,6 @@ def _middle(values, e):
                 upper = other
                 larger = True
     return True, (value + upper) * np.float32(0.5)   # int64 × float32: float64, as NumPy's mean of ints
-
-
-def _stretch(signal, p, reach):
-    """Mean and norm (less the mean, at least 1e-12) of the ECG within ±``reach`` of p, indices
-    clipped, in float64: the terms of a correlation with it (:func:`_likeness_body`)."""
-    n = signal.shape[0]
-    total = np.float64(0.0)         # float64 sums of the float32 ECG (a bare 0.0 would stay float32 in
-    for t in range(p - reach, p + reach + 1):                  # the CUDA simulator's NumPy scalars)
-        total += signal[min(max(t, 0), n - 1)]
-    mean = total / (2 * reach + 1)
-    energy = np.float64(0.0)
-    for t in range(p - reach, p + reach + 1):
-        d = signal[min(max(t, 0), n - 1)] - mean
-        energy += d * d
-    return mean, max(math.sqrt(energy), 1e-12)
-
-
-def _correlation(signal, p, own, q, other, reach):
-    """The Pearson correlation of the ECG within ±``reach`` of p with that within ±``reach`` of q,
-    given the two stretches' :func:`_stretch` (``own`` and ``other``: mean, norm): 1 for the same
-    shape at any size or baseline, 0 against a flat one, NaN where one is NaN. In float64 (the
-    whole-array formula it replaced rounded float32 rows and a matrix product its own way on each
-    device): the CPU's and the GPU's rounding (fused multiply-add) part ~1e-16 away, far inside the
-    float32 the rescue compares it in."""
-    n = signal.shape[0]
-    total = np.float64(0.0)
-    for t in range(-reach, reach + 1):
-        total += ((signal[min(max(p + t, 0), n - 1)] - own[0]) * (signal[min(max(q + t, 0), n - 1)] - other[0]))
-    return total / (own[1] * other[1])
 
 
 def _strongest_before(env, p, near, far):
@@ -180,27 +146,16 @@ def _shape_medians_body(middle):
     return shape_medians_one
 
 
-def _stretches_body(stretch):
-    """The per-position body of the stretch kernel, closed over ``stretch``: the CPU or the CUDA
-    twin of :func:`_stretch`."""
-
-    def stretches_one(e, signal, examples, reach, stretches):
-        """stretches[e]: the mean and the norm of the ECG within ±``reach`` of ``examples[e]``."""
-        stretches[e, 0], stretches[e, 1] = stretch(signal, examples[e], reach)
-
-    return stretches_one
-
-
 def _rescue_body(refine, measure, search_left, qrs_like, stretch):
     """The per-peak body of the rescue kernel, closed over the CPU or the CUDA twins of
     :func:`_shape_steps`' refine and measure, :func:`pipeline._kernels._search_left`,
-    :func:`_qrs_like` and :func:`_stretch`."""
+    :func:`_qrs_like` and :func:`pipeline._likeness_kernels._stretch`."""
 
     def rescue_one(i, signal, positions, peak, settings, polarity, rival, gap, half, medians, width_ratio,
                    slope_ratio, reach, moved, width, slope, spare, own, state):
         """state[i]: SHAPED where the envelope's peak i, moved to its QRS extremum (moved[i]:
         ``settings``' search, ``polarity``, ``rival``), passes :func:`pipeline.peaks.rescue_suppressed`'s
-        checks before the likeness (then own[i] holds the :func:`_stretch` of its ECG within
+        checks before the likeness (then own[i] holds the stretch (:mod:`pipeline._likeness_kernels`) of its ECG within
         ±``reach``, which the ``alike`` kernel compares with the beats'), else 0: it lies between
         two beats, at least ``gap`` after the one before and ``half`` before the next, and its
         deflection (width[i], slope[i]) is as narrow and steep as a QRS (:func:`_qrs_like`). Each
@@ -219,34 +174,6 @@ def _rescue_body(refine, measure, search_left, qrs_like, stretch):
         state[j] = SHAPED
 
     return rescue_one
-
-
-def _alike_body(correlation, or_into):
-    """The per-pair body of the likeness kernel, closed over the CPU or the CUDA twins of
-    :func:`_correlation` and of a bitwise or into an array (atomic on the GPU, where the threads
-    of one peak's pairs write its state together)."""
-
-    def alike_one(i, e, signal, moved, own, examples, stretches, reach, likeness, state):
-        """Where peak i passed the rescue's checks before the likeness (state[i] has SHAPED): +ALIKE
-        when its ECG correlates at least ``likeness`` (float32, as the correlation is rounded to)
-        with that around ``examples[e]`` (whose stretch is ``stretches[e]``), +UNDEFINED where the
-        correlation is NaN. A peak passes with some example alike and none undefined: as its best
-        correlation with them passes, the float32 rounding keeping their order."""
-        j = np.int64(i)      # a CPU prange index is unsigned: Numba mixes it with ints as a float
-        if not state[j] & SHAPED:
-            return
-        value = correlation(signal, moved[j], own[j], examples[e], stretches[e], reach)
-        if value != value:
-            or_into(state, j, UNDEFINED)
-        elif np.float32(value) >= likeness:
-            or_into(state, j, ALIKE)
-
-    return alike_one
-
-
-def _or_into(state, j, bits):
-    """state[j] |= bits, on the CPU, where one thread walks one peak's pairs."""
-    state[j] |= bits
 
 
 def _suppress_among_one(i, env, peak, passed, half, won):
@@ -340,14 +267,10 @@ def _second_look_body(refine, measure, search_left, qrs_like):
 # tuples) and hand the bodies their tuple.
 _own_peaks_cpu_body = numba.njit(_own_peaks_body(_kernels._search_left_cpu), cache=True)
 _shape_medians_cpu_body = numba.njit(_shape_medians_body(numba.njit(_middle, cache=True)), cache=True)
-_stretch_cpu = numba.njit(_stretch, cache=True)
-_stretches_cpu_body = numba.njit(_stretches_body(_stretch_cpu), cache=True)
-_correlation_cpu = numba.njit(_correlation, cache=True)
-_refine_cpu, _measure_cpu = (numba.njit(step, cache=True) for step in _shape_steps(_kernels._qrs_shape_cpu_body))
+_refine_cpu, _measure_cpu = (numba.njit(step, cache=True) for step in _shape_steps(_shape_kernels._qrs_shape_cpu_body))
 _qrs_like_cpu = numba.njit(_qrs_like, cache=True)
 _rescue_cpu_body = numba.njit(_rescue_body(_refine_cpu, _measure_cpu, _kernels._search_left_cpu, _qrs_like_cpu,
-                                           _stretch_cpu), cache=True)
-_alike_cpu_body = numba.njit(_alike_body(_correlation_cpu, numba.njit(_or_into, cache=True)), cache=True)
+                                           _likeness_kernels._stretch_cpu), cache=True)
 _suppress_among_cpu_body = numba.njit(_suppress_among_one, cache=True)
 _own_t_wave_cpu_body = numba.njit(_own_t_wave_body(_refine_cpu, _measure_cpu,
                                                    numba.njit(_strongest_before, cache=True)), cache=True)
@@ -368,27 +291,12 @@ def _shape_medians_cpu(n, width, slope, medians):
 
 
 @numba.njit(parallel=True, cache=True)
-def _stretches_cpu(n, signal, examples, reach, stretches):
-    for e in numba.prange(n):
-        _stretches_cpu_body(e, signal, examples, reach, stretches)
-
-
-@numba.njit(parallel=True, cache=True)
 def _rescue_cpu(n, signal, positions, peak, search, base, despike, cap, step, shape_reach, polarity, rival, gap, half,
                 medians, width_ratio, slope_ratio, reach, moved, width, slope, spare, own, state):
     settings = (search, base, despike, cap, step, shape_reach)
     for i in numba.prange(n):
         _rescue_cpu_body(i, signal, positions, peak, settings, polarity, rival, gap, half, medians, width_ratio,
                          slope_ratio, reach, moved, width, slope, spare, own, state)
-
-
-@numba.njit(parallel=True, cache=True)
-def _alike_cpu(n, signal, moved, own, examples, stretches, reach, likeness, state):
-    # n counts the (peak, example) pairs, as the CUDA twin's threads; a CPU thread walks a peak's.
-    count = examples.shape[0]
-    for i in numba.prange(n // count):
-        for e in range(count):
-            _alike_cpu_body(i, e, signal, moved, own, examples, stretches, reach, likeness, state)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -420,35 +328,26 @@ def _second_look_cpu(n, signal, positions, extra, search, base, despike, cap, st
 # Set by _beat_cuda_kernels() on the GPU path only, as in pipeline._kernels: the CUDA wrappers reach
 # numba.cuda and the device bodies as module globals rather than closure cells, so that their
 # on-disk cache key is the same in every process.
-cuda = _own_peaks_cuda_body = _shape_medians_cuda_body = _stretches_cuda_body = _rescue_cuda_body = None
-_alike_cuda_body = None
+cuda = _own_peaks_cuda_body = _shape_medians_cuda_body = _rescue_cuda_body = None
 _suppress_among_cuda_body = _own_t_wave_cuda_body = _second_look_cuda_body = None
-
-
-def _atomic_or_into(state, j, bits):
-    """state[j] |= bits on the GPU, where the threads of one peak's pairs write it together."""
-    cuda.atomic.or_(state, j, bits)
 
 
 @functools.cache
 def _beat_cuda_kernels() -> dict:
     """CUDA twins of this module's kernels, compiled on first use and cached on disk like
     :func:`pipeline._kernels._cuda_kernels`."""
-    global cuda, _own_peaks_cuda_body, _shape_medians_cuda_body, _stretches_cuda_body, _rescue_cuda_body
-    global _alike_cuda_body
+    global cuda, _own_peaks_cuda_body, _shape_medians_cuda_body, _rescue_cuda_body
     global _suppress_among_cuda_body, _own_t_wave_cuda_body, _second_look_cuda_body
     from numba import cuda
 
     device = cuda.jit(device=True)
     search_left = device(_kernels._search_left)
-    qrs_shape_one = device(_kernels._qrs_shape_body(_kernels._median_of_cuda()))
+    qrs_shape_one = device(_shape_kernels._qrs_shape_body(_shape_kernels._median_of_cuda()))
     refine, measure = (device(step) for step in _shape_steps(qrs_shape_one))
-    stretch, qrs_like = device(_stretch), device(_qrs_like)
+    stretch, qrs_like = device(_likeness_kernels._stretch), device(_qrs_like)
     _own_peaks_cuda_body = device(_own_peaks_body(search_left))
     _shape_medians_cuda_body = device(_shape_medians_body(device(_middle)))
-    _stretches_cuda_body = device(_stretches_body(stretch))
     _rescue_cuda_body = device(_rescue_body(refine, measure, search_left, qrs_like, stretch))
-    _alike_cuda_body = device(_alike_body(device(_correlation), device(_atomic_or_into)))
     _suppress_among_cuda_body = device(_suppress_among_one)
     _own_t_wave_cuda_body = device(_own_t_wave_body(refine, measure, device(_strongest_before)))
     _second_look_cuda_body = device(_second_look_body(refine, measure, search_left, qrs_like))
@@ -463,11 +362,6 @@ def _beat_cuda_kernels() -> dict:
         if e < n:
             _shape_medians_cuda_body(e, width, slope, medians)
 
-    def stretches(n, signal, examples, reach, stretches):
-        e = cuda.grid(1)
-        if e < n:
-            _stretches_cuda_body(e, signal, examples, reach, stretches)
-
     def rescue(n, signal, positions, peak, search, base, despike, cap, step, shape_reach, polarity, rival, gap, half,
                medians, width_ratio, slope_ratio, reach, moved, width, slope, spare, own, state):
         i = cuda.grid(1)
@@ -475,12 +369,6 @@ def _beat_cuda_kernels() -> dict:
             settings = (search, base, despike, cap, step, shape_reach)
             _rescue_cuda_body(i, signal, positions, peak, settings, polarity, rival, gap, half, medians, width_ratio,
                               slope_ratio, reach, moved, width, slope, spare, own, state)
-
-    def alike(n, signal, moved, own, examples, stretches, reach, likeness, state):
-        m = cuda.grid(1)      # one thread a (peak, example) pair: a peak's ~1000 correlations side by side
-        if m < n:
-            count = examples.shape[0]
-            _alike_cuda_body(m // count, m % count, signal, moved, own, examples, stretches, reach, likeness, state)
 
     def suppress_among(n, env, peak, passed, half, won):
         i = cuda.grid(1)
@@ -505,14 +393,13 @@ def _beat_cuda_kernels() -> dict:
             _second_look_cuda_body(i, signal, positions, extra, settings, polarity, rival, gap, medians, width_ratio,
                                    slope_ratio, moved, width, slope, spare, keep)
 
-    kernels = {"own_peaks": own_peaks, "shape_medians": shape_medians, "stretches": stretches, "rescue": rescue,
-               "alike": alike, "suppress_among": suppress_among, "own_t_wave": own_t_wave, "second_look": second_look}
+    kernels = {"own_peaks": own_peaks, "shape_medians": shape_medians, "rescue": rescue,
+               "suppress_among": suppress_among, "own_t_wave": own_t_wave, "second_look": second_look}
     return {name: _launch.cuda_jit_cached(kernel) for name, kernel in kernels.items()}
 
 
-_CPU = {"own_peaks": _own_peaks_cpu, "shape_medians": _shape_medians_cpu, "stretches": _stretches_cpu,
-        "rescue": _rescue_cpu, "alike": _alike_cpu, "suppress_among": _suppress_among_cpu, "own_t_wave": _own_t_wave_cpu,
-        "second_look": _second_look_cpu}
+_CPU = {"own_peaks": _own_peaks_cpu, "shape_medians": _shape_medians_cpu, "rescue": _rescue_cpu,
+        "suppress_among": _suppress_among_cpu, "own_t_wave": _own_t_wave_cpu, "second_look": _second_look_cpu}
 
 
 def launch(name: str, n: int, *arrays_and_scalars):

@@ -3,7 +3,7 @@
 :mod:`pipeline._kernels`: each written once as a per-index body, compiled with ``numba.njit`` inside
 a parallel loop on the CPU and with ``numba.cuda.jit`` (one thread per index) on the GPU, the twin
 chosen from the array type. They keep their own table of CUDA twins, compiled when one of them is
-first needed. The noise measures call :mod:`pipeline._kernels`' median; Numba's disk cache is keyed
+first needed. The noise measures call :mod:`pipeline._shape_kernels`' median; Numba's disk cache is keyed
 on this file alone: after a change to that, clear ``__pycache__``.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import math
 import numba
 import numpy as np
 
-from pipeline import _kernels, _launch
+from pipeline import _launch, _shape_kernels
 
 
 def _block_stats_one(k, signal, size, step, lowest, highest, out):
@@ -180,7 +180,7 @@ def _beat_stats_one(i, signal, positions, half_qrs, before, after, step, edge, t
 
 def _tick_measures_body(median_of):
     """The per-tick body of the noise measures, closed over ``median_of`` (the CPU or CUDA twin of
-    :func:`pipeline._kernels._median_of`)."""
+    :func:`pipeline._shape_kernels._median_of`)."""
 
     def tick_measures_one(k, stats, means, half, few, out):
         """From the block statistics of :func:`_block_stats_one` (one block a tick, a row a
@@ -318,7 +318,7 @@ def _flutter_measures_one(w, spectrum, freqs, first, last, low, reach, half_reac
 _block_stats_cpu_body = numba.njit(_block_stats_one, cache=True)
 _beat_range_cpu_body = numba.njit(_beat_range_one, cache=True)
 _beat_stats_cpu_body = numba.njit(_beat_stats_one, cache=True)
-_tick_measures_cpu_body = numba.njit(_tick_measures_body(_kernels._median_of_cpu), cache=True)
+_tick_measures_cpu_body = numba.njit(_tick_measures_body(_shape_kernels._median_of_cpu), cache=True)
 _flutter_frames_cpu_body = numba.njit(_flutter_frames_one, cache=True)
 _flutter_measures_cpu_body = numba.njit(_flutter_measures_one, cache=True)
 
@@ -382,7 +382,7 @@ def _episode_cuda_kernels() -> dict:
     _block_stats_cuda_body = cuda.jit(device=True)(_block_stats_one)
     _beat_range_cuda_body = cuda.jit(device=True)(_beat_range_one)
     _beat_stats_cuda_body = cuda.jit(device=True)(_beat_stats_one)
-    _tick_measures_cuda_body = cuda.jit(device=True)(_tick_measures_body(_kernels._median_of_cuda()))
+    _tick_measures_cuda_body = cuda.jit(device=True)(_tick_measures_body(_shape_kernels._median_of_cuda()))
     _flutter_frames_cuda_body = cuda.jit(device=True)(_flutter_frames_one)
     _flutter_measures_cuda_body = cuda.jit(device=True)(_flutter_measures_one)
 

@@ -11,8 +11,8 @@ thread per index) on the GPU, the twin chosen from the array type. On the GPU th
 rival kernel, then a host synchronisation, a refinement, a shape launch over three gathered
 groups, a host median and a dozen small operations over the qualifying beats.
 
-The bodies call the device functions of :mod:`pipeline._kernels` (the rival body, the QRS-shape
-body) and :mod:`pipeline._beat_kernels` (refine and measure). Numba's disk cache is keyed on this
+The bodies call the device functions of :mod:`pipeline._shape_kernels` (the rival body, the
+QRS-shape body) and :mod:`pipeline._beat_kernels` (refine and measure). Numba's disk cache is keyed on this
 file alone: after a change to those, clear ``__pycache__``.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ import math
 import numba
 import numpy as np
 
-from pipeline import _beat_kernels, _kernels, _launch
+from pipeline import _beat_kernels, _launch, _shape_kernels
 
 
 # --------------------------------------------------------------------------- device functions
@@ -164,14 +164,14 @@ def _early_beats_body(deflection):
 
 def _rhythm_body(rival_one, refine, measure):
     """The per-beat body of the rhythm kernel, closed over the CPU or the CUDA twins of
-    :func:`pipeline._kernels._rival_body`'s body and :func:`pipeline._beat_kernels._shape_steps`'
+    :func:`pipeline._shape_kernels._rival_body`'s body and :func:`pipeline._beat_kernels._shape_steps`'
     refine and measure."""
 
     def rhythm_one(i, env, thresholds, block, positions, local, near, far, gain, signal, settings, polarity,
                    rival_ratio, medians, width_ratio, slope_ratio, rival_at, better, moved, width, slope, moved_width,
                    moved_slope, spare, out, any_better):
         """out[i]: where beat i belongs, as :func:`pipeline.peaks.keep_the_rhythm` rules: the beat
-        itself, or its rival (rival_at[i], better[i]: :func:`pipeline._kernels._rival_body`) moved
+        itself, or its rival (rival_at[i], better[i]: :func:`pipeline._shape_kernels._rival_body`) moved
         to its QRS extremum (moved[i]: ``settings``' search, ``polarity``, ``rival_ratio``) where the rival
         keeps the rhythm, still lies ``near`` or more from the beat, is at least ``slope_ratio``
         (float32) × as steep as the beat (moved_slope[i] against slope[i]) and at most
@@ -246,7 +246,7 @@ _narrow_cpu_body = numba.njit(_narrow_body(_beat_kernels._refine_cpu, _beat_kern
 _non_qrs_cpu_body = numba.njit(_non_qrs_body(numba.njit(_steps_baseline_body(numba.njit(_window_median, cache=True)),
                                                         cache=True)), cache=True)
 _early_beats_cpu_body = numba.njit(_early_beats_body(numba.njit(_deflection, cache=True)), cache=True)
-_rhythm_cpu_body = numba.njit(_rhythm_body(_kernels._rival_cpu_body, _beat_kernels._refine_cpu,
+_rhythm_cpu_body = numba.njit(_rhythm_body(_shape_kernels._rival_cpu_body, _beat_kernels._refine_cpu,
                                            _beat_kernels._measure_cpu), cache=True)
 
 
@@ -313,9 +313,9 @@ def _rhythm_cuda_kernels() -> dict:
     from numba import cuda
 
     device = cuda.jit(device=True)
-    qrs_shape_one = device(_kernels._qrs_shape_body(_kernels._median_of_cuda()))
+    qrs_shape_one = device(_shape_kernels._qrs_shape_body(_shape_kernels._median_of_cuda()))
     refine, measure = (device(step) for step in _beat_kernels._shape_steps(qrs_shape_one))
-    rival_one = device(_kernels._rival_body(device(_kernels._strongest_around)))
+    rival_one = device(_shape_kernels._rival_body(device(_shape_kernels._strongest_around)))
     _rhythm_cuda_body = device(_rhythm_body(rival_one, refine, measure))
     _non_qrs_cuda_body = device(_non_qrs_body(device(_steps_baseline_body(device(_window_median)))))
     _early_beats_cuda_body = device(_early_beats_body(device(_deflection)))

@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from pipeline import _beat_kernels, backend, episodes, qrs
+from pipeline import _likeness_kernels, backend, episodes, qrs
 
 
 def keep_plausible(signal, positions, found, added, fs: float, cfg, other=None):
@@ -139,12 +139,12 @@ def _alike(signal, points: np.ndarray, sample: np.ndarray, fs: float, cfg) -> np
     points = xp.asarray(points)
     likeness = qrs.detector_likeness_sample(signal, sample, fs, cfg)
     own = xp.empty((points.shape[0], 2), dtype=xp.float64)
-    _beat_kernels.launch("stretches", points.shape[0], signal, points, likeness.reach, own)
-    state = xp.full(points.shape[0], _beat_kernels.SHAPED, dtype=xp.int32)
-    _beat_kernels.launch("alike", points.shape[0] * likeness.sample.shape[0], signal, points, own, likeness.sample,
+    _likeness_kernels.launch("stretches", points.shape[0], signal, points, likeness.reach, own)
+    state = xp.full(points.shape[0], _likeness_kernels.SHAPED, dtype=xp.int32)
+    _likeness_kernels.launch("alike", points.shape[0] * likeness.sample.shape[0], signal, points, own, likeness.sample,
                          likeness.stretches, likeness.reach, np.float32(cfg.rescue_likeness), state)
     _, width, _ = qrs.qrs_shape(signal, points, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
-    return backend.to_host((state == _beat_kernels.RESCUED) & (width <= cfg.search_back_width * likeness.medians[0]))
+    return backend.to_host((state == _likeness_kernels.RESCUED) & (width <= cfg.search_back_width * likeness.medians[0]))
 
 
 def _runs(loose: np.ndarray) -> np.ndarray:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline import _beat_kernels, _kernels, _rhythm_kernels, backend, qrs
+from pipeline import _beat_kernels, _kernels, _likeness_kernels, _rhythm_kernels, backend, qrs
 
 
 # Samples a chunk of the suppression's window (see nms_gate): a wave's peak reads ~2 × 7 samples at
@@ -278,9 +278,9 @@ def _hidden_beats(signal, positions, peak, half: int, fs: float, cfg, polarity: 
                          float(cfg.refine_rival), float(cfg.second_look_gap_s * fs), half, medians,
                          float(cfg.search_back_width), np.float32(cfg.second_look_slope), reach, moved, width, slope,
                          spare, own, state)
-    _beat_kernels.launch("alike", count * sample.shape[0], signal, moved, own, sample, stretches, reach,
+    _likeness_kernels.launch("alike", count * sample.shape[0], signal, moved, own, sample, stretches, reach,
                          np.float32(cfg.rescue_likeness), state)
-    return moved, state == _beat_kernels.RESCUED
+    return moved, state == _likeness_kernels.RESCUED
 
 
 def off_own_t_waves(env, thresholds, block: int, signal, positions, fs: float, cfg, polarity: float = 0.0):

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from pipeline import _beat_kernels, _kernels, _rhythm_kernels, backend
+from pipeline import _beat_kernels, _likeness_kernels, _rhythm_kernels, _shape_kernels, backend
 
 
 def qrs_shape(signal, positions, fs: float, *, search_s: float = 0.0, baseline_s: float = 0.15,
@@ -49,7 +49,7 @@ def qrs_shape(signal, positions, fs: float, *, search_s: float = 0.0, baseline_s
     slope = xp.empty(count, dtype=xp.float32)
     settings = shape_settings(fs, search_s=search_s, baseline_s=baseline_s, despike_s=despike_s,
                               width_cap_s=width_cap_s, slope_step_s=slope_step_s, slope_reach_s=slope_reach_s)
-    _kernels.launch("qrs_shape", count, signal, positions, *settings, float(polarity), float(rival), refined, width,
+    _shape_kernels.launch("qrs_shape", count, signal, positions, *settings, float(polarity), float(rival), refined, width,
                     slope)
     return refined, width, slope
 
@@ -146,7 +146,7 @@ def likeness_sample(signal, sample, fs: float, *, reach_s: float = 0.06, despike
     medians = shape_medians(signal, sample, fs, despike_s=despike_s, width_cap_s=width_cap_s)
     reach = max(1, int(round(reach_s * fs)))
     stretches = xp.empty((sample.shape[0], 2), dtype=xp.float64)
-    _beat_kernels.launch("stretches", sample.shape[0], signal, sample, reach, stretches)
+    _likeness_kernels.launch("stretches", sample.shape[0], signal, sample, reach, stretches)
     return LikenessSample(sample, medians, reach, stretches)
 
 

@@ -525,7 +525,8 @@ CACHE_SCRIPT = """
 import json
 import cupy
 import numpy
-from pipeline import _decision_kernels, _episode_kernels, _hum_kernels, _kernels, _rhythm_kernels, embed, episodes, peaks
+from pipeline import _decision_kernels, _episode_kernels, _hum_kernels, _kernels, _rhythm_kernels, _shape_kernels
+from pipeline import embed, episodes, peaks
 from pipeline import quality, wavelet
 fs = 250.0
 t = cupy.arange(60 * 250) / fs
@@ -544,7 +545,7 @@ episodes.in_episodes(positions, found, fs)
 quality.beat_quality(signal, positions, fs)
 kernels = {**_kernels._cuda_kernels(), **_episode_kernels._episode_cuda_kernels(),
            **_decision_kernels._decision_cuda_kernels(), **_rhythm_kernels._rhythm_cuda_kernels(),
-           **_hum_kernels._hum_cuda_kernels()}
+           **_hum_kernels._hum_cuda_kernels(), **_shape_kernels._shape_cuda_kernels()}
 print(json.dumps({name: [sum(k._cache_hits.values()), sum(k._cache_misses.values())] for name, k in kernels.items()}))
 """
 

@@ -507,7 +507,7 @@ def _rivals_as_vectorised(env, thresholds, block, positions, near, far, gain):
 
 @pytest.mark.parametrize("case", ["wrong_wave", "tied"])
 def test_rival_kernel_equals_the_vectorised_formula(case, xp):
-    """The rhythm kernel's rival search (:func:`pipeline._kernels._rival_body`) gives every beat the
+    """The rhythm kernel's rival search (:func:`pipeline._shape_kernels._rival_body`) gives every beat the
     rival and the verdict of the vectorised formula it replaced, where beats move alone (beat 10)
     and only as a pair (beats 30 and 31: moved alone, either one would break the rhythm the other
     keeps), and on an envelope full of ties."""
@@ -943,7 +943,7 @@ def test_rescue_likeness_is_the_correlation_with_the_examples(xp):
     and the correlations the ``alike`` kernel measures with them (its CPU twin; the CUDA twin runs
     the same code) against np.corrcoef of the same stretches, whatever a beat's size and baseline;
     a flat stretch correlates with nothing (0, not NaN); NaN where the ECG is."""
-    from pipeline import _beat_kernels
+    from pipeline import _likeness_kernels
 
     fs = 250.0
     rng = np.random.default_rng(3)
@@ -956,7 +956,7 @@ def test_rescue_likeness_is_the_correlation_with_the_examples(xp):
 
     def stretches_of(signal):
         out = xp.empty((examples.size, 2), dtype=xp.float64)
-        _beat_kernels.launch("stretches", examples.size, xp.asarray(signal), xp.asarray(examples), reach, out)
+        _likeness_kernels.launch("stretches", examples.size, xp.asarray(signal), xp.asarray(examples), reach, out)
         return _host(out)
 
     stretches = stretches_of(signal)
@@ -974,10 +974,10 @@ def test_rescue_likeness_is_the_correlation_with_the_examples(xp):
 def _correlations(signal, p, examples, stretches, reach):
     """The correlations of the ECG around p with that around each of ``examples`` (their
     stretches ``stretches``), by the CPU twin of the rescue's correlation."""
-    from pipeline import _beat_kernels
+    from pipeline import _likeness_kernels
 
-    own = np.array(_beat_kernels._stretch_cpu(signal, p, reach))
-    return [_beat_kernels._correlation_cpu(signal, p, own, q, stretches[e], reach) for e, q in enumerate(examples)]
+    own = np.array(_likeness_kernels._stretch_cpu(signal, p, reach))
+    return [_likeness_kernels._correlation_cpu(signal, p, own, q, stretches[e], reach) for e, q in enumerate(examples)]
 
 
 def _likeness_as_arrays(signal, positions, examples, reach):
@@ -1014,22 +1014,22 @@ def _rescue_as_arrays(signal, positions, peak, fs, cfg, polarity, limits):
 
 def _rescue_kernel(xp, signal, positions, peak, fs, cfg, polarity, limits):
     """(moved, passed) of the ``rescue`` kernel with the thresholds ``limits``."""
-    from pipeline import _beat_kernels
+    from pipeline import _beat_kernels, _likeness_kernels
     from pipeline.peaks import _shape_settings
 
     gap, half, medians, width_ratio, slope_ratio, examples, reach, likeness = limits
     count = peak.shape[0]
     stretches = xp.empty((examples.shape[0], 2), dtype=xp.float64)
-    _beat_kernels.launch("stretches", examples.shape[0], signal, xp.asarray(examples), reach, stretches)
+    _likeness_kernels.launch("stretches", examples.shape[0], signal, xp.asarray(examples), reach, stretches)
     moved, spare = xp.empty(count, dtype=xp.int64), xp.empty(count, dtype=xp.int64)
     width, slope = xp.empty(count, dtype=xp.int32), xp.empty(count, dtype=xp.float32)
     own, state = xp.empty((count, 2), dtype=xp.float64), xp.empty(count, dtype=xp.int32)
     _beat_kernels.launch("rescue", count, signal, xp.asarray(positions), xp.asarray(peak), *_shape_settings(fs, cfg),
                          polarity, float(cfg.refine_rival), gap, half, xp.asarray(medians), width_ratio, slope_ratio,
                          reach, moved, width, slope, spare, own, state)
-    _beat_kernels.launch("alike", count * examples.shape[0], signal, moved, own, xp.asarray(examples), stretches,
+    _likeness_kernels.launch("alike", count * examples.shape[0], signal, moved, own, xp.asarray(examples), stretches,
                          reach, likeness, state)
-    return _host(moved), _host(state) == _beat_kernels.RESCUED
+    return _host(moved), _host(state) == _likeness_kernels.RESCUED
 
 
 @pytest.mark.parametrize("fs", [128.0, 360.0])
@@ -1039,7 +1039,7 @@ def test_rescue_kernel_equals_the_whole_array_checks(fs, xp):
     after the last) equal those of the whole-array checks it replaced, with the settings'
     thresholds and with each threshold put on a value some peak has (``>=`` and ``<=`` include
     it); the likeness includes its own float32 value too."""
-    from pipeline import _beat_kernels
+    from pipeline import _likeness_kernels
     from pipeline.qrs import qrs_shape, spread
     from tests.support.hidden_beats import hidden_by_t_waves
 
@@ -1067,7 +1067,7 @@ def test_rescue_kernel_equals_the_whole_array_checks(fs, xp):
     # Each threshold on a passing peak's own value: the gap before it, the room after it, its
     # width and slope against the medians, its likeness.
     stretches = np.empty((examples.size, 2))
-    _beat_kernels.launch("stretches", examples.size, signal, examples, limits[6], stretches)
+    _likeness_kernels.launch("stretches", examples.size, signal, examples, limits[6], stretches)
     for first in np.flatnonzero(passed):
         k = np.searchsorted(positions, moved[first])
         _, (w,), (s,) = qrs_shape(signal, moved[first:first + 1], fs, despike_s=cfg.despike_s,

@@ -72,11 +72,11 @@ def test_refine_skips_a_pacing_spike(xp):
 def test_median_of_equals_a_clipped_numpy_median(first, last):
     """The one device median of the QRS-shape and noise kernels: indices clipped to the array, as
     a clipped gather would repeat the end values (odd counts; for even ones, one of the two middles)."""
-    from pipeline import _kernels
+    from pipeline import _shape_kernels
 
     values = np.random.default_rng(abs(first * 31 + last)).standard_normal(100).astype(np.float32)
     window = values[np.clip(np.arange(first, last + 1), 0, 99)]
-    got = _kernels._median_of_cpu(values, first, last)
+    got = _shape_kernels._median_of_cpu(values, first, last)
     if window.size % 2:
         assert got == np.median(window)
     else:
@@ -91,11 +91,11 @@ def test_median_of_few_values_holds_with_ties(count):
     the values 0..3 (ties of every kind) gives NumPy's median."""
     import itertools
 
-    from pipeline import _kernels
+    from pipeline import _shape_kernels
 
     for values in itertools.product(range(4), repeat=count):
         array = np.array(values, dtype=np.float32)
-        assert _kernels._median_of_cpu(array, 0, count - 1) == np.median(array), values
+        assert _shape_kernels._median_of_cpu(array, 0, count - 1) == np.median(array), values
 
 
 def test_qrs_shape_width_and_slope(xp):

@@ -613,13 +613,14 @@ def test_the_segmentation_compiles_no_cpu_kernel_the_warm_up_did_not(tmp_path):
     compilation of seconds inside the run's first process."""
     import numba
 
-    from pipeline import _decision_kernels, _episode_kernels, _hum_kernels, _kernels, _rhythm_kernels
+    from pipeline import _decision_kernels, _episode_kernels, _hum_kernels, _kernels, _rhythm_kernels, _shape_kernels
     from pipeline import segmentation, warmup
     from pipeline.synth import SynthConfig, synthesize, write_csv
 
     def signatures() -> dict:
         return {f"{module.__name__}.{name}": set(map(str, kernel.signatures))
-                for module in (_kernels, _episode_kernels, _decision_kernels, _rhythm_kernels, _hum_kernels)
+                for module in (_kernels, _shape_kernels, _episode_kernels, _decision_kernels, _rhythm_kernels,
+                               _hum_kernels)
                 for name, kernel in vars(module).items()
                 if isinstance(kernel, numba.core.registry.CPUDispatcher)}
 
