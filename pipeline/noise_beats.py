@@ -54,13 +54,16 @@ def keep_plausible(signal, positions, found, added, fs: float, cfg, other=None):
     slopes (three host waits in all: those copies and the likeness of the few that could go,
     measured on the device); the fiducials kept go back in one copy. Each of a dozen small device
     calls and waits would cost more host time than the copies.
+
+    Returns the fiducials kept (on their device) and those left out (host int64), from which
+    :func:`left_out_noise` reads where the recording is noise.
     """
     count = positions.shape[0]
     if count < 4:
-        return positions
+        return positions, _NONE
     judged, by_neighbours, every = _judged(signal, positions, found, fs, cfg, other)
     if not judged.any():
-        return positions
+        return positions, _NONE
     where = _around(np.flatnonzero(judged), count)           # the judged beats and their context, by index
     host, sample = every[where], every[qrs.spread(np.flatnonzero(~judged))]    # a sample of the clean ones
     must = ~judged[where]                                    # False: inside a noise episode, or faint
@@ -69,12 +72,12 @@ def keep_plausible(signal, positions, found, added, fs: float, cfg, other=None):
         must |= np.isin(host, added)
     interval = np.flatnonzero(must[:-1] & must[1:] & (np.diff(where) == 1))   # RR intervals between clean beats
     if must.all() or interval.shape[0] == 0:
-        return positions
+        return positions, _NONE
     loose = np.flatnonzero(~must)
     local = _local_rr(_rr_windows(np.diff(host)[interval]), interval, loose)   # one value a run
     could_go = host[loose + 1] - host[loose - 1] <= cfg.noise_rhythm_rr * local
     if not could_go.any():
-        return positions
+        return positions, _NONE
     doubtful = loose[could_go]
     must[loose[~could_go]] = True
     alike = _alike(signal, host[doubtful], sample, fs, cfg) & ~by_neighbours[where[doubtful]]
@@ -84,8 +87,55 @@ def keep_plausible(signal, positions, found, added, fs: float, cfg, other=None):
     for a, b in _runs(~must).tolist():                       # beats a..b-1, kept beats around
         keep[a:b] = _best_rhythm(host[a - 1:b + 1].tolist(), rr[a], cfg.noise_rhythm_rr)[1:-1]
     if keep.all():
-        return positions
-    return backend.xp_of(positions).asarray(np.delete(every, where[~keep]))
+        return positions, _NONE
+    return backend.xp_of(positions).asarray(np.delete(every, where[~keep])), every[where[~keep]]
+
+
+def left_out_noise(left_out: np.ndarray, found, fs: float, cfg):
+    """Noise episodes (confidence 0.5, as at the noise threshold) where the rhythm took out
+    deflections in a row: at least ``cfg.noise_left_out`` of the fiducials ``left_out`` (host,
+    sorted) each within ``cfg.noise_left_out_s`` of the next, the episode running from
+    :data:`_LEFT_OUT_MARGIN_S` before the first to as long after the last, less what ``found``'s
+    episodes already cover. A lead the detector has to clean up again and again there is not to
+    be trusted there, though no noise measure flags it: electrode motion, or a lead whose T waves
+    or P waves pass for beats. The beats inside then count as low quality."""
+    from pipeline.episodes import Episodes, _merged
+
+    times = np.sort(np.asarray(left_out, dtype=np.float64)) / fs
+    if times.shape[0] < cfg.noise_left_out:
+        return found
+    breaks = np.flatnonzero(np.diff(times) > cfg.noise_left_out_s) + 1
+    runs = [run for run in np.split(times, breaks) if run.shape[0] >= cfg.noise_left_out]
+    if not runs:
+        return found
+    covered = _merged(found.start_s, found.end_s)
+    pieces = [piece for run in runs
+              for piece in _outside(run[0] - _LEFT_OUT_MARGIN_S, run[-1] + _LEFT_OUT_MARGIN_S, *covered)]
+    if not pieces:
+        return found
+    start, end = np.array(pieces).T
+    return Episodes.concat([found, Episodes(np.full(start.shape[0], "noise"), start, end,
+                                            np.full(start.shape[0], 0.5, np.float32))])
+
+
+# The stretch of a noise episode beyond the first and the last deflection taken out: a beat either side.
+_LEFT_OUT_MARGIN_S = 2.0
+_NONE = np.zeros(0, np.int64)
+
+
+def _outside(start: float, end: float, cover_start: np.ndarray, cover_end: np.ndarray) -> list:
+    """The pieces of [start, end] that the sorted, disjoint intervals (cover_start, cover_end)
+    leave uncovered."""
+    pieces = []
+    for a, b in zip(cover_start.tolist(), cover_end.tolist()):
+        if b <= start or a >= end:
+            continue
+        if a > start:
+            pieces.append((start, a))
+        start = max(start, b)
+    if end > start:
+        pieces.append((start, end))
+    return pieces
 
 
 def _judged(signal, positions, found, fs: float, cfg, other=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -64,18 +64,19 @@ def segment(signal, fs: float, cfg: SignalConfig, stages: Callable = _untimed, o
 
 
 def heartbeats(response, signal, fs: float, cfg: SignalConfig, other=None, hum=None):
-    """The heartbeats of ``signal`` from its Ricker ``response``: (fiducials, episodes, pauses,
-    how many fiducials came from the ``other`` lead). The pauses of the analysed lead are read on
-    the other lead, if there is one (``cfg.other_lead``), before flutter is looked for; flutter
-    that lead contradicts is noise (:func:`pipeline.other_lead.vet_flutter`), and so is a pause
-    it shows beats in but could not fill (:func:`pipeline.other_lead.unreadable`). Flutter waves are no
+    """The heartbeats of ``signal`` from its Ricker ``response``: (fiducials, episodes, pauses, how
+    many fiducials came from the ``other`` lead). The pauses of the analysed lead are read on the
+    other lead, if there is one (``cfg.other_lead``), before flutter is looked for; flutter that
+    lead contradicts is noise (:func:`pipeline.other_lead.vet_flutter`), and so is a pause it shows
+    beats in but could not fill (:func:`pipeline.other_lead.unreadable`). Flutter waves are no
     heartbeats, so the fiducials inside flutter episodes are taken out; beats in noise are kept
     (their quality says so) where they look like the recording's beats or fit its rhythm
     (:func:`pipeline.noise_beats.keep_plausible`, which judges the same way faint beats anywhere and
-    beats much less steep than one beside them on every lead read):
-    a real beat hidden because noise surrounds it would be a missed beat. Pauses are the intervals
-    of at least ``cfg.pause_s`` between the beats kept. ``hum``: the recording's mains hum for the noise measures (:func:`pipeline.mains.hum_power`;
-    measured if None)."""
+    beats much less steep than one beside them on every lead read): a real beat hidden because noise
+    surrounds it would be a missed beat; where that rule takes out deflection after deflection, the
+    stretch is noise too (:func:`pipeline.noise_beats.left_out_noise`). Pauses are the intervals of
+    at least ``cfg.pause_s`` between the beats kept. ``hum``: the recording's mains hum for the
+    noise measures (:func:`pipeline.mains.hum_power`; measured if None)."""
     from pipeline import episodes, noise_beats, other_lead, peaks, rhythm
 
     other = other if cfg.other_lead else None
@@ -83,7 +84,8 @@ def heartbeats(response, signal, fs: float, cfg: SignalConfig, other=None, hum=N
     positions, added, doubtful = other_lead.fill_gaps(positions, other, fs, cfg)
     found = other_lead.vet_flutter(episodes.find_episodes(signal, fs, positions, hum=hum), other, fs, cfg)
     found = other_lead.unreadable(found, doubtful, fs, cfg)
-    positions = noise_beats.keep_plausible(signal, positions, found, added, fs, cfg, other)
+    positions, left_out = noise_beats.keep_plausible(signal, positions, found, added, fs, cfg, other)
+    found = noise_beats.left_out_noise(left_out, found, fs, cfg)
     if len(found.select("flutter")):  # the fiducials kept are a copy whose length the host waits for
         positions = positions[~episodes.in_episodes(positions, found, fs, "flutter")]
         if added.shape[0]:

@@ -31,7 +31,8 @@ def recording():
 
 
 def _kept(xp, signal, positions, found, added=np.zeros(0, np.int64)):
-    kept = keep_plausible(xp.asarray(signal), xp.asarray(positions), found, added, FS, SignalConfig())
+    kept, left_out = keep_plausible(xp.asarray(signal), xp.asarray(positions), found, added, FS, SignalConfig())
+    np.testing.assert_array_equal(np.sort(np.concatenate([backend.to_host(kept), left_out])), np.sort(positions))
     return backend.to_host(kept)
 
 
@@ -137,9 +138,60 @@ def test_a_swing_half_as_steep_as_its_neighbours_goes_unless_the_other_lead_show
     def kept(xp, other):
         return backend.to_host(keep_plausible(xp.asarray(signal), xp.asarray(positions), Episodes(),
                                               np.zeros(0, np.int64), FS, SignalConfig(),
-                                              None if other is None else xp.asarray(other)))
+                                              None if other is None else xp.asarray(other))[0])
 
     np.testing.assert_array_equal(kept(xp, other), np.sort(np.concatenate([r, [seen]])))
     np.testing.assert_array_equal(kept(xp, None), r)
     if xp is not np:
         np.testing.assert_array_equal(kept(xp, other), kept(np, other))
+
+
+def test_deflections_taken_out_in_a_row_make_a_noise_episode():
+    """Four deflections taken out, each within 20 s of the next, make one noise episode from 2 s
+    before the first to 2 s after the last (confidence 0.5); three, or four spread wider, make
+    none; what an episode already covers is not covered twice."""
+    from pipeline.noise_beats import left_out_noise
+
+    cfg = SignalConfig()
+    at = lambda *seconds: (np.array(seconds) * FS).astype(np.int64)
+    found = left_out_noise(at(100, 110, 125, 140), Episodes(), FS, cfg)
+    np.testing.assert_allclose(np.c_[found.start_s, found.end_s], [[98, 142]])
+    assert found.kind.tolist() == ["noise"] and found.confidence.tolist() == [0.5]
+    assert len(left_out_noise(at(100, 110, 125), Episodes(), FS, cfg)) == 0
+    assert len(left_out_noise(at(100, 125, 150, 175), Episodes(), FS, cfg)) == 0
+    two_runs = left_out_noise(at(10, 12, 14, 16, 60, 61, 62, 63, 64), Episodes(), FS, cfg)
+    np.testing.assert_allclose(np.c_[two_runs.start_s, two_runs.end_s], [[8, 18], [58, 66]])
+    known = Episodes(["flutter", "noise"], [90, 120], [105, 130], [0.9, 0.8])
+    found = left_out_noise(at(100, 110, 125, 140), known, FS, cfg)
+    pieces = found.confidence == np.float32(0.5)
+    np.testing.assert_allclose(np.c_[found.start_s[pieces], found.end_s[pieces]], [[105, 120], [130, 142]])
+    assert len(found) == 4
+
+
+def test_a_lead_cleaned_up_again_and_again_is_noise_there(xp):
+    """Swings half the beats' height between six beats in a row, no noise test flagging them:
+    the rhythm takes them out, and the stretch becomes a noise episode whose beats are low quality;
+    the beats outside keep their quality."""
+    from pipeline import wavelet
+    from pipeline.quality import LOW_QUALITY
+    from pipeline.segmentation import heartbeats, quality_of_beats
+
+    ecg = synth.synthesize(synth.SynthConfig(n_samples=int(40 * FS), fs=FS, seed=5, noise_bursts_per_hour=0.0))
+    signal, r = ecg.signal.copy(), ecg.r_peaks
+    beat_rise = np.median([_rise(signal, int(p)) for p in r[5:40]])
+    t = np.arange(-60, 61)
+    bump = np.exp(-0.5 * (t / (0.012 * FS)) ** 2)
+    bump *= 0.4 * beat_rise / _rise(np.pad(bump, 200), 260)
+    swings = (r[20:26] + r[21:27]) // 2
+    for point in swings:
+        signal[point - 60:point + 61] += bump.astype(np.float32)
+    cfg = SignalConfig()
+    on = xp.asarray(signal)
+    positions, found, _, _ = heartbeats(wavelet.ricker_response(on, FS, cfg.ricker_width_s), on, FS, cfg)
+    noise = found.select("noise")
+    assert len(noise) == 1 and noise.start_s[0] <= swings[0] / FS and noise.end_s[0] >= swings[-1] / FS
+    kept = backend.to_host(positions)
+    assert not np.isin(swings, kept).any()
+    quality = backend.to_host(quality_of_beats(on, positions, found, FS))
+    inside = (kept / FS >= noise.start_s[0]) & (kept / FS <= noise.end_s[0])
+    assert inside.sum() >= 6 and (quality[inside] < LOW_QUALITY).all() and (quality[~inside] >= LOW_QUALITY).mean() > 0.95
