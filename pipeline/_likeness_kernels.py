@@ -15,9 +15,9 @@ import numpy as np
 
 from pipeline import _launch
 
-# The bits of a peak's state in the rescue (see pipeline._beat_kernels._rescue_body and _alike_body): it passed the checks
-# before the likeness (SHAPED), it is alike to one of the beats (ALIKE), a likeness was NaN
-# (UNDEFINED). It passes when its state is RESCUED.
+# The bits of a peak's state in the rescue (see pipeline._beat_kernels._rescue_body and _alike_body):
+# it passed the checks before the likeness (SHAPED), it is alike to one of the beats (ALIKE), a
+# likeness was NaN (UNDEFINED). It passes when its state is RESCUED.
 SHAPED, ALIKE, UNDEFINED = 1, 2, 4
 RESCUED = SHAPED | ALIKE
 

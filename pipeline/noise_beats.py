@@ -1,5 +1,6 @@
 """Which beats inside noise episodes, and which faint beats anywhere, stay: those that look like
-the recording's beats, and of the others those that fit its rhythm.
+the recording's beats, and of the others those that fit its rhythm; and where the deflections
+taken out show the recording to be noise.
 
 Inside a burst of muscle noise or electrode motion as large as the QRS complexes, a noise
 deflection passes every check a QRS complex passes (threshold, width, slope), and the non-maximum
@@ -10,7 +11,9 @@ and smaller than the QRS complexes) leaves such deflections too, a fraction as s
 recording's beats: those faint beats are judged the same way wherever they lie. So are the
 deflections much less steep than a beat beside them, on every lead read: a swing on one lead is
 no QRS complex on the other, while a heartbeat shows on both. Such a deflection can correlate with
-a wide beat's shape, so only the rhythm may keep it.
+a wide beat's shape, so only the rhythm may keep it. Where deflection after deflection is taken
+out, the lead is not to be trusted, though no noise measure flags it: the stretch is a noise
+episode (:func:`left_out_noise`).
 
 See Also
 --------
@@ -24,6 +27,10 @@ import math
 import numpy as np
 
 from pipeline import _likeness_kernels, backend, episodes, qrs
+
+# The stretch of a noise episode beyond the first and the last deflection taken out: a beat either side.
+_LEFT_OUT_MARGIN_S = 2.0
+_NONE = np.zeros(0, np.int64)          # no fiducial left out
 
 
 def keep_plausible(signal, positions, found, added, fs: float, cfg, other=None):
@@ -99,8 +106,6 @@ def left_out_noise(left_out: np.ndarray, found, fs: float, cfg):
     episodes already cover. A lead the detector has to clean up again and again there is not to
     be trusted there, though no noise measure flags it: electrode motion, or a lead whose T waves
     or P waves pass for beats. The beats inside then count as low quality."""
-    from pipeline.episodes import Episodes, _merged
-
     times = np.sort(np.asarray(left_out, dtype=np.float64)) / fs
     if times.shape[0] < cfg.noise_left_out:
         return found
@@ -108,22 +113,17 @@ def left_out_noise(left_out: np.ndarray, found, fs: float, cfg):
     runs = [run for run in np.split(times, breaks) if run.shape[0] >= cfg.noise_left_out]
     if not runs:
         return found
-    covered = _merged(found.start_s, found.end_s)
+    covered = episodes.episode_spans(found, episodes.KINDS, np)
     pieces = [piece for run in runs
               for piece in _outside(run[0] - _LEFT_OUT_MARGIN_S, run[-1] + _LEFT_OUT_MARGIN_S, *covered)]
     if not pieces:
         return found
     start, end = np.array(pieces).T
-    return Episodes.concat([found, Episodes(np.full(start.shape[0], "noise"), start, end,
-                                            np.full(start.shape[0], 0.5, np.float32))])
+    return episodes.Episodes.concat([found, episodes.Episodes(np.full(start.shape[0], "noise"), start, end,
+                                                              np.full(start.shape[0], 0.5, np.float32))])
 
 
-# The stretch of a noise episode beyond the first and the last deflection taken out: a beat either side.
-_LEFT_OUT_MARGIN_S = 2.0
-_NONE = np.zeros(0, np.int64)
-
-
-def _outside(start: float, end: float, cover_start: np.ndarray, cover_end: np.ndarray) -> list:
+def _outside(start: float, end: float, cover_start, cover_end) -> list:
     """The pieces of [start, end] that the sorted, disjoint intervals (cover_start, cover_end)
     leave uncovered."""
     pieces = []
@@ -191,10 +191,12 @@ def _alike(signal, points: np.ndarray, sample: np.ndarray, fs: float, cfg) -> np
     own = xp.empty((points.shape[0], 2), dtype=xp.float64)
     _likeness_kernels.launch("stretches", points.shape[0], signal, points, likeness.reach, own)
     state = xp.full(points.shape[0], _likeness_kernels.SHAPED, dtype=xp.int32)
-    _likeness_kernels.launch("alike", points.shape[0] * likeness.sample.shape[0], signal, points, own, likeness.sample,
-                         likeness.stretches, likeness.reach, np.float32(cfg.rescue_likeness), state)
+    _likeness_kernels.launch("alike", points.shape[0] * likeness.sample.shape[0], signal, points, own,
+                             likeness.sample, likeness.stretches, likeness.reach, np.float32(cfg.rescue_likeness),
+                             state)
     _, width, _ = qrs.qrs_shape(signal, points, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
-    return backend.to_host((state == _likeness_kernels.RESCUED) & (width <= cfg.search_back_width * likeness.medians[0]))
+    narrow = width <= cfg.search_back_width * likeness.medians[0]
+    return backend.to_host((state == _likeness_kernels.RESCUED) & narrow)
 
 
 def _runs(loose: np.ndarray) -> np.ndarray:
