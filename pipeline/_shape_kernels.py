@@ -211,7 +211,7 @@ cuda = _qrs_shape_cuda_body = None
 
 @functools.cache
 def _median_of_cuda():
-    """The CUDA twin of :func:`_median_of`, compiled once for both tables of CUDA kernels."""
+    """The CUDA twin of :func:`_median_of`, compiled once for every table of CUDA kernels that calls it."""
     from numba import cuda
 
     return cuda.jit(device=True)(_median_of)
