@@ -147,14 +147,9 @@ def main(argv=None) -> int:
                  for kind, snr in noises for folder in args.folders]
     if args.stress:
         sections.append(("synthetic stress cases", list(stress_cases())))
-    text = [f"Protocol: {PROTOCOL}. NeuroKit2: ecg_clean + ecg_peaks on the same lead.", ""]
-    for title, items in sections:
-        rows = [score(*item) for item in items]
-        print(f"{title}: {len(rows)} recordings", file=sys.stderr)
-        text += [f"### {title}", "", table(rows + [gross(rows, "gross")]), ""]
-    print("\n".join(text))
-    if args.out:
-        args.out.write_text("\n".join(text))
+    report.sections(f"Protocol: {PROTOCOL}. NeuroKit2: ecg_clean + ecg_peaks on the same lead.", sections,
+                    lambda items: [score(*item) for item in items],
+                    lambda rows: table(rows + [gross(rows, "gross")]), args.out)
     return 0
 
 

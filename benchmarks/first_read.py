@@ -72,15 +72,10 @@ def main(argv=None) -> int:
     sections += [(f"{folder}, {kind} noise at {snr:g} dB", detection.with_noise(folder, kind, snr))
                  for kind, snr in noises for folder in args.folders]
     model = reference.load_reference()
-    text = ["The dashboard's default ranking (calibrated score, low-quality beats left out); a false beat lies "
-            f"over {TOLERANCE_S * 1000:.0f} ms from every reference beat.", ""]
-    for title, items in sections:
-        rows = [first_read(*item, tops, model) for item in items]
-        print(f"{title}: {len(rows)} recordings", file=sys.stderr)
-        text += [f"### {title}", "", table(rows, tops), ""]
-    print("\n".join(text))
-    if args.out:
-        args.out.write_text("\n".join(text))
+    report.sections("The dashboard's default ranking (calibrated score, low-quality beats left out); a false beat "
+                    f"lies over {TOLERANCE_S * 1000:.0f} ms from every reference beat.", sections,
+                    lambda items: [first_read(*item, tops, model) for item in items],
+                    lambda rows: table(rows, tops), args.out)
     return 0
 
 

@@ -64,6 +64,22 @@ def ms(value) -> str:
     return f"{value / 1000:.2f} s" if value >= 10_000 else f"{value:.0f} ms" if value >= 100 else f"{value:.1f} ms"
 
 
+def sections(header: str, titled_items, rows_of, table_of, out: Path | None = None) -> str:
+    """The Markdown of per-recording benchmarks: ``header``, then each (title, items) of
+    ``titled_items`` as a '### title' and ``table_of(rows_of(items))``; printed, and written to
+    ``out`` if given. Each section's recording count goes to stderr as it ends."""
+    text = [header, ""]
+    for title, items in titled_items:
+        rows = rows_of(items)
+        print(f"{title}: {len(rows)} recordings", file=sys.stderr)
+        text += [f"### {title}", "", table_of(rows), ""]
+    markdown = "\n".join(text)
+    print(markdown)
+    if out:
+        out.write_text(markdown)
+    return markdown
+
+
 def table(header: list[str], rows: list) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header),
             *("| " + " | ".join(str(c) for c in row) + " |" for row in rows), ""]

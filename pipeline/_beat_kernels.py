@@ -155,11 +155,11 @@ def _rescue_body(refine, measure, search_left, qrs_like, stretch):
                    slope_ratio, reach, moved, width, slope, spare, own, state):
         """state[i]: SHAPED where the envelope's peak i, moved to its QRS extremum (moved[i]:
         ``settings``' search, ``polarity``, ``rival``), passes :func:`pipeline.peaks.rescue_suppressed`'s
-        checks before the likeness (then own[i] holds the stretch (:mod:`pipeline._likeness_kernels`) of its ECG within
-        ±``reach``, which the ``alike`` kernel compares with the beats'), else 0: it lies between
-        two beats, at least ``gap`` after the one before and ``half`` before the next, and its
-        deflection (width[i], slope[i]) is as narrow and steep as a QRS (:func:`_qrs_like`). Each
-        check runs only where those before it pass."""
+        checks before the likeness (then own[i] holds the stretch of its ECG within ±``reach``,
+        which :mod:`pipeline._likeness_kernels`' ``alike`` kernel compares with the beats'), else
+        0: it lies between two beats, at least ``gap`` after the one before and ``half`` before the
+        next, and its deflection (width[i], slope[i]) is as narrow and steep as a QRS
+        (:func:`_qrs_like`). Each check runs only where those before it pass."""
         j = np.int64(i)      # a CPU prange index is unsigned: Numba mixes it with ints as a float
         state[j] = 0
         refine(j, signal, peak, settings, polarity, rival, moved, width, slope)

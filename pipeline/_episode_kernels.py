@@ -3,8 +3,8 @@
 :mod:`pipeline._kernels`: each written once as a per-index body, compiled with ``numba.njit`` inside
 a parallel loop on the CPU and with ``numba.cuda.jit`` (one thread per index) on the GPU, the twin
 chosen from the array type. They keep their own table of CUDA twins, compiled when one of them is
-first needed. The noise measures call :mod:`pipeline._shape_kernels`' median; Numba's disk cache is keyed
-on this file alone: after a change to that, clear ``__pycache__``.
+first needed. The noise measures call :mod:`pipeline._shape_kernels`' median; Numba's disk cache
+is keyed on this file alone: after a change to that, clear ``__pycache__``.
 """
 from __future__ import annotations
 

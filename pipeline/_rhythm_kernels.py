@@ -12,8 +12,8 @@ rival kernel, then a host synchronisation, a refinement, a shape launch over thr
 groups, a host median and a dozen small operations over the qualifying beats.
 
 The bodies call the device functions of :mod:`pipeline._shape_kernels` (the rival body, the
-QRS-shape body) and :mod:`pipeline._beat_kernels` (refine and measure). Numba's disk cache is keyed on this
-file alone: after a change to those, clear ``__pycache__``.
+QRS-shape body) and :mod:`pipeline._beat_kernels` (refine and measure). Numba's disk cache is
+keyed on this file alone: after a change to those, clear ``__pycache__``.
 """
 from __future__ import annotations
 
@@ -164,8 +164,8 @@ def _early_beats_body(deflection):
 
 def _rhythm_body(rival_one, refine, measure):
     """The per-beat body of the rhythm kernel, closed over the CPU or the CUDA twins of
-    :func:`pipeline._shape_kernels._rival_body`'s body and :func:`pipeline._beat_kernels._shape_steps`'
-    refine and measure."""
+    :func:`pipeline._shape_kernels._rival_body`'s body and
+    :func:`pipeline._beat_kernels._shape_steps`' refine and measure."""
 
     def rhythm_one(i, env, thresholds, block, positions, local, near, far, gain, signal, settings, polarity,
                    rival_ratio, medians, width_ratio, slope_ratio, rival_at, better, moved, width, slope, moved_width,

@@ -57,6 +57,9 @@ from pipeline._decision_kernels import CANDIDATE, NOISY, SINE
 from pipeline.flutter import flutter_features
 
 KINDS = ("flutter", "noise")
+# The confidence of a noise episode at the noise threshold, and of those the rest of the detector
+# adds (pipeline.other_lead, pipeline.noise_beats): noise, though no measure of it passes.
+AT_THRESHOLD = 0.5
 
 
 @dataclass
@@ -108,6 +111,13 @@ class Episodes:
 
         return pd.DataFrame({"kind": self.kind, "start_s": self.start_s, "end_s": self.end_s,
                              "confidence": self.confidence})
+
+    def with_noise(self, start_s, end_s) -> "Episodes":
+        """These episodes and noise episodes over ``start_s`` to ``end_s`` (seconds), of confidence
+        :data:`AT_THRESHOLD`."""
+        count = np.asarray(start_s).shape[0]
+        return Episodes.concat([self, Episodes(np.full(count, "noise"), start_s, end_s,
+                                               np.full(count, AT_THRESHOLD, np.float32))])
 
     @staticmethod
     def concat(parts) -> "Episodes":

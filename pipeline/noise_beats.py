@@ -106,7 +106,7 @@ def left_out_noise(left_out: np.ndarray, found, fs: float, cfg):
     episodes already cover. A lead the detector has to clean up again and again there is not to
     be trusted there, though no noise measure flags it: electrode motion, or a lead whose T waves
     or P waves pass for beats. The beats inside then count as low quality."""
-    times = np.sort(np.asarray(left_out, dtype=np.float64)) / fs
+    times = np.asarray(left_out, dtype=np.float64) / fs
     if times.shape[0] < cfg.noise_left_out:
         return found
     breaks = np.flatnonzero(np.diff(times) > cfg.noise_left_out_s) + 1
@@ -119,8 +119,7 @@ def left_out_noise(left_out: np.ndarray, found, fs: float, cfg):
     if not pieces:
         return found
     start, end = np.array(pieces).T
-    return episodes.Episodes.concat([found, episodes.Episodes(np.full(start.shape[0], "noise"), start, end,
-                                                              np.full(start.shape[0], 0.5, np.float32))])
+    return found.with_noise(start, end)
 
 
 def _outside(start: float, end: float, cover_start, cover_end) -> list:
@@ -146,7 +145,7 @@ def _judged(signal, positions, found, fs: float, cfg, other=None) -> tuple[np.nd
     every = backend.to_host(positions)                      # ~0.75 + 0.4 MB a day of beats
     judged = slope < cfg.faint_slope * np.median(qrs.spread(slope))
     by_neighbours = slope < cfg.faint_neighbour_slope * _steeper_neighbour(slope)
-    if other is not None:
+    if other is not None and by_neighbours.any():
         other_slope = _slopes(other, positions, fs, cfg)
         by_neighbours &= other_slope < cfg.faint_neighbour_slope * _steeper_neighbour(other_slope)
     noise = episodes.episode_spans(found, "noise", np)

@@ -87,16 +87,12 @@ def unreadable(found, doubtful: np.ndarray, fs: float, cfg):
     beat there while the other lead shows a rhythm, so the pause it makes is in doubt
     (:func:`pipeline.tables.episodes_table` lists it as such). Gaps across flutter are left as
     they are: their beats are taken out, and no pause is listed there."""
-    from pipeline.episodes import Episodes
-
     flutter = found.select("flutter")
     start, end = doubtful[:, 0] / fs + cfg.other_lead_agree_s, doubtful[:, 1] / fs - cfg.other_lead_agree_s
     clear = ~((start[:, None] < flutter.end_s[None, :]) & (end[:, None] > flutter.start_s[None, :])).any(axis=1)
     if not clear.any():
         return found
-    gaps = Episodes(np.full(int(clear.sum()), "noise"), start[clear], end[clear],
-                    np.full(int(clear.sum()), 0.5, np.float32))
-    return Episodes.concat([found, gaps])
+    return found.with_noise(start[clear], end[clear])
 
 
 def vet_flutter(found, other, fs: float, cfg):
@@ -113,7 +109,7 @@ def vet_flutter(found, other, fs: float, cfg):
     (:mod:`pipeline.noise_beats`) instead of taken out. Without another lead, or without flutter,
     ``found`` is returned as it is.
     """
-    from pipeline.episodes import Episodes
+    from pipeline.episodes import AT_THRESHOLD, Episodes
 
     flutter = np.flatnonzero(found.kind == "flutter")
     if other is None or flutter.shape[0] == 0:
@@ -125,7 +121,7 @@ def vet_flutter(found, other, fs: float, cfg):
     if not any(contradicted):
         return found
     kind, confidence = found.kind.copy(), found.confidence.copy()
-    kind[flutter[contradicted]], confidence[flutter[contradicted]] = "noise", 0.5
+    kind[flutter[contradicted]], confidence[flutter[contradicted]] = "noise", AT_THRESHOLD
     return Episodes(kind, found.start_s, found.end_s, confidence)
 
 

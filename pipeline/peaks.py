@@ -279,7 +279,7 @@ def _hidden_beats(signal, positions, peak, half: int, fs: float, cfg, polarity: 
                          float(cfg.search_back_width), np.float32(cfg.second_look_slope), reach, moved, width, slope,
                          spare, own, state)
     _likeness_kernels.launch("alike", count * sample.shape[0], signal, moved, own, sample, stretches, reach,
-                         np.float32(cfg.rescue_likeness), state)
+                             np.float32(cfg.rescue_likeness), state)
     return moved, state == _likeness_kernels.RESCUED
 
 

@@ -49,8 +49,8 @@ def qrs_shape(signal, positions, fs: float, *, search_s: float = 0.0, baseline_s
     slope = xp.empty(count, dtype=xp.float32)
     settings = shape_settings(fs, search_s=search_s, baseline_s=baseline_s, despike_s=despike_s,
                               width_cap_s=width_cap_s, slope_step_s=slope_step_s, slope_reach_s=slope_reach_s)
-    _shape_kernels.launch("qrs_shape", count, signal, positions, *settings, float(polarity), float(rival), refined, width,
-                    slope)
+    _shape_kernels.launch("qrs_shape", count, signal, positions, *settings, float(polarity), float(rival), refined,
+                          width, slope)
     return refined, width, slope
 
 
