@@ -102,6 +102,12 @@ def running_median(values, half: int):
     return ndimage_of(values).median_filter(values, size=2 * half + 1, mode="nearest")
 
 
+def running_percentile(values, half: int, percent: float):
+    """For each i, the ``percent`` percentile of ``values[i - half : i + half + 1]``, the ends
+    repeated (one filter pass)."""
+    return ndimage_of(values).percentile_filter(values, percent, size=2 * half + 1, mode="nearest")
+
+
 def to_host(x) -> np.ndarray:
     """Copy a device array to host memory (a no-op for NumPy input). Synchronises the device."""
     return x.get() if is_cupy_array(x) else np.asarray(x)

@@ -2,7 +2,7 @@
 and its likeness to its neighbours.
 
 Four measures per beat, from one Numba kernel (one thread per beat, ``beat_stats``) and the running
-median of the QRS amplitudes on the input's device:
+median of the QRS amplitudes on the input's device, and a fifth where another lead is read:
 
 - **high-frequency noise**: the RMS of the second difference (gain peaking near 50 Hz: muscle
   noise, mains) over the beat's window outside its own QRS, over the median QRS amplitude of the
@@ -11,6 +11,13 @@ median of the QRS amplitudes on the input's device:
   window, over that amplitude (electrode motion, a baseline step across the beat);
 - **amplitude**: the beat's QRS amplitude against that local median (an artefact that the
   detector took for a beat is much larger or much smaller);
+- **steepness on every lead** (two leads read): the beat's steepest rise on each lead over the
+  lower quartile of its 16 neighbours' there (the smaller beats': in bigeminy, the small normal
+  beats are measured against their own kind, not the PVCs between them), the geometric mean of the
+  two ratios. A QRS complex shows on every lead; a swing of electrode motion on one lead is no
+  deflection on the other, and one that happens to meet a swing there is faint on both. Like
+  shape, it lowers the quality by at most ``steepness_weight``: a faint beat on a clean baseline
+  stays;
 - **shape**: the correlation with the local template (the 8 neighbouring beats averaged sample
   by sample without their highest and lowest value: a trimmed running mean that one ectopic or
   noisy neighbour does not bend) or, if higher, with the most similar of them (NeuroKit2's
@@ -38,7 +45,7 @@ from __future__ import annotations
 import math
 import numbers
 
-from pipeline import _decision_kernels, _episode_kernels, backend, mains
+from pipeline import _decision_kernels, _episode_kernels, backend, mains, qrs
 
 #: A beat whose quality is below this is "low quality". A beat in muscle noise as large as a tenth
 #: of the QRS complexes scores ~0.5; clean beats, premature ones included, score 1 or ≥ 0.6.
@@ -47,8 +54,9 @@ LOW_QUALITY = 0.5
 
 def beat_quality(signal, positions, fs: float, *, hf_ramp: tuple[float, float] = (0.15, 0.35),
                  shift_ramp: tuple[float, float] = (0.6, 1.5), amplitude_ramp: tuple[float, float] = (2.5, 5.0),
-                 shape_ramp: tuple[float, float] = (0.8, 0.3), shape_weight: float = 0.4, noise_spans=None,
-                 hum=None, **measure_options):
+                 shape_ramp: tuple[float, float] = (0.8, 0.3), shape_weight: float = 0.4,
+                 steepness_ramp: tuple[float, float] = (0.5, 0.25), steepness_weight: float = 0.5, other=None,
+                 noise_spans=None, hum=None, **measure_options):
     """Quality of every beat, float32 in [0, 1] on the input's device (1 = clean).
 
     Parameters
@@ -70,6 +78,14 @@ def beat_quality(signal, positions, fs: float, *, hf_ramp: tuple[float, float] =
         and 0.
     shape_weight : float
         The most that shape lowers the quality (0: not at all).
+    steepness_ramp : (good, bad)
+        The geometric mean, over the two leads, of the beat's steepest rise over its smaller
+        neighbours' (:func:`steepness`) at which the steepness factor is 1 and 0.
+    steepness_weight : float
+        The most that steepness lowers the quality (0: not at all).
+    other : float array, optional
+        Another lead of the recording, sample for sample (same device): without it, steepness
+        counts for nothing.
     noise_spans : (2, k) float64 array, optional
         Sorted, disjoint (start, end) seconds of noise on the signal's device
         (:func:`pipeline.episodes.episode_spans`): a beat inside scores at most half of
@@ -93,7 +109,27 @@ def beat_quality(signal, positions, fs: float, *, hf_ramp: tuple[float, float] =
                              m["local"], *(float(v) for v in (*hf_ramp, *shift_ramp, *amplitude_ramp, *shape_ramp)),
                              float(shape_weight), m["positions"], float(fs), spans[0], spans[1], LOW_QUALITY / 2,
                              quality)
+    if other is not None and quality.shape[0]:
+        good, bad = steepness_ramp
+        factor = xp.clip((steepness(signal, other, m["positions"], fs) - bad) / (good - bad), 0, 1)
+        quality *= (1 - steepness_weight * (1 - factor)).astype(xp.float32)
     return quality
+
+
+def steepness(signal, other, positions, fs: float, neighbours: int = 8, percent: float = 25.0):
+    """Per beat, how steep it is on both leads against the beats around it: on each of
+    ``signal`` and ``other``, its steepest rise (:func:`pipeline.qrs.qrs_shape`) over the
+    ``percent`` percentile of those of the ``neighbours`` beats on each side (the beat too); the
+    geometric mean of the two ratios (float32, on the input's device). 1 or more for a recording's
+    beats; a swing of noise on one lead that the detector took for a beat scores low on both,
+    below 0.5."""
+    xp = backend.xp_of(signal)
+    ratios = []
+    for lead in (signal, other):
+        _, _, slope = qrs.qrs_shape(lead, positions, fs)
+        usual = backend.running_percentile(slope, neighbours, percent)
+        ratios.append(slope / xp.maximum(usual, xp.float32(1e-12)))
+    return xp.sqrt(ratios[0] * ratios[1]).astype(xp.float32)
 
 
 def quality_measures(signal, positions, fs: float, **options) -> dict:

@@ -44,7 +44,8 @@ def segment(signal, fs: float, cfg: SignalConfig, stages: Callable = _untimed, o
     """The segmentation chain: Ricker response → heartbeats (fiducials, episodes, pauses) → beat
     lengths → fixed-length rows and each beat's quality. The run times each part as a stage
     (``stages``); the warm-up runs the same chain untimed. ``other``: another lead of the
-    recording, sample for sample, whose beats fill the pauses the analysed lead cannot show."""
+    recording, sample for sample, whose beats fill the pauses the analysed lead cannot show and on
+    which the beats' quality reads whether each is as steep there as its neighbours."""
     from pipeline import embed, mains, peaks, wavelet
 
     with stages("wavelet"):
@@ -58,7 +59,7 @@ def segment(signal, fs: float, cfg: SignalConfig, stages: Callable = _untimed, o
     with stages("embed"):
         width = cfg.window(fs)
         beats = embed.embed_beats(signal, positions, fs, width=width, pre_fiducial=cfg.pre_fiducial)
-        beat_quality = quality_of_beats(signal, positions, found, fs, hum)
+        beat_quality = quality_of_beats(signal, positions, found, fs, hum, other if cfg.other_lead else None)
     return Segmented(positions, from_other_lead, found, pauses, histogram, beats, beat_quality, width,
                      int(round(cfg.pre_fiducial * width)))
 
@@ -94,11 +95,11 @@ def heartbeats(response, signal, fs: float, cfg: SignalConfig, other=None, hum=N
     return positions, found, rhythm.pauses(positions, fs, cfg.pause_s), int(added.shape[0])
 
 
-def quality_of_beats(signal, positions, found, fs: float, hum=None):
+def quality_of_beats(signal, positions, found, fs: float, hum=None, other=None):
     """Each beat's quality (:func:`pipeline.quality.beat_quality`, ``hum`` the recording's mains
-    hum), below the low-quality line for every beat inside a noise episode, whatever its own
-    measures say."""
+    hum, ``other`` another lead it reads too), below the low-quality line for every beat inside a
+    noise episode, whatever its own measures say."""
     from pipeline import episodes, quality
 
-    return quality.beat_quality(signal, positions, fs, hum=hum,
+    return quality.beat_quality(signal, positions, fs, hum=hum, other=other,
                                 noise_spans=episodes.episode_spans(found, "noise", backend.xp_of(positions)))

@@ -111,13 +111,14 @@ def _tiny_file(folder: Path, input_path: Path) -> Path:
 
 
 def _segment_and_score(signal, fs: float, request: RunRequest):
-    """:func:`segment` on ``signal``, the run's check that the beats look alike, the rhythm's
+    """:func:`segment` on ``signal`` with a second lead (the lead inverted and halved: the paths
+    that read another lead), the run's check that the beats look alike, the rhythm's
     description, its score combined with a shape score and the reference's scoring (which also
     reads the reference); returns the embedded rows."""
     from pipeline import embed, reference, rhythm, score
 
     cfg = request.signal
-    seg = segment(signal, fs, cfg)
+    seg = segment(signal, fs, cfg, other=signal * signal.dtype.type(-0.5))
     embed.beat_coherence(seg.beats.rows, cfg.pre_fiducial, cfg.window_s)
     rhythm_score = rhythm.describe_rhythm(seg.positions, fs).score
     # The run's shape scores come from PyTorch as float32; the rhythm score in their place takes

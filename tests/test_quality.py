@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pipeline import _decision_kernels, _episode_kernels, backend, stress
-from pipeline.quality import LOW_QUALITY, beat_quality, low_quality, quality_measures
+from pipeline.quality import LOW_QUALITY, beat_quality, low_quality, quality_measures, steepness
 
 # Tolerances: beats inside noise are low quality, clean beats (normal or not) are not.
 NOISY_LOW = 0.9       # share of beats inside noise bursts that must score low
@@ -22,8 +22,9 @@ def cases() -> dict:
                                                       "av_block")}
 
 
-def _quality(case, xp):
-    return beat_quality(xp.asarray(case.signal), xp.asarray(case.beats), case.fs)
+def _quality(case, xp, both_leads: bool = False):
+    other = xp.asarray(case.second) if both_leads else None
+    return beat_quality(xp.asarray(case.signal), xp.asarray(case.beats), case.fs, other=other)
 
 
 def _far_from(case, kind="noise", reach_s=NEAR_NOISE_S) -> np.ndarray:
@@ -78,10 +79,12 @@ def test_electrode_motion(cases, xp):
 
 @pytest.mark.parametrize("name", ["tall_t_slow", "bigeminy", "pauses", "flutter", "ventricular_tachycardia",
                                   "atrial_flutter", "av_block"])
-def test_clean_cases_score_high(cases, name, xp):
+@pytest.mark.parametrize("both_leads", [False, True], ids=["one lead", "two leads"])
+def test_clean_cases_score_high(cases, name, both_leads, xp):
     """Tall T waves, large PVCs beside small beats, pauses, beats around flutter, a run of VT, beats
-    on atrial flutter's sawtooth and AV block's lone P waves are all clean: every beat scores high."""
-    quality = backend.to_host(_quality(cases[name], xp))
+    on atrial flutter's sawtooth and AV block's lone P waves are all clean: every beat scores high,
+    read on one lead or on two (the second lead's QRS complexes smaller, inverted, noisier)."""
+    quality = backend.to_host(_quality(cases[name], xp, both_leads))
     assert np.mean(quality >= LOW_QUALITY) >= CLEAN_HIGH, np.sort(quality)[:5]
 
 
@@ -96,6 +99,69 @@ def test_shape_alone_never_makes_a_beat_low(cases):
     assert m["shape"][30] < 0.3
     assert beat_quality(signal, case.beats, case.fs)[30] == pytest.approx(0.6, abs=0.02)
     assert beat_quality(signal, case.beats, case.fs, shape_weight=0.0)[30] == pytest.approx(1.0)
+
+
+def _triangles(n: int, fs: float, beats, rises) -> np.ndarray:
+    """A flat lead with a triangle at each of ``beats``: up for 40 ms at ``rises`` (signal units a
+    second, one per beat), down as fast."""
+    signal = np.zeros(n, dtype=np.float32)
+    up = np.arange(int(0.04 * fs)) / fs
+    for at, rise in zip(beats, rises):
+        signal[at - up.size:at] = rise * up
+        signal[at:at + up.size] = rise * up[::-1]
+    return signal
+
+
+def test_steepness_on_two_leads(xp):
+    """Beats as steep as their neighbours on both leads score 1; a deflection a third as steep on
+    both scores a third; one on a single lead, flat on the other, scores 0. The quality falls by
+    the steepness factor (1 at 0.5, 1 - steepness_weight at 0.25), and not at all on one lead."""
+    fs, rr = 250.0, 200
+    beats = np.arange(rr, 40 * rr, rr)
+    faint, lone = 20, 30                                    # beats[20]: faint on both; beats[30]: one lead only
+    rises = np.full(beats.size, 40.0)
+    rises[faint] = 40.0 / 3
+    first = _triangles(40 * rr, fs, beats, rises)
+    second = _triangles(40 * rr, fs, np.delete(beats, lone), -0.5 * np.delete(rises, lone))   # inverted, smaller
+    signal, other, positions = xp.asarray(first), xp.asarray(second), xp.asarray(beats)
+    measured = backend.to_host(steepness(signal, other, positions, fs))
+    expected = np.ones(beats.size)
+    expected[[faint, lone]] = [1 / 3, 0.0]
+    np.testing.assert_allclose(measured, expected, atol=0.02)
+    alone = backend.to_host(beat_quality(signal, positions, fs))
+    both = backend.to_host(beat_quality(signal, positions, fs, other=other))
+    factor = np.ones(beats.size)
+    factor[[faint, lone]] = [1 - 0.5 * (1 - (1 / 3 - 0.25) / 0.25), 0.5]
+    np.testing.assert_allclose(both, alone * factor, atol=0.02)
+
+
+def test_a_swing_on_one_lead_loses_quality_where_the_other_lead_is_read():
+    """Through the segmentation: triangles between beats on lead II alone, 0.6 × as steep as its QRS
+    complexes (too steep for the rules that leave faint deflections out), stay as beats. With the
+    second lead read, where they are no deflection, each loses at least a tenth of its quality;
+    the real beats lose none."""
+    from pipeline import qrs
+    from pipeline.config import SignalConfig
+    from pipeline.segmentation import segment
+
+    case = stress.make_case("pauses")
+    signal, fs = case.signal.copy(), case.fs
+    _, _, slope = qrs.qrs_shape(signal, case.beats, fs)
+    rise = 0.6 * float(np.median(slope)) / (2 * 0.008)          # qrs_shape: the rise over ±8 ms, per second
+    swings = (case.beats[10:40:6] + case.beats[11:41:6]) // 2
+    up = rise * np.arange(int(0.06 * fs)) / fs
+    for at in swings:
+        signal[at - up.size:at] += up
+        signal[at:at + up.size] += up[::-1]
+    alone = segment(signal, fs, SignalConfig())
+    both = segment(signal, fs, SignalConfig(), other=case.second)
+    positions = backend.to_host(alone.positions)
+    np.testing.assert_array_equal(positions, backend.to_host(both.positions))
+    found = np.abs(positions[:, None] - swings[None, :]).argmin(axis=0)
+    assert (np.abs(positions[found] - swings) <= 2).all()
+    drop = backend.to_host(alone.quality) - backend.to_host(both.quality)
+    assert (drop[found] >= 0.1).all(), drop[found]
+    np.testing.assert_array_equal(np.delete(drop, found), 0)
 
 
 # --------------------------------------------------------------------------- the kernel
@@ -215,11 +281,12 @@ def test_beats_in_noise_are_capped(cases, name, xp):
 
 # --------------------------------------------------------------------------- backends, shapes, errors
 @pytest.mark.parametrize("name", ["noise_bursts", "bigeminy"])
-def test_same_on_every_backend(cases, name, xp):
+@pytest.mark.parametrize("both_leads", [False, True], ids=["one lead", "two leads"])
+def test_same_on_every_backend(cases, name, both_leads, xp):
     case = cases[name]
-    mine = _quality(case, xp)
+    mine = _quality(case, xp, both_leads)
     assert isinstance(mine, xp.ndarray) and mine.dtype == xp.float32 and mine.shape == case.beats.shape
-    np.testing.assert_allclose(backend.to_host(mine), _quality(case, np), atol=1e-4)
+    np.testing.assert_allclose(backend.to_host(mine), _quality(case, np, both_leads), atol=1e-4)
 
 
 def test_range_and_low_quality_mask(cases):

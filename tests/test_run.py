@@ -609,8 +609,8 @@ def test_a_rescored_run_that_cannot_be_written_is_kept_in_memory_and_said_so(cpu
 
 def test_the_segmentation_compiles_no_cpu_kernel_the_warm_up_did_not(tmp_path):
     """After the warm-up, segmenting a recording of thousands of beats (where the typical QRS width
-    is measured on every n-th beat, a strided view) needs no new Numba signature: a new one is a
-    compilation of seconds inside the run's first process."""
+    is measured on every n-th beat, a strided view), with a second lead or without, needs no new
+    Numba signature: a new one is a compilation of seconds inside the run's first process."""
     import numba
 
     from pipeline import _decision_kernels, _episode_kernels, _hum_kernels, _kernels, _rhythm_kernels, _shape_kernels
@@ -629,7 +629,9 @@ def test_the_segmentation_compiles_no_cpu_kernel_the_warm_up_did_not(tmp_path):
     write_csv(ecg, path)
     warmup.warm_up("cpu", RunRequest(device="cpu", out=str(tmp_path / "runs")), path)
     before = signatures()
-    segmentation.segment(ecg.signal.astype(np.float32), ecg.fs, SignalConfig())
+    signal = ecg.signal.astype(np.float32)
+    segmentation.segment(signal, ecg.fs, SignalConfig())
+    segmentation.segment(signal, ecg.fs, SignalConfig(), other=np.ascontiguousarray(signal[::-1]))
     after = signatures()
     new = {name: after[name] - before.get(name, set()) for name in after if after[name] - before.get(name, set())}
     assert not new, new
