@@ -37,7 +37,10 @@ def ricker(points: int, a: float, xp=None):
 # cuFFT makes a plan for each transform length and batch, and a plan made inside the run costs
 # milliseconds. With one layout for every long recording, the warm-up's recording makes the run's
 # plan; the blocks also keep the transforms' buffers small (a 200M-sample recording's spectrum
-# would be 1.6 GB). NumPy's transforms need no plan, and the last batch's padding would be work.
+# would be 1.6 GB). A shorter signal (the stretches of a second lead read around the analysed
+# lead's pauses, whose length is each recording's own) is one block, padded: one plan for all of
+# them, made by the warm-up's short file. NumPy's transforms need no plan, and the padding would
+# be work.
 BLOCK = 1 << 20
 BATCH = 8
 
@@ -46,27 +49,30 @@ def ricker_response(signal, fs: float, width_s: float):
     """Convolve ``signal`` with a Ricker wavelet of width ``width_s`` seconds (mode 'same').
 
     One real FFT of the padded, mean-free signal and the wavelet, multiplied and inverted; on the
-    GPU, longer than a block, overlap-save in blocks of :data:`BLOCK` samples. The wavelet is symmetric, so
-    convolution and correlation agree and the output is aligned with the input. Returns a float32
-    array of the input's type and length.
+    GPU, padded to a block (:data:`BLOCK` samples), or overlap-save in blocks when longer. The
+    wavelet is symmetric, so convolution and correlation agree and the output is aligned with the
+    input. Returns a float32 array of the input's type and length.
     """
     xp = backend.xp_of(signal)
     fft = backend.fft_module(xp)
     a = width_s * fs
     points = int(2 * math.ceil(5 * a) + 1)  # ±5a: the tails are below 1e-5 of the peak
-    wavelet = ricker(points, a) if xp is np else _ricker_on_gpu(points, a, xp.cuda.runtime.getDevice())
     n = signal.shape[0]
     mean = signal.mean(dtype=xp.float64).astype(xp.float32)
-    if xp is not np and n + points - 1 > BLOCK:
+    if xp is np:
+        nfft = fft.next_fast_len(n + points - 1, real=True)
+        kernel = fft.rfft(ricker(points, a), nfft)
+    else:
         kernel = _block_spectrum_on_gpu(points, a, xp.cuda.runtime.getDevice())
-        return _in_blocks(signal, mean, points, kernel, xp, fft)
-    nfft = fft.next_fast_len(n + points - 1, real=True)
+        if n + points - 1 > BLOCK:
+            return _in_blocks(signal, mean, points, kernel, xp, fft)
+        nfft = BLOCK
     padded = xp.zeros(nfft, dtype=xp.float32)
     padded[:n] = signal
     padded[:n] -= mean
     spectrum = fft.rfft(padded)
     del padded
-    spectrum *= fft.rfft(wavelet, nfft)
+    spectrum *= kernel
     response = fft.irfft(spectrum, nfft)
     del spectrum
     start = (points - 1) // 2

@@ -124,3 +124,23 @@ def test_a_long_response_in_blocks_matches_fftconvolve(n, xp):
     assert response.flags.c_contiguous
     reference = _reference_response(x, fs, 0.025)
     np.testing.assert_allclose(backend.to_host(response), reference, rtol=0, atol=1e-4 * np.abs(reference).max())
+
+
+@pytest.mark.gpu
+def test_short_signals_of_any_length_share_one_fft_plan():
+    """On the GPU, signals shorter than a block, whatever their lengths (a second lead's stretches
+    around each recording's pauses), are transformed at one length: after the first, cuFFT makes
+    no plan (a plan made inside the run costs milliseconds). Each response is still the linear
+    convolution's."""
+    cupy = pytest.importorskip("cupy")
+    from cupy.fft.config import get_plan_cache
+
+    fs, rng = 360.0, np.random.default_rng(7)
+    ricker_response(cupy.zeros(1000, dtype=cupy.float32), fs, 0.025)
+    plans = get_plan_cache().get_curr_size()
+    for n in (5_003, 17_321, 200_000, 999_000):
+        x = rng.standard_normal(n).astype(np.float32)
+        response = ricker_response(cupy.asarray(x), fs, 0.025)
+        reference = _reference_response(x, fs, 0.025)
+        np.testing.assert_allclose(cupy.asnumpy(response), reference, rtol=0, atol=1e-4 * np.abs(reference).max())
+    assert get_plan_cache().get_curr_size() == plans
