@@ -11,7 +11,8 @@ and smaller than the QRS complexes) leaves such deflections too, a fraction as s
 recording's beats: those faint beats are judged the same way wherever they lie. So are the
 deflections much less steep than a beat beside them, on every lead read: a swing on one lead is
 no QRS complex on the other, while a heartbeat shows on both. Such a deflection can correlate with
-a wide beat's shape, so only the rhythm may keep it. Where deflection after deflection is taken
+a wide beat's shape, so only the rhythm may keep it. A beat the other lead hardly shows at all
+(a fifth as steep as its median beat there) is judged too. Where deflection after deflection is taken
 out, the lead is not to be trusted, though no noise measure flags it: the stretch is a noise
 episode (:func:`left_out_noise`).
 
@@ -41,7 +42,9 @@ def keep_plausible(signal, positions, found, added, fs: float, cfg, other=None):
     × as steep as the median beat (the steepest rise near the fiducial,
     :func:`pipeline.qrs.qrs_shape`), or less than ``cfg.faint_neighbour_slope`` × as steep as the
     steeper of the two beats beside them, on the analysed lead and on the ``other`` lead if there
-    is one (sample for sample, same device). The beats that stay whatever their timing: those not
+    is one (sample for sample, same device), or, on that other lead, less than
+    ``cfg.absent_other_slope`` × as steep as its median beat: a heartbeat shows on every lead, a
+    swing of noise on one lead does not. The beats that stay whatever their timing: those not
     judged, the first and the last, those from the other lead (``added``, host), and those whose
     ECG within ±``cfg.rescue_likeness_s`` correlates at least ``cfg.rescue_likeness`` with that of
     one of the recording's clean beats (neither judged; up to ~1000 of them,
@@ -138,22 +141,24 @@ def _outside(start: float, end: float, cover_start, cover_end) -> list:
 
 
 def _judged(signal, positions, found, fs: float, cfg, other=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Host masks of the beats to judge (inside ``found``'s noise episodes, or faint: see
-    :func:`keep_plausible`) and of those judged only for being faint beside their neighbours, and
-    the fiducials on the host."""
+    """Host masks of the beats to judge (inside ``found``'s noise episodes, faint, or absent from
+    the ``other`` lead: see :func:`keep_plausible`) and of those judged only for being faint beside
+    their neighbours, and the fiducials on the host."""
     slope = _slopes(signal, positions, fs, cfg)
     every = backend.to_host(positions)                      # ~0.75 + 0.4 MB a day of beats
     judged = slope < cfg.faint_slope * np.median(qrs.spread(slope))
     by_neighbours = slope < cfg.faint_neighbour_slope * _steeper_neighbour(slope)
-    if other is not None and by_neighbours.any():
+    absent = np.zeros_like(judged)
+    if other is not None:
         other_slope = _slopes(other, positions, fs, cfg)
         by_neighbours &= other_slope < cfg.faint_neighbour_slope * _steeper_neighbour(other_slope)
+        absent = other_slope < cfg.absent_other_slope * np.median(qrs.spread(other_slope))
     noise = episodes.episode_spans(found, "noise", np)
     low, high = np.ceil(noise[0] * fs).astype(np.int64), np.floor(noise[1] * fs).astype(np.int64)
     for a, b in zip(np.searchsorted(every, low).tolist(), np.searchsorted(every, high, side="right").tolist()):
         judged[a:b] = True
-    by_neighbours &= ~judged
-    return judged | by_neighbours, by_neighbours, every
+    by_neighbours &= ~judged                  # judged for their neighbours alone: no likeness may keep them
+    return judged | absent | by_neighbours, by_neighbours, every
 
 
 def _slopes(signal, positions, fs: float, cfg) -> np.ndarray:

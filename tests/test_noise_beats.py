@@ -146,6 +146,36 @@ def test_a_swing_half_as_steep_as_its_neighbours_goes_unless_the_other_lead_show
         np.testing.assert_array_equal(kept(xp, other), kept(np, other))
 
 
+def test_a_deflection_the_other_lead_does_not_show_is_judged_by_the_rhythm(recording, xp):
+    """A biphasic deflection as steep as the beats, halfway between two of them, on the analysed
+    lead alone: neither faint nor fainter than its neighbours, so on one lead it stays. The other
+    lead shows nothing there (under a fifth of its beats' slope), so with that lead read the
+    deflection is judged, and it splits an RR interval: it goes. Where the other lead shows a QRS
+    complex at that point, it stays."""
+    signal, r, _, _ = recording
+    signal = signal.copy()
+    other = (-0.6 * signal).astype(np.float32)
+    beat_rise = np.median([_rise(signal, int(p)) for p in r[25:40]])
+    lone, seen = (r[30] + r[31]) // 2, (r[34] + r[35]) // 2
+    t = np.arange(-60, 61) / (0.012 * FS)
+    wiggle = -t * np.exp(-0.5 * t ** 2)
+    wiggle *= beat_rise / _rise(np.pad(wiggle, 200), 260)        # as steep as the beats
+    for point in (lone, seen):
+        signal[point - 60:point + 61] += wiggle.astype(np.float32)
+    other[seen - 25:seen + 26] += other[r[33] - 25:r[33] + 26] - other[r[33] - 25]
+    positions = np.sort(np.concatenate([r, [lone, seen]]))
+
+    def kept(xp, other):
+        return backend.to_host(keep_plausible(xp.asarray(signal), xp.asarray(positions), Episodes(),
+                                              np.zeros(0, np.int64), FS, SignalConfig(),
+                                              None if other is None else xp.asarray(other))[0])
+
+    np.testing.assert_array_equal(kept(xp, other), np.sort(np.concatenate([r, [seen]])))
+    np.testing.assert_array_equal(kept(xp, None), positions)
+    if xp is not np:
+        np.testing.assert_array_equal(kept(xp, other), kept(np, other))
+
+
 def test_deflections_taken_out_in_a_row_make_a_noise_episode():
     """Four deflections taken out, each within 20 s of the next, make one noise episode from 2 s
     before the first to 2 s after the last (confidence 0.5); three, or four spread wider, make
