@@ -116,6 +116,20 @@ def _rise(signal: np.ndarray, point: int, half: int = round(0.008 * FS), reach: 
     return float(np.max(signal[at + half] - signal[at - half]))
 
 
+def _assert_two_leads_keep(xp, signal, positions, other, with_other, alone):
+    """keep_plausible outside noise keeps ``with_other`` when the ``other`` lead is read and
+    ``alone`` when it is not; the GPU keeps what the CPU keeps."""
+    def kept(xp, other):
+        return backend.to_host(keep_plausible(xp.asarray(signal), xp.asarray(positions), Episodes(),
+                                              np.zeros(0, np.int64), FS, SignalConfig(),
+                                              None if other is None else xp.asarray(other))[0])
+
+    np.testing.assert_array_equal(kept(xp, other), with_other)
+    np.testing.assert_array_equal(kept(xp, None), alone)
+    if xp is not np:
+        np.testing.assert_array_equal(kept(xp, other), kept(np, other))
+
+
 def test_a_swing_half_as_steep_as_its_neighbours_goes_unless_the_other_lead_shows_a_beat(recording, xp):
     """A swing between two beats, steeper than the faint line but less than half as steep as
     the beats beside it, splits an RR interval: it goes, read on one lead or on two. Where the
@@ -134,16 +148,7 @@ def test_a_swing_half_as_steep_as_its_neighbours_goes_unless_the_other_lead_show
     other[seen - 25:seen + 26] += other[r[33] - 25:r[33] + 26] - other[r[33] - 25]
     assert 0.33 < _rise(signal, lone) / beat_rise < 0.47           # between the faint line and half
     positions = np.sort(np.concatenate([r, [lone, seen]]))
-
-    def kept(xp, other):
-        return backend.to_host(keep_plausible(xp.asarray(signal), xp.asarray(positions), Episodes(),
-                                              np.zeros(0, np.int64), FS, SignalConfig(),
-                                              None if other is None else xp.asarray(other))[0])
-
-    np.testing.assert_array_equal(kept(xp, other), np.sort(np.concatenate([r, [seen]])))
-    np.testing.assert_array_equal(kept(xp, None), r)
-    if xp is not np:
-        np.testing.assert_array_equal(kept(xp, other), kept(np, other))
+    _assert_two_leads_keep(xp, signal, positions, other, np.sort(np.concatenate([r, [seen]])), r)
 
 
 def test_a_deflection_the_other_lead_does_not_show_is_judged_by_the_rhythm(recording, xp):
@@ -164,16 +169,7 @@ def test_a_deflection_the_other_lead_does_not_show_is_judged_by_the_rhythm(recor
         signal[point - 60:point + 61] += wiggle.astype(np.float32)
     other[seen - 25:seen + 26] += other[r[33] - 25:r[33] + 26] - other[r[33] - 25]
     positions = np.sort(np.concatenate([r, [lone, seen]]))
-
-    def kept(xp, other):
-        return backend.to_host(keep_plausible(xp.asarray(signal), xp.asarray(positions), Episodes(),
-                                              np.zeros(0, np.int64), FS, SignalConfig(),
-                                              None if other is None else xp.asarray(other))[0])
-
-    np.testing.assert_array_equal(kept(xp, other), np.sort(np.concatenate([r, [seen]])))
-    np.testing.assert_array_equal(kept(xp, None), positions)
-    if xp is not np:
-        np.testing.assert_array_equal(kept(xp, other), kept(np, other))
+    _assert_two_leads_keep(xp, signal, positions, other, np.sort(np.concatenate([r, [seen]])), positions)
 
 
 def test_deflections_taken_out_in_a_row_make_a_noise_episode():
