@@ -12,9 +12,9 @@ recording's beats: those faint beats are judged the same way wherever they lie. 
 deflections much less steep than a beat beside them, on every lead read: a swing on one lead is
 no QRS complex on the other, while a heartbeat shows on both. Such a deflection can correlate with
 a wide beat's shape, so only the rhythm may keep it. A beat the other lead hardly shows at all
-(a fifth as steep as its median beat there) is judged too. Where deflection after deflection is taken
-out, the lead is not to be trusted, though no noise measure flags it: the stretch is a noise
-episode (:func:`left_out_noise`).
+(a fifth as steep as its median beat there) is judged too. Where deflection after deflection is
+taken out, the lead is not to be trusted, though no noise measure flags it: the stretch is a
+noise episode (:func:`left_out_noise`).
 
 See Also
 --------
