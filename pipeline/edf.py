@@ -47,19 +47,11 @@ from pathlib import Path
 import numpy as np
 
 from pipeline import PipelineWarning, one_line
+from pipeline.leads import can_be_ecg
 
 HEADER_BYTES = 256  # the fixed part of the header; each signal adds as many
 VERSIONS = {b"0       ": "EDF", b"\xffBIOSEMI": "BDF"}
 SAMPLE_BYTES = {"EDF": 2, "BDF": 3}
-# A signal's type is its label's first word (EDF+: "ECG II", "EEG Fpz-Cz", "Resp chest"); these name
-# a kind that is no ECG lead, as do the units below. A lead's own name ("II", "V1", "MLII", "ECG2",
-# "CH1") names none of them, so it stays a lead.
-ECG_TYPES = {"ecg", "ekg"}
-OTHER_TYPES = {"eeg", "eog", "emg", "erg", "meg", "mcg", "ep", "resp", "sao2", "spo2", "temp", "light", "sound",
-               "event", "freq", "pleth", "pulse", "hr", "status", "marker", "trigger", "trig", "acc", "accel",
-               "pos", "position", "snore", "flow", "thor", "abdo", "abd", "batt", "battery", "imp"}
-OTHER_UNITS = {"%", "bpm", "/min", "1/min", "degc", "degf", "c", "°c", "mmhg", "cmh2o", "l/s", "l/min", "ml", "g",
-               "m/s2", "m/s^2", "ohm", "kohm", "lux", "db", "hz", "s", "ms"}
 TO_MV = {"v": 1000.0, "mv": 1.0, "uv": 1e-3, "nv": 1e-6}
 CHUNK = 1 << 20  # samples converted to physical values at a time (in float64, for exactness)
 
@@ -241,25 +233,12 @@ def _open(path: Path, header: _Header):
 
 
 # --------------------------------------------------------------------------- leads
-def _type_word(label: str) -> str:
-    match = re.match(r"[a-z0-9]+", label.lower())
-    return match.group(0) if match else ""
-
-
 def _unit(signal) -> str:
     """The signal's unit, lower case, with micro written 'u' (µ in Latin-1 or UTF-8, Greek mu)."""
     unit = signal.physical_dimension.strip().lower()
     for micro in ("âµ", "î¼", "µ", "μ"):
         unit = unit.replace(micro, "u")
     return unit
-
-
-def _can_be_ecg(label: str, unit: str) -> bool:
-    """Whether a signal so labelled, in that unit (:func:`_unit`'s form), can be an ECG lead."""
-    word = _type_word(label)
-    if word.rstrip("0123456789") in ECG_TYPES:
-        return True
-    return word not in OTHER_TYPES and word.rstrip("0123456789") not in OTHER_TYPES and unit not in OTHER_UNITS
 
 
 def _leads(signals: dict, header: _Header, column, name: str) -> list[int]:
@@ -269,7 +248,7 @@ def _leads(signals: dict, header: _Header, column, name: str) -> list[int]:
     labels, per_record = header.labels, header.samples_per_record
     named = next((i for i in signals if isinstance(column, str) and not column.isdigit() and labels[i] == column),
                  None)
-    ecg = [i for i, s in signals.items() if _can_be_ecg(labels[i], _unit(s)) or i == named]
+    ecg = [i for i, s in signals.items() if can_be_ecg(labels[i], _unit(s)) or i == named]
     if not ecg:
         listed = ", ".join(f"{labels[i]!r} ({s.physical_dimension or 'no unit'})" for i, s in list(signals.items())[:6])
         more = f" and {len(signals) - 6} more" if len(signals) > 6 else ""
@@ -294,7 +273,7 @@ def _physical(signal, header: _Header, index: int, name: str) -> np.ndarray:
                        "converted to physical ones")
     unit = _unit(signal)
     scale = TO_MV.get(unit, 1.0)
-    if unit and unit not in TO_MV and _can_be_ecg(label, unit):
+    if unit and unit not in TO_MV and can_be_ecg(label, unit):
         warnings.warn(f"{name}: signal {label!r} is in {signal.physical_dimension!r}, not a voltage; its values are "
                       "used as they are", PipelineWarning, stacklevel=2)
     gain = (physical_high - physical_low) / (high - low) * scale

@@ -8,6 +8,7 @@ pipeline.read_csv, pipeline.read_binary : the readers that ask :meth:`LeadChoice
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,28 @@ from pipeline.readers import InputError
 
 # Header names of columns that index time rather than hold a lead.
 TIME_COLUMNS = {"time", "t", "sec", "secs", "seconds", "time_s", "sample", "samples", "index", "elapsed time"}
+
+
+# A signal's type is its label's first word (EDF+: "ECG II", "EEG Fpz-Cz", "Resp chest"; PhysioNet:
+# "ABP", "PLETH", "RESP"); these name a kind that is no ECG lead, as do the units below. A lead's own
+# name ("II", "V1", "MLII", "ECG2", "CH1") names none of them, so it stays a lead.
+ECG_TYPES = {"ecg", "ekg"}
+OTHER_TYPES = {"eeg", "eog", "emg", "erg", "meg", "mcg", "ep", "resp", "sao2", "spo2", "temp", "light", "sound",
+               "event", "freq", "pleth", "pulse", "hr", "status", "marker", "trigger", "trig", "acc", "accel",
+               "pos", "position", "snore", "flow", "thor", "abdo", "abd", "batt", "battery", "imp",
+               "abp", "art", "bp", "nbp", "pap", "cvp", "icp", "co2", "ppg"}
+OTHER_UNITS = {"%", "bpm", "/min", "1/min", "degc", "degf", "c", "°c", "mmhg", "cmh2o", "l/s", "l/min", "ml", "g",
+               "m/s2", "m/s^2", "ohm", "kohm", "lux", "db", "hz", "s", "ms"}
+
+
+def can_be_ecg(label: str, unit: str = "") -> bool:
+    """Whether a signal so labelled, in that unit (lower case, micro as 'u'; '' if unknown), can be
+    an ECG lead."""
+    match = re.match(r"[a-z0-9]+", str(label).lower())
+    word = match.group(0) if match else ""
+    if word.rstrip("0123456789") in ECG_TYPES:
+        return True
+    return word not in OTHER_TYPES and word.rstrip("0123456789") not in OTHER_TYPES and unit not in OTHER_UNITS
 
 
 def lead_indices(names) -> list[int]:

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline import PipelineWarning, backend
-from pipeline.leads import LeadChoice, lead_indices
+from pipeline.leads import LeadChoice, can_be_ecg, lead_indices
 from pipeline.read_binary import read_edf, read_npy, read_parquet, read_wfdb
 from pipeline.read_csv import read_csv
 from pipeline.readers import InputError, check_regular_file, check_sampling_rate, first_line
@@ -104,11 +104,12 @@ def load_ecg(path, *, fs: float | None = None, column: str | int | None = None,
 
 def load_other_lead(recording: Recording, *, device: str = "cpu", max_gap_s: float = 1.0):
     """A second lead of ``recording`` for reading the analysed lead's long gaps on
-    (:mod:`pipeline.other_lead`): ``(name, signal)`` of the first of its other leads, gaps
-    repaired, on ``device``; ``(None, None)`` when it has no other lead or that one cannot be used
-    (too long a gap, another length, flat). Never an error: the analysed lead alone still makes a
-    run."""
-    others = [name for name in recording.leads if name != recording.channel]
+    (:mod:`pipeline.other_lead`), judging its beats and their quality: ``(name, signal)`` of the
+    first of its other leads whose name can be an ECG lead's (not ``ABP``, ``PLETH``, ``RESP`` …:
+    :func:`pipeline.leads.can_be_ecg`), gaps repaired, on ``device``; ``(None, None)`` when it has
+    no such lead or that one cannot be used (too long a gap, another length, flat). Never an error:
+    the analysed lead alone still makes a run."""
+    others = [name for name in recording.leads if name != recording.channel and can_be_ecg(name)]
     if not others:
         return None, None
     path = Path(recording.source)

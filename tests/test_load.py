@@ -706,6 +706,38 @@ def test_wfdb_mlii_second_channel_is_chosen(tmp_path, device):
     assert load_ecg(tmp_path / "rec.hea", column="V5", device=device).channel == "V5"
 
 
+def test_the_other_lead_is_an_ecg_lead_not_a_pressure_or_breathing_signal(tmp_path):
+    """A record of lead II, arterial pressure and V5 (as PhysioNet's multi-parameter records are):
+    the second lead read beside lead II is V5, not the pressure; with lead II and breathing alone,
+    there is none."""
+    import wfdb
+
+    from pipeline.load import load_other_lead
+
+    noisy, clean = _two_lead_ecg()
+    pressure = (80 + 40 * np.abs(np.sin(np.arange(clean.size) / 100))).astype(np.float64)
+    wfdb.wrsamp("icu", fs=250.0, units=["mV", "mmHg", "mV"], sig_name=["II", "ABP", "V5"],
+                p_signal=np.stack([clean, pressure, noisy], axis=1).astype(np.float64), fmt=["16"] * 3,
+                adc_gain=[200.0, 10.0, 200.0], baseline=[0, 0, 0], write_dir=str(tmp_path))
+    name, other = load_other_lead(load_ecg(tmp_path / "icu.hea"))
+    assert name == "V5"
+    np.testing.assert_allclose(other, noisy, atol=0.01)
+    wfdb.wrsamp("sleep", fs=250.0, units=["mV", "V"], sig_name=["ECG", "Resp"],
+                p_signal=np.stack([clean, pressure / 100], axis=1).astype(np.float64), fmt=["16"] * 2,
+                adc_gain=[200.0, 200.0], baseline=[0, 0], write_dir=str(tmp_path))
+    assert load_other_lead(load_ecg(tmp_path / "sleep.hea")) == (None, None)
+
+
+@pytest.mark.parametrize("label, unit, ecg", [
+    ("II", "", True), ("MLII", "mv", True), ("V1", "", True), ("ECG2", "", True), ("EKG II", "uv", True),
+    ("CH1", "", True), ("ABP", "", False), ("ART", "mmhg", False), ("PLETH", "", False), ("Resp chest", "", False),
+    ("SpO2", "%", False), ("EEG Fpz-Cz", "uv", False), ("II", "mmhg", False)])
+def test_which_labels_can_be_an_ecg_lead(label, unit, ecg):
+    from pipeline.leads import can_be_ecg
+
+    assert can_be_ecg(label, unit) is ecg
+
+
 def test_a_first_lead_less_clear_but_readable_is_kept(tmp_path):
     """Leads named by number, the first with noise enough to score about two thirds of the second's
     QRS clarity: it still shows every QRS complex, and it is the recording's reference lead, so it
