@@ -117,14 +117,17 @@ def choose_lead(names: list[str], read, fs: float | None = None) -> tuple[int, s
 
     Lead II (named MLII, II, lead II …) when there is one; otherwise the lead whose
     :func:`qrs_clarity` is highest, when it beats the first lead's by ``CLEARER_BY``; otherwise the
-    first lead. Columns that index time (``time``, ``sample`` …) are never leads.
+    first lead. Columns that index time (``time``, ``sample`` …) are never leads, and channels
+    whose names say they are no ECG lead (``ABP``, ``PLETH``, ``RESP`` …: :func:`can_be_ecg`) are
+    passed over unless nothing else is left.
     """
-    leads = lead_indices(names) or [0]
+    channels = lead_indices(names) or [0]
+    leads = [i for i in channels if can_be_ecg(names[i])] or channels
     for i in leads:
         if _normalised(names[i]) in LEAD_II_NAMES:
             return i, f"lead II by name ({names[i]})" + (f" among {len(leads)} leads" if len(leads) > 1 else "")
     if len(leads) == 1:
-        return leads[0], "the only lead"
+        return leads[0], "the only lead" if len(channels) == 1 else f"the only ECG lead of {len(channels)} signals"
     clarity = {i: qrs_clarity(read(i), fs) for i in leads}
     best = max(leads, key=lambda i: clarity[i])
     listed = ", ".join(f"{names[i]} {clarity[i]:.1f}" for i in leads)

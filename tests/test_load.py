@@ -738,6 +738,24 @@ def test_which_labels_can_be_an_ecg_lead(label, unit, ecg):
     assert can_be_ecg(label, unit) is ecg
 
 
+def test_a_signal_named_as_no_ecg_lead_is_not_analysed():
+    """A pleth channel first and a noisy V2 whose QRS clarity is not twice the pleth's: by clarity
+    alone the first channel would stay; by its name it is no lead, so V2 is analysed."""
+    from pipeline.leads import choose_lead, qrs_clarity
+    from pipeline.synth import SynthConfig, synthesize
+
+    ecg = synthesize(SynthConfig(n_samples=30_000, seed=6, noise_bursts_per_hour=0))
+    rng = np.random.default_rng(1)
+    v2 = (ecg.signal + rng.standard_normal(ecg.signal.size) * 0.12).astype(np.float32)
+    pleth = rng.standard_normal(ecg.signal.size).astype(np.float32)
+    columns = {"PLETH": pleth, "V2": v2}
+    assert qrs_clarity(v2, 250.0) < 2 * qrs_clarity(pleth, 250.0)
+    index, reason = choose_lead(list(columns), lambda i: list(columns.values())[i], 250.0)
+    assert index == 1 and reason == "the only ECG lead of 2 signals"
+    index, reason = choose_lead(["PLETH"], lambda i: pleth, 250.0)
+    assert index == 0 and reason == "the only lead"
+
+
 def test_a_first_lead_less_clear_but_readable_is_kept(tmp_path):
     """Leads named by number, the first with noise enough to score about two thirds of the second's
     QRS clarity: it still shows every QRS complex, and it is the recording's reference lead, so it
