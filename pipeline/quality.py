@@ -56,7 +56,7 @@ def beat_quality(signal, positions, fs: float, *, hf_ramp: tuple[float, float] =
                  shift_ramp: tuple[float, float] = (0.6, 1.5), amplitude_ramp: tuple[float, float] = (2.5, 5.0),
                  shape_ramp: tuple[float, float] = (0.8, 0.3), shape_weight: float = 0.4,
                  steepness_ramp: tuple[float, float] = (0.5, 0.25), steepness_weight: float = 0.5, other=None,
-                 noise_spans=None, hum=None, **measure_options):
+                 slope_options=None, noise_spans=None, hum=None, **measure_options):
     """Quality of every beat, float32 in [0, 1] on the input's device (1 = clean).
 
     Parameters
@@ -86,6 +86,9 @@ def beat_quality(signal, positions, fs: float, *, hf_ramp: tuple[float, float] =
     other : float array, optional
         Another lead of the recording, sample for sample (same device): without it, steepness
         counts for nothing.
+    slope_options : dict, optional
+        Passed to :func:`pipeline.qrs.qrs_shape` where steepness reads the slopes (the detector's
+        ``despike_s`` and ``width_cap_s``, so that both read the same slope).
     noise_spans : (2, k) float64 array, optional
         Sorted, disjoint (start, end) seconds of noise on the signal's device
         (:func:`pipeline.episodes.episode_spans`): a beat inside scores at most half of
@@ -111,22 +114,23 @@ def beat_quality(signal, positions, fs: float, *, hf_ramp: tuple[float, float] =
                              quality)
     if other is not None and quality.shape[0]:
         good, bad = steepness_ramp
-        factor = xp.clip((steepness(signal, other, m["positions"], fs) - bad) / (good - bad), 0, 1)
+        factor = xp.clip((steepness(signal, other, m["positions"], fs, **(slope_options or {})) - bad) / (good - bad),
+                         0, 1)
         quality *= (1 - steepness_weight * (1 - factor)).astype(xp.float32)
     return quality
 
 
-def steepness(signal, other, positions, fs: float, neighbours: int = 8, percent: float = 25.0):
+def steepness(signal, other, positions, fs: float, neighbours: int = 8, percent: float = 25.0, **slope_options):
     """Per beat, how steep it is on both leads against the beats around it: on each of
     ``signal`` and ``other``, its steepest rise (:func:`pipeline.qrs.qrs_shape`) over the
     ``percent`` percentile of those of the ``neighbours`` beats on each side (the beat too); the
     geometric mean of the two ratios (float32, on the input's device). 1 or more for a recording's
     beats; a swing of noise on one lead that the detector took for a beat scores low on both,
-    below 0.5."""
+    below 0.5. ``slope_options``: passed to :func:`pipeline.qrs.qrs_shape`."""
     xp = backend.xp_of(signal)
     ratios = []
     for lead in (signal, other):
-        _, _, slope = qrs.qrs_shape(lead, positions, fs)
+        _, _, slope = qrs.qrs_shape(lead, positions, fs, **slope_options)
         usual = backend.running_percentile(slope, neighbours, percent)
         ratios.append(slope / xp.maximum(usual, xp.float32(1e-12)))
     return xp.sqrt(ratios[0] * ratios[1]).astype(xp.float32)

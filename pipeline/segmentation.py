@@ -59,7 +59,7 @@ def segment(signal, fs: float, cfg: SignalConfig, stages: Callable = _untimed, o
     with stages("embed"):
         width = cfg.window(fs)
         beats = embed.embed_beats(signal, positions, fs, width=width, pre_fiducial=cfg.pre_fiducial)
-        beat_quality = quality_of_beats(signal, positions, found, fs, hum, other if cfg.other_lead else None)
+        beat_quality = quality_of_beats(signal, positions, found, fs, hum, other, cfg)
     return Segmented(positions, from_other_lead, found, pauses, histogram, beats, beat_quality, width,
                      int(round(cfg.pre_fiducial * width)))
 
@@ -95,11 +95,13 @@ def heartbeats(response, signal, fs: float, cfg: SignalConfig, other=None, hum=N
     return positions, found, rhythm.pauses(positions, fs, cfg.pause_s), int(added.shape[0])
 
 
-def quality_of_beats(signal, positions, found, fs: float, hum=None, other=None):
+def quality_of_beats(signal, positions, found, fs: float, hum=None, other=None, cfg: SignalConfig = SignalConfig()):
     """Each beat's quality (:func:`pipeline.quality.beat_quality`, ``hum`` the recording's mains
-    hum, ``other`` another lead it reads too), below the low-quality line for every beat inside a
-    noise episode, whatever its own measures say."""
+    hum, ``other`` another lead it reads too if ``cfg.other_lead``, its slopes read as the
+    detector reads them), below the low-quality line for every beat inside a noise episode,
+    whatever its own measures say."""
     from pipeline import episodes, quality
 
-    return quality.beat_quality(signal, positions, fs, hum=hum, other=other,
+    return quality.beat_quality(signal, positions, fs, hum=hum, other=other if cfg.other_lead else None,
+                                slope_options={"despike_s": cfg.despike_s, "width_cap_s": cfg.max_qrs_width_s},
                                 noise_spans=episodes.episode_spans(found, "noise", backend.xp_of(positions)))
