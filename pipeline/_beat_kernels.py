@@ -213,9 +213,9 @@ def _own_t_wave_body(refine, measure, strongest_before):
         deflection (width[i], slope[i]) must be wider than ``width_ratio`` × the beats' median
         width (medians[0]) and less steep than ``slope_ratio`` (float32) × their median slope
         (medians[1]); the rival, moved to its QRS extremum (moved[i]: ``settings``' search,
-        ``polarity``, ``rival_ratio``), must be narrower and steeper than the beat (moved_width[i],
-        moved_slope[i]) and more than ``far`` after the beat before. The first beat stays. Each
-        check runs only where those before it pass."""
+        ``polarity``, ``rival_ratio``), must be steeper than the beat and no more than one sample
+        wider (moved_width[i], moved_slope[i]), and more than ``far`` after the beat before. The
+        first beat stays. Each check runs only where those before it pass."""
         j = np.int64(i)      # a CPU prange index is unsigned: Numba mixes it with ints as a float
         out[j] = positions[j]
         if j == 0:
@@ -229,7 +229,9 @@ def _own_t_wave_body(refine, measure, strongest_before):
         rival[j] = at
         refine(j, signal, rival, settings, polarity, rival_ratio, moved, moved_width, moved_slope)
         measure(j, signal, moved, settings, spare, moved_width, moved_slope)
-        if moved_width[j] < width[j] and moved_slope[j] > slope[j] and moved[j] - positions[j - 1] > far:
+        # Not wider by more than a sample: widths are whole samples, and at 128 Hz a wide
+        # ventricular beat and its T wave can measure alike.
+        if moved_width[j] <= width[j] + 1 and moved_slope[j] > slope[j] and moved[j] - positions[j - 1] > far:
             out[j] = moved[j]
 
     return own_t_wave_one

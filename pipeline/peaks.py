@@ -292,12 +292,13 @@ def off_own_t_waves(env, thresholds, block: int, signal, positions, fs: float, c
     complex (``cfg.search_back_width`` × the beats' median width) and slow (under
     ``cfg.step_slope_ratio`` × their median slope, as :func:`drop_non_qrs` tells a slow wave from a
     wide ventricular beat), and the largest response ``cfg.rival_min_s``–``cfg.refractory_s``
-    before it passes the threshold and, moved to its extremum, is narrower and steeper than the
-    beat (within a heartbeat the QRS is the narrowest and steepest wave) and more than
-    ``cfg.refractory_s`` after the beat before. One thread a beat (``own_t_wave`` kernel) searches
-    and judges; shapes are measured only where the checks before pass, the beats' medians over
-    ~1000 of them (:func:`pipeline.qrs.spread`) on the device: no host synchronisation. Returns
-    the positions, still sorted (a beat moves between the beat before and its T wave).
+    before it passes the threshold and, moved to its extremum, is steeper than the beat and no
+    wider (within a heartbeat the QRS is the narrowest and steepest wave; widths are whole
+    samples, so one sample more counts as no wider) and more than ``cfg.refractory_s`` after the
+    beat before. One thread a beat (``own_t_wave`` kernel) searches and judges; shapes are
+    measured only where the checks before pass, the beats' medians over ~1000 of them
+    (:func:`pipeline.qrs.spread`) on the device: no host synchronisation. Returns the positions,
+    still sorted (a beat moves between the beat before and its T wave).
     """
     xp = backend.xp_of(positions)
     count = positions.shape[0]

@@ -1119,7 +1119,7 @@ def _own_t_waves_as_arrays(env, thresholds, block, signal, positions, fs, cfg, p
                                polarity=polarity, rival=cfg.refine_rival)
     _, moved_width, moved_slope = qrs_shape(signal, moved, fs, despike_s=cfg.despike_s,
                                             width_cap_s=cfg.max_qrs_width_s)
-    swap = (moved_width < width) & (moved_slope > slope) & (moved - positions[which - 1] > far)
+    swap = (moved_width <= width + 1) & (moved_slope > slope) & (moved - positions[which - 1] > far)
     positions = positions.copy()
     positions[which[swap]] = moved[swap]
     return rival, which, positions
@@ -1208,6 +1208,31 @@ def test_own_t_wave_kernel_equals_the_whole_array_step(case, xp):
             assert moved.size == wide.size and np.abs(got[moved] - wide).max() <= 2, got[moved] - wide
         else:
             assert got[tie] == positions[tie]
+
+
+@pytest.mark.parametrize("qrs_sigma_s, moves", [(0.03, True), (0.034, False)])
+def test_own_t_wave_kernel_counts_one_sample_wider_as_no_wider(qrs_sigma_s, moves, xp):
+    """At 128 Hz a wide QRS complex and its T wave can measure the same width in whole samples.
+    A beat marked on a T wave (a Gaussian of sigma 30 ms, 200 ms after its QRS) moves to a QRS
+    as wide as it and steeper; a QRS two samples wider stays behind, however steep."""
+    from pipeline.qrs import qrs_shape
+
+    fs, cfg = 128.0, SignalConfig()
+    t = np.arange(1024)
+    before, qrs, t_wave = 200, 500, 500 + int(round(0.2 * fs))
+    bump = lambda at, height, sigma_s: height * np.exp(-0.5 * ((t - at) / (sigma_s * fs)) ** 2)
+    signal = (bump(before, 1.5, 0.008) + bump(qrs, 1.2, qrs_sigma_s) + bump(t_wave, 1.0, 0.03)).astype(np.float32)
+    positions = np.array([before, t_wave], dtype=np.int64)
+    _, width, slope = qrs_shape(signal, np.array([qrs, t_wave]), fs, despike_s=cfg.despike_s,
+                                width_cap_s=cfg.max_qrs_width_s)
+    assert width[0] == width[1] + (0 if moves else 2) and slope[0] > slope[1], (width, slope)  # the premise
+    env = np.zeros(t.size, dtype=np.float32)
+    env[qrs] = 1.0                                   # the QRS's response passes the threshold
+    thresholds = np.full(1, 0.5, dtype=np.float32)
+    medians = np.array([3.0, 1.0])                   # the T wave: wide and slow against the beats
+    _, got = _own_t_wave_kernel(xp, env, thresholds, t.size, signal, positions, fs, cfg, 0.0, medians,
+                                float(cfg.search_back_width), np.float32(cfg.step_slope_ratio))
+    assert abs(got[1] - qrs) <= 1 if moves else got[1] == t_wave, got
 
 
 def _bigeminy(fs: float, seconds: float = 40.0, seed: int = 4, small_height: float = 1.2):
