@@ -126,8 +126,10 @@ def load_other_lead(recording: Recording, *, device: str = "cpu", max_gap_s: flo
 
 
 def load_leads(path) -> tuple[list[str], np.ndarray]:
-    """Every lead of a recording, for display: their names and their samples as host float32
-    columns (n_samples, n_leads), gaps left as NaN. Columns that index time are not leads.
+    """Every ECG lead of a recording, for display: their names and their samples as host float32
+    columns (n_samples, n_leads), gaps left as NaN. Columns that index time are not leads, nor are
+    channels named as another signal (``ABP``, ``PLETH``, ``RESP`` …:
+    :func:`pipeline.leads.can_be_ecg`), whose scale would squeeze the ECG's bands.
 
     See Also
     --------
@@ -137,7 +139,7 @@ def load_leads(path) -> tuple[list[str], np.ndarray]:
     reader = _reader_for(path)
     first = LeadChoice(0)
     columns = {0: _host(_read(reader, path, first, "cpu")[0])}
-    leads = lead_indices(first.names)
+    leads = [i for i in lead_indices(first.names) if can_be_ecg(first.names[i])]
     for index in leads:
         if index not in columns:
             columns[index] = _host(_read(reader, path, LeadChoice(index), "cpu")[0])

@@ -708,11 +708,11 @@ def test_wfdb_mlii_second_channel_is_chosen(tmp_path, device):
 
 def test_the_other_lead_is_an_ecg_lead_not_a_pressure_or_breathing_signal(tmp_path):
     """A record of lead II, arterial pressure and V5 (as PhysioNet's multi-parameter records are):
-    the second lead read beside lead II is V5, not the pressure; with lead II and breathing alone,
-    there is none."""
+    the second lead read beside lead II is V5, not the pressure, and the leads drawn are II and V5;
+    with lead II and breathing alone, there is no second lead."""
     import wfdb
 
-    from pipeline.load import load_other_lead
+    from pipeline.load import load_leads, load_other_lead
 
     noisy, clean = _two_lead_ecg()
     pressure = (80 + 40 * np.abs(np.sin(np.arange(clean.size) / 100))).astype(np.float64)
@@ -722,6 +722,9 @@ def test_the_other_lead_is_an_ecg_lead_not_a_pressure_or_breathing_signal(tmp_pa
     name, other = load_other_lead(load_ecg(tmp_path / "icu.hea"))
     assert name == "V5"
     np.testing.assert_allclose(other, noisy, atol=0.01)
+    names, values = load_leads(tmp_path / "icu.hea")
+    assert names == ["II", "V5"] and values.shape == (clean.size, 2)
+    np.testing.assert_allclose(values[:, 1], noisy, atol=0.01)
     wfdb.wrsamp("sleep", fs=250.0, units=["mV", "V"], sig_name=["ECG", "Resp"],
                 p_signal=np.stack([clean, pressure / 100], axis=1).astype(np.float64), fmt=["16"] * 2,
                 adc_gain=[200.0, 200.0], baseline=[0, 0], write_dir=str(tmp_path))
