@@ -273,10 +273,10 @@ def _flutter_runs(features: dict, gap: int, *, flutter_hz, min_concentration, mi
     return _Runs(flags, CANDIDATE, SINE, gap, xp.empty(0, dtype=xp.float64))
 
 
-def _flutter_episodes(table: np.ndarray, centre: np.ndarray, duration: float, *, window_s, hop_s, min_sine_share,
+def _flutter_episodes(table: np.ndarray, centre, duration: float, *, window_s, hop_s, min_sine_share,
                       min_s) -> Episodes:
     """Flutter episodes from the run table of the candidate windows (see :func:`_flutter_runs`)
-    and the windows' centres (s)."""
+    and the windows' centres (:class:`pipeline.flutter.WindowCentres`)."""
     first, last = table[:, 0].astype(np.int64), table[:, 1].astype(np.int64)
     share = (table[:, 3] - table[:, 2]) / (last - first + 1)
     # The episode runs from the run's first sine-like window to its last: at its edges a run of
@@ -285,8 +285,8 @@ def _flutter_episodes(table: np.ndarray, centre: np.ndarray, duration: float, *,
     sine_first, sine_last = table[:, 6].astype(np.int64), table[:, 7].astype(np.int64)
     first, last = np.where(sine_first >= 0, sine_first, first), np.where(sine_last >= 0, sine_last, last)
     reach = (window_s - hop_s) / 2.0
-    start = np.clip(centre[first] - reach, 0.0, duration)
-    end = np.clip(centre[last] + reach, 0.0, duration)
+    start = np.clip(centre.at(first) - reach, 0.0, duration)
+    end = np.clip(centre.at(last) + reach, 0.0, duration)
     keep = (share >= min_sine_share) & (end - start >= min_s)
     return Episodes(np.full(int(keep.sum()), "flutter"), start[keep], end[keep], share[keep])
 

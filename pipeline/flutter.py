@@ -38,8 +38,8 @@ def flutter_features(signal, fs: float, *, window_s: float = 2.0, hop_s: float =
         ``sine_ratio`` (spectral mean frequency over ``total_hz`` / dominant frequency), all
         ``subharmonic`` (power within ±``near_hz`` / 2 of half the dominant frequency over that
         around it: a train of complexes whose second harmonic outgrows its fundamental looks like
-        a sine at twice its rate, except for this), all float32; ``centre_s`` (host float64, the
-        windows' centres).
+        a sine at twice its rate, except for this), all float32; ``centre_s`` (the windows'
+        centres, a :class:`WindowCentres`).
     """
     xp = backend.xp_of(signal)
     q = max(1, int(round(fs / decimated_hz)))
@@ -51,7 +51,7 @@ def flutter_features(signal, fs: float, *, window_s: float = 2.0, hop_s: float =
     if count <= 0:
         empty = xp.zeros(0, dtype=xp.float32)
         return {"dominant_hz": empty, "concentration": empty, "off_baseline": empty, "sine_ratio": empty,
-                "subharmonic": empty, "centre_s": np.zeros(0)}
+                "subharmonic": empty, "centre_s": WindowCentres(0, 0.0, 1, fs, 0)}
     # The Hann-windowed spectrum on the grid of a transform zero-padded to a power of two (~0.2 Hz
     # for the peak and its ±1 Hz), only at the ~100 frequencies of total_hz: one matrix product
     # with their cosines and sines, cheaper than the whole transform of every window.
@@ -71,9 +71,28 @@ def flutter_features(signal, fs: float, *, window_s: float = 2.0, hop_s: float =
     _episode_kernels.launch("flutter_measures", count, spectrum, c.freqs, first, last, low,
                             int(round(near_hz / step)), int(round(near_hz / 2 / step)),
                             dominant, concentration, sine_ratio, subharmonic)
-    centre = (np.arange(count) * hop + length / 2.0) * q / fs
     return {"dominant_hz": dominant, "concentration": concentration, "off_baseline": off_baseline,
-            "sine_ratio": sine_ratio, "subharmonic": subharmonic, "centre_s": centre}
+            "sine_ratio": sine_ratio, "subharmonic": subharmonic,
+            "centre_s": WindowCentres(hop, length / 2.0, q, fs, count)}
+
+
+class WindowCentres(NamedTuple):
+    """The centres (s) of :func:`flutter_features`' windows, as a formula: the episodes read a few
+    of them, and the whole array (a day holds ~170,000 windows) took longer on the host than the
+    GPU took to measure the windows."""
+
+    hop: int            # windows' hop, in decimated samples
+    half: float         # half a window, in decimated samples
+    q: int              # the decimation
+    fs: float
+    count: int
+
+    def at(self, window):
+        """The centres of windows ``window`` (an index or host array of indices), float64."""
+        return (np.asarray(window) * self.hop + self.half) * self.q / self.fs
+
+    def all(self) -> np.ndarray:
+        return self.at(np.arange(self.count))
 
 
 class _WindowConstants(NamedTuple):
