@@ -16,7 +16,7 @@ whose brush the server reads from that event, such as cuxfilter's).
 See Also
 --------
 tests.support.served : the server these sessions connect to.
-benchmarks.interaction : the load test and the soak test that use them.
+benchmarks.load_test : the load test and the soak test that use them.
 """
 from __future__ import annotations
 
