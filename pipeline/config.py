@@ -49,6 +49,8 @@ class SignalConfig:
     faint_slope: float = 0.3         # anywhere, a beat less than this fraction as steep as the median is judged as in noise...
     faint_neighbour_slope: float = 0.5  # ...and so is one less than this fraction as steep as a beat beside it, on every lead
     absent_other_slope: float = 0.2  # ...and one less than this fraction as steep as the median on the other lead (not there)
+    absent_other_twave_s: float = 0.45  # such a beat this soon after the beat before, the other lead showing the beats
+                                     # either side, is that beat's T wave: it goes whatever the rhythm
     noise_left_out: int = 4          # where the rhythm takes out at least this many deflections...
     noise_left_out_s: float = 20.0   # ...each within this of the next, the stretch is a noise episode
     pause_s: float = 2.0             # an RR interval at least this long is listed as a pause

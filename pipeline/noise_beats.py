@@ -32,6 +32,8 @@ from pipeline import _likeness_kernels, backend, episodes, qrs
 # The stretch of a noise episode beyond the first and the last deflection taken out: a beat either side.
 _LEFT_OUT_MARGIN_S = 2.0
 _NONE = np.zeros(0, np.int64)          # no fiducial left out
+# The other lead shows a beat at least this fraction as steep as its median beat.
+_SHOWN = 0.5
 
 
 def keep_plausible(signal, positions, found, added, fs: float, cfg, other=None):
@@ -58,6 +60,14 @@ def keep_plausible(signal, positions, found, added, fs: float, cfg, other=None):
     most ``cfg.noise_rhythm_rr`` × that RR apart. So no gap a beat is missing from is made, and a
     premature beat with its pause stays.
 
+    Before any of that, a beat the other lead does not show (under ``cfg.absent_other_slope`` ×
+    its median slope) goes outright when it comes within ``cfg.absent_other_twave_s`` of the beat
+    before and the other lead shows the beats on either side (at least half its median slope):
+    the T wave of that beat, on a lead whose T waves rival its QRS complexes. No heartbeat is
+    that early and missing from a lead that shows its neighbours, and the rhythm cannot always
+    tell: leaving a T wave out leaves its neighbours one true RR apart, which can exceed
+    ``cfg.noise_rhythm_rr`` × a local RR read in an irregular rhythm.
+
     A beat whose neighbours are farther apart than that never goes, whatever the others do (a
     subset left out spans a gap at least as long), so only the likeness of those that could go is
     measured. The rhythm is read on the host, from one copy of the fiducials and one of their
@@ -68,10 +78,12 @@ def keep_plausible(signal, positions, found, added, fs: float, cfg, other=None):
     Returns the fiducials kept (on their device) and those left out (host int64), from which
     :func:`left_out_noise` reads where the recording is noise.
     """
-    count = positions.shape[0]
-    if count < 4:
+    if positions.shape[0] < 4:
         return positions, _NONE
     judged, by_neighbours, every = _judged(signal, positions, found, fs, cfg, other)
+    if every.shape[0] < positions.shape[0]:                 # T waves went
+        positions = backend.xp_of(positions).asarray(every)
+    count = positions.shape[0]
     if not judged.any():
         return positions, _NONE
     where = _around(np.flatnonzero(judged), count)           # the judged beats and their context, by index
@@ -143,14 +155,21 @@ def _outside(start: float, end: float, cover_start, cover_end) -> list:
 def _judged(signal, positions, found, fs: float, cfg, other=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Host masks of the beats to judge (inside ``found``'s noise episodes, faint, or absent from
     the ``other`` lead: see :func:`keep_plausible`) and of those judged only for being faint beside
-    their neighbours, and the fiducials on the host."""
+    their neighbours, and the fiducials on the host: all of them but the T waves that go outright,
+    which no beat is measured against."""
     slope = _slopes(signal, positions, fs, cfg)
     every = backend.to_host(positions)                      # ~0.75 + 0.4 MB a day of beats
+    other_slope = None if other is None else _slopes(other, positions, fs, cfg)
+    if other_slope is not None:
+        typical = np.median(qrs.spread(other_slope))
+        beat = ~_t_waves(other_slope < cfg.absent_other_slope * typical, other_slope >= _SHOWN * typical, every,
+                         cfg.absent_other_twave_s * fs)
+        if not beat.all():
+            slope, other_slope, every = slope[beat], other_slope[beat], every[beat]
     judged = slope < cfg.faint_slope * np.median(qrs.spread(slope))
     by_neighbours = slope < cfg.faint_neighbour_slope * _steeper_neighbour(slope)
     absent = np.zeros_like(judged)
-    if other is not None:
-        other_slope = _slopes(other, positions, fs, cfg)
+    if other_slope is not None:
         by_neighbours &= other_slope < cfg.faint_neighbour_slope * _steeper_neighbour(other_slope)
         absent = other_slope < cfg.absent_other_slope * np.median(qrs.spread(other_slope))
     noise = episodes.episode_spans(found, "noise", np)
@@ -159,6 +178,14 @@ def _judged(signal, positions, found, fs: float, cfg, other=None) -> tuple[np.nd
         judged[a:b] = True
     by_neighbours &= ~judged                  # judged for their neighbours alone: no likeness may keep them
     return judged | absent | by_neighbours, by_neighbours, every
+
+
+def _t_waves(absent: np.ndarray, shown: np.ndarray, every: np.ndarray, within: float) -> np.ndarray:
+    """Host mask of the beats ``absent`` from the other lead that come ``within`` samples of the
+    beat before, the other lead showing (``shown``) the beats on either side."""
+    early = np.concatenate([[False], np.diff(every) <= within])
+    beside = np.concatenate([[False], shown[:-1]]) & np.concatenate([shown[1:], [False]])
+    return absent & early & beside
 
 
 def _slopes(signal, positions, fs: float, cfg) -> np.ndarray:
