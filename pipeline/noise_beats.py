@@ -66,7 +66,8 @@ def keep_plausible(signal, positions, found, added, fs: float, cfg, other=None):
     the T wave of that beat, on a lead whose T waves rival its QRS complexes. No heartbeat is
     that early and missing from a lead that shows its neighbours, and the rhythm cannot always
     tell: leaving a T wave out leaves its neighbours one true RR apart, which can exceed
-    ``cfg.noise_rhythm_rr`` × a local RR read in an irregular rhythm.
+    ``cfg.noise_rhythm_rr`` × a local RR read in an irregular rhythm. They count among the
+    deflections left out: a lead whose T waves pass for beats is not to be trusted there.
 
     A beat whose neighbours are farther apart than that never goes, whatever the others do (a
     subset left out spans a gap at least as long), so only the likeness of those that could go is
@@ -80,9 +81,17 @@ def keep_plausible(signal, positions, found, added, fs: float, cfg, other=None):
     """
     if positions.shape[0] < 4:
         return positions, _NONE
-    judged, by_neighbours, every = _judged(signal, positions, found, fs, cfg, other)
-    if every.shape[0] < positions.shape[0]:                 # T waves went
+    judged, by_neighbours, every, t_waves = _judged(signal, positions, found, fs, cfg, other)
+    if t_waves.shape[0]:
         positions = backend.xp_of(positions).asarray(every)
+    kept, left_out = _by_rhythm(signal, positions, every, judged, by_neighbours, added, fs, cfg)
+    return kept, (np.union1d(left_out, t_waves) if t_waves.shape[0] else left_out)
+
+
+def _by_rhythm(signal, positions, every, judged, by_neighbours, added, fs: float, cfg):
+    """:func:`keep_plausible`'s choice by the rhythm: the fiducials kept (on their device) and
+    those left out (host), from the fiducials ``positions`` (``every`` on the host), the beats
+    ``judged`` and those ``by_neighbours`` (host masks, :func:`_judged`)."""
     count = positions.shape[0]
     if not judged.any():
         return positions, _NONE
@@ -152,19 +161,21 @@ def _outside(start: float, end: float, cover_start, cover_end) -> list:
     return pieces
 
 
-def _judged(signal, positions, found, fs: float, cfg, other=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _judged(signal, positions, found, fs: float, cfg, other=None) -> tuple[np.ndarray, ...]:
     """Host masks of the beats to judge (inside ``found``'s noise episodes, faint, or absent from
     the ``other`` lead: see :func:`keep_plausible`) and of those judged only for being faint beside
     their neighbours, and the fiducials on the host: all of them but the T waves that go outright,
-    which no beat is measured against."""
+    which no beat is measured against, and those T waves' fiducials (host)."""
     slope = _slopes(signal, positions, fs, cfg)
     every = backend.to_host(positions)                      # ~0.75 + 0.4 MB a day of beats
     other_slope = None if other is None else _slopes(other, positions, fs, cfg)
+    t_waves = _NONE
     if other_slope is not None:
         typical = np.median(qrs.spread(other_slope))
         beat = ~_t_waves(other_slope < cfg.absent_other_slope * typical, other_slope >= _SHOWN * typical, every,
                          cfg.absent_other_twave_s * fs)
         if not beat.all():
+            t_waves = every[~beat]
             slope, other_slope, every = slope[beat], other_slope[beat], every[beat]
     judged = slope < cfg.faint_slope * np.median(qrs.spread(slope))
     by_neighbours = slope < cfg.faint_neighbour_slope * _steeper_neighbour(slope)
@@ -177,7 +188,7 @@ def _judged(signal, positions, found, fs: float, cfg, other=None) -> tuple[np.nd
     for a, b in zip(np.searchsorted(every, low).tolist(), np.searchsorted(every, high, side="right").tolist()):
         judged[a:b] = True
     by_neighbours &= ~judged                  # judged for their neighbours alone: no likeness may keep them
-    return judged | absent | by_neighbours, by_neighbours, every
+    return judged | absent | by_neighbours, by_neighbours, every, t_waves
 
 
 def _t_waves(absent: np.ndarray, shown: np.ndarray, every: np.ndarray, within: float) -> np.ndarray:
