@@ -2,7 +2,7 @@
 
 run, contenders, recordings   ``./run.sh bench``: CSV parse, segmentation, VAE, end to end, side by side
 interaction                   the dashboard in Chromium or over Bokeh's protocol, server side, load, soak
-load_test, server_side        interaction's load and soak tests; its server side, in process
+many_sessions, server_side    interaction's load and soak tests; its server side, in process
 serve_start                   fresh processes: the server to a usable dashboard, ``pipeline run``
 train_speed, threads          VAE training steps: captured against plain, under CPU contention
 archive                       batch throughput on synthetic archives, GPU busy time

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import measure, report as results, sessions
-from benchmarks.load_test import SEED, SHORT_LIFETIME, check_alive, load_part, soak
+from benchmarks.many_sessions import SEED, SHORT_LIFETIME, check_alive, load_part, soak
 from benchmarks.measure import summaries, summary
 from benchmarks.recordings import recording_csv
 from benchmarks.server_side import load_shared, server_side

@@ -16,7 +16,7 @@ whose brush the server reads from that event, such as cuxfilter's).
 See Also
 --------
 tests.support.served : the server these sessions connect to.
-benchmarks.load_test : the load test and the soak test that use them.
+benchmarks.many_sessions : the load test and the soak test that use them.
 """
 from __future__ import annotations
 
