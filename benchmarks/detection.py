@@ -1,14 +1,16 @@
 """Beat detection as the product shows it (the beats table: fiducials, flutter taken out), against
 reference annotations, AAMI EC57 style, with NeuroKit2 on the same lead beside it.
 
-    python -m benchmarks.detection [FOLDER ...] [--resample HZ] [--second-lead] [--noise KIND:DB,...] [--stress]
-                                   [--out FILE.md]
+    python -m benchmarks.detection [FOLDER ...] [--resample HZ] [--second-lead] [--unnamed] [--noise KIND:DB,...]
+                                   [--stress] [--out FILE.md]
 
 FOLDER: WFDB records with ``.atr`` (the development set is ../shared/data/mitdb-ds1). ``--resample``
 also reads every folder's records resampled to HZ (both leads and the annotations; polyphase,
 as a recorder at that rate would deliver them), the other rates the product meets.
 ``--second-lead`` also reads them on the lead the product would not choose (V1, V4, V5 on MIT-BIH):
 a lead unlike lead II, as the clearest lead of a recording whose leads carry no names may be.
+``--unnamed`` also reads them with their leads named ``ECG1`` and ``ECG2``, the second lead first,
+on the lead the product then chooses by QRS clarity: a recording whose channels are numbered.
 ``--noise`` also reads them with noise added to both leads, in the noise stress test's layout, each
 KIND (``ma`` muscle, ``em`` electrode motion, ``bw`` baseline wander; synthetic) at SNR DB
 (:mod:`benchmarks.noise`). ``--stress`` adds the synthetic stress cases of :mod:`pipeline.stress`
@@ -26,6 +28,7 @@ import numpy as np
 
 from benchmarks import noise, report
 from pipeline import load, stress, wavelet
+from pipeline.leads import choose_lead
 from pipeline.config import SignalConfig
 from pipeline.evaluate import PROTOCOL, neurokit_peaks
 from pipeline.metrics import ec57_counts, flutter_episodes, sensitivity_ppv
@@ -65,6 +68,19 @@ def on_second_lead(folder: Path):
                 second = load.load_ecg(header, column=name)
                 yield (f"{header.stem} ({name})", second.signal, second.fs, chosen.annotations[0],
                        flutter_episodes(header), chosen.signal)
+
+
+def unnamed(folder: Path):
+    """:func:`records` with their two leads named ``ECG1`` and ``ECG2``, the second lead first (V1
+    before MLII on MIT-BIH), as a recorder that numbers its channels may deliver them: the lead the
+    product chooses then (:func:`pipeline.leads.choose_lead`, by QRS clarity), the other beside it."""
+    for name, signal, fs, reference, excluded, other in records(folder):
+        if other is None:
+            continue
+        leads = [other, signal]
+        chosen, _ = choose_lead(["ECG1", "ECG2"], leads.__getitem__, fs)
+        yield (f"{name} ({'ECG1' if chosen == 0 else 'ECG2'})", leads[chosen], fs, reference, excluded,
+               leads[1 - chosen])
 
 
 def resampled(folder: Path, fs: float):
@@ -130,6 +146,9 @@ def main(argv=None) -> int:
                         help="also read the folders' records on their other lead (not the one the product chooses)")
     parser.add_argument("--noise", metavar="KIND:DB,...", help="also read the folders' records with noise added "
                         "(KIND ma, em or bw; synthetic, in the noise stress test's layout) at DB dB SNR")
+    parser.add_argument("--unnamed", action="store_true",
+                        help="also read the folders' records with their leads named ECG1 and ECG2, the second "
+                             "lead first, on the lead the product then chooses")
     parser.add_argument("--stress", action="store_true", help="add the synthetic stress cases")
     parser.add_argument("--out", type=Path, help="also write the tables as Markdown here")
     args = parser.parse_args(argv)
@@ -143,6 +162,9 @@ def main(argv=None) -> int:
                      for folder in args.folders]
     if args.second_lead:
         sections += [(f"{folder}, second lead", list(on_second_lead(folder))) for folder in args.folders]
+    if args.unnamed:
+        sections += [(f"{folder}, leads named ECG1 and ECG2, the second lead first", list(unnamed(folder)))
+                     for folder in args.folders]
     sections += [(f"{folder}, {kind} noise at {snr:g} dB", list(with_noise(folder, kind, snr)))
                  for kind, snr in noises for folder in args.folders]
     if args.stress:
