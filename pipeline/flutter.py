@@ -92,6 +92,7 @@ class WindowCentres(NamedTuple):
         return (np.asarray(window) * self.hop + self.half) * self.q / self.fs
 
     def all(self) -> np.ndarray:
+        """Every window's centre, float64."""
         return self.at(np.arange(self.count))
 
 

@@ -174,7 +174,7 @@ def _judged(signal, positions, found, fs: float, cfg, other=None) -> tuple[np.nd
         typical = np.median(qrs.spread(other_slope))
         beat = ~_t_waves(other_slope < cfg.absent_other_slope * typical, other_slope >= _SHOWN * typical, every,
                          cfg.absent_other_twave_s * fs)
-        if not beat.all():
+        if not beat.all():                    # the beats left are judged among themselves
             t_waves = every[~beat]
             slope, other_slope, every = slope[beat], other_slope[beat], every[beat]
     judged = slope < cfg.faint_slope * np.median(qrs.spread(slope))
