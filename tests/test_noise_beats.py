@@ -10,6 +10,7 @@ from pipeline import backend, synth
 from pipeline.config import SignalConfig
 from pipeline.episodes import Episodes
 from pipeline.noise_beats import keep_plausible
+from tests.support.own_t_waves import spikes
 
 FS = 360.0
 
@@ -223,14 +224,6 @@ def test_a_lead_cleaned_up_again_and_again_is_noise_there(xp):
     assert inside.sum() >= 6 and (quality[inside] < LOW_QUALITY).all() and (quality[~inside] >= LOW_QUALITY).mean() > 0.95
 
 
-def _bumps(n: int, at, height: float, sigma_s: float) -> np.ndarray:
-    t, out = np.arange(n), np.zeros(n)
-    for c in at:
-        lo, hi = max(0, c - 200), min(n, c + 200)
-        out[lo:hi] += height * np.exp(-0.5 * ((t[lo:hi] - c) / (sigma_s * FS)) ** 2)
-    return out
-
-
 def test_t_waves_the_other_lead_does_not_show_go_whatever_the_rhythm(xp):
     """Beats 0.6 and 1.0 s apart in turn; on the analysed lead 45 of them have a T wave 0.3 s after
     them that passed for a beat, the other lead shows the QRS complexes and a low, broad T wave.
@@ -243,9 +236,10 @@ def test_t_waves_the_other_lead_does_not_show_go_whatever_the_rhythm(xp):
     n = int(beats[-1] + 2 * FS)
     t_waves = beats[5:50] + int(0.3 * FS)
     rng = np.random.default_rng(0)
-    signal = (_bumps(n, beats, 1.5, 0.010) + _bumps(n, t_waves, 0.9, 0.014)
+    each = lambda height: np.full(beats.size, height)
+    signal = (spikes(FS, n, beats, each(1.5), 0.010) + spikes(FS, n, t_waves, np.full(t_waves.size, 0.9), 0.014)
               + 0.01 * rng.standard_normal(n)).astype(np.float32)
-    other = (_bumps(n, beats, -0.9, 0.010) + _bumps(n, beats + int(0.3 * FS), -0.1, 0.06)
+    other = (spikes(FS, n, beats, each(-0.9), 0.010) + spikes(FS, n, beats + int(0.3 * FS), each(-0.1), 0.06)
              + 0.01 * rng.standard_normal(n)).astype(np.float32)
     positions = np.sort(np.concatenate([beats, t_waves]))
 

@@ -14,6 +14,7 @@ from pipeline.config import SignalConfig
 from pipeline.peaks import (above_the_noise_floor, adaptive_threshold, beat_lengths, drop_non_qrs, envelope,
                             fiducials, find_beats, length_histogram, nms_gate, search_back)
 from pipeline.qrs import polarity_of, refine_to_extremum
+from tests.support.own_t_waves import spikes
 
 BEAT_SYMBOLS = list("NLRBAaJSVrFejnE/fQ?")  # the MIT-BIH README's heartbeat symbols
 
@@ -291,8 +292,8 @@ def test_fiducials_stay_on_the_usual_wave_where_r_and_s_are_near_equal(xp):
     n = int(60 * fs)
     beats = np.arange(int(1.0 * fs), int(58 * fs), int(0.8 * fs))
     deeper = np.arange(beats.size) % 6 == 3
-    signal = _spikes(fs, n, beats, np.ones(beats.size), sigma_s=0.012)
-    signal -= _spikes(fs, n, beats + int(round(0.05 * fs)), np.where(deeper, 1.15, 0.8), sigma_s=0.012)
+    signal = spikes(fs, n, beats, np.ones(beats.size), sigma_s=0.012)
+    signal -= spikes(fs, n, beats + int(round(0.05 * fs)), np.where(deeper, 1.15, 0.8), sigma_s=0.012)
     signal = xp.asarray((signal + 0.01 * np.random.default_rng(6).standard_normal(n)).astype(np.float32))
     assert polarity_of(signal, xp.asarray(beats), fs) == 1.0
     hop = _host(refine_to_extremum(signal, xp.asarray(beats + 2), fs, search_s=cfg.refine_s))
@@ -330,9 +331,9 @@ def test_drop_non_qrs_drops_t_waves_that_alternate_with_the_beats(xp):
     fs = 360.0
     n = int(40 * fs)
     beats = np.arange(int(1.0 * fs), int(38 * fs), int(0.64 * fs))
-    signal = _spikes(fs, n, beats, np.full(beats.size, 0.5), sigma_s=0.006)
+    signal = spikes(fs, n, beats, np.full(beats.size, 0.5), sigma_s=0.006)
     t_waves = beats + int(0.27 * fs)
-    signal += _spikes(fs, n, t_waves, np.full(beats.size, 0.4), sigma_s=0.04)
+    signal += spikes(fs, n, t_waves, np.full(beats.size, 0.4), sigma_s=0.04)
     candidates = np.sort(np.concatenate([beats, t_waves])).astype(np.int64)
     kept = _host(drop_non_qrs(xp.asarray(signal.astype(np.float32)), xp.asarray(candidates), fs))
     np.testing.assert_array_equal(kept, beats)
@@ -348,9 +349,9 @@ def test_drop_non_qrs_keeps_an_early_wide_beat_that_leaves_a_pause(xp):
     pvc = beats[20] + int(0.3 * fs)
     for pause, expected in ((True, True), (False, False)):
         sinus = np.delete(beats, 21) if pause else beats
-        signal = _spikes(fs, n, sinus, np.full(sinus.size, 0.5), sigma_s=0.006)
-        signal += _spikes(fs, n, sinus + int(0.3 * fs), np.full(sinus.size, 0.15), sigma_s=0.045)   # T waves
-        signal += _spikes(fs, n, [pvc], [0.8], sigma_s=0.04)
+        signal = spikes(fs, n, sinus, np.full(sinus.size, 0.5), sigma_s=0.006)
+        signal += spikes(fs, n, sinus + int(0.3 * fs), np.full(sinus.size, 0.15), sigma_s=0.045)   # T waves
+        signal += spikes(fs, n, [pvc], [0.8], sigma_s=0.04)
         candidates = np.sort(np.concatenate([sinus, [pvc]])).astype(np.int64)
         kept = _host(drop_non_qrs(xp.asarray(signal.astype(np.float32)), xp.asarray(candidates), fs))
         assert (pvc in kept) == expected, (pause, kept.size, candidates.size)
@@ -441,14 +442,6 @@ def test_non_qrs_kernels_equal_the_whole_array_step(fs, xp):
     got = _host(drop_non_qrs(xp.asarray(signal), xp.asarray(ends), fs, despike_s=0.006, **loose))
     np.testing.assert_array_equal(got, expected)
     assert n - 200 in got and n - 60 not in got and counts[3] > 10, counts
-
-
-def _spikes(fs, n, centres, heights, sigma_s=0.01):
-    t = np.arange(n)
-    signal = np.zeros(n)
-    for c, h in zip(centres, heights):
-        signal += h * np.exp(-0.5 * ((t - c) / (sigma_s * fs)) ** 2)
-    return signal
 
 
 def test_find_beats_keeps_the_rhythm_over_a_tall_p_wave(xp):
@@ -672,8 +665,8 @@ def test_find_beats_drops_the_t_wave_of_a_rescued_qrs(fs, xp):
     n = int(60 * fs)
     beats = np.arange(int(1.0 * fs), int(58 * fs), int(0.9 * fs))
     tall = np.arange(beats.size) % 3 == 1
-    signal = _spikes(fs, n, beats, np.full(beats.size, 0.5), sigma_s=0.008)
-    signal += _spikes(fs, n, beats + int(0.265 * fs), np.where(tall, 1.0, 0.2), sigma_s=0.03)
+    signal = spikes(fs, n, beats, np.full(beats.size, 0.5), sigma_s=0.008)
+    signal += spikes(fs, n, beats + int(0.265 * fs), np.where(tall, 1.0, 0.2), sigma_s=0.03)
     signal = xp.asarray(signal.astype(np.float32))
     response = ricker_response(signal, fs, cfg.ricker_width_s)
     t_wave = int(beats[1] + 0.265 * fs)
@@ -721,9 +714,9 @@ def test_search_back_finds_small_beats_in_a_long_gap_but_nothing_in_a_pause(xp):
     beats = beats[~pause]
     small = (beats > 20 * fs) & (beats < 24.5 * fs)
     n = int(60 * fs)
-    signal = _spikes(fs, n, beats, np.where(small, 0.1, 1.0))
+    signal = spikes(fs, n, beats, np.where(small, 0.1, 1.0), sigma_s=0.01)
     p_wave = beats[np.searchsorted(beats, 40 * fs)] + int(0.9 * fs)
-    signal += _spikes(fs, n, [p_wave], [0.1], sigma_s=0.04)
+    signal += spikes(fs, n, [p_wave], [0.1], sigma_s=0.04)
     signal = xp.asarray((signal + 0.004 * rng.standard_normal(n)).astype(np.float32))
     big = xp.asarray(beats[~small].astype(np.int64))
     found = _host(search_back(xp.abs(ricker_response(signal, fs, cfg.ricker_width_s)), signal, big, fs, cfg))
@@ -1243,10 +1236,10 @@ def _bigeminy(fs: float, seconds: float = 40.0, seed: int = 4, small_height: flo
     n = int(seconds * fs)
     large = np.arange(int(1.0 * fs), n - int(1.0 * fs), int(1.6 * fs))
     small = large + int(0.8 * fs)
-    signal = _spikes(fs, n, large, np.full(large.size, 4.0), sigma_s=0.02)
-    signal += _spikes(fs, n, small, np.full(small.size, small_height), sigma_s=0.008)
+    signal = spikes(fs, n, large, np.full(large.size, 4.0), sigma_s=0.02)
+    signal += spikes(fs, n, small, np.full(small.size, small_height), sigma_s=0.008)
     t_waves = np.concatenate([large, small]) + int(0.3 * fs)
-    signal += _spikes(fs, n, t_waves, np.full(t_waves.size, 0.3), sigma_s=0.04)
+    signal += spikes(fs, n, t_waves, np.full(t_waves.size, 0.3), sigma_s=0.04)
     signal += 0.01 * np.random.default_rng(seed).standard_normal(n)
     return signal.astype(np.float32), large, small
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 
-def _spikes(fs, n, centres, heights, sigma_s):
+def spikes(fs, n, centres, heights, sigma_s):
+    """``n`` samples at ``fs`` of Gaussians of width ``sigma_s`` (s) and ``heights`` at ``centres``."""
     t = np.arange(n)
     signal = np.zeros(n)
     for c, h in zip(centres, heights):
@@ -26,10 +27,10 @@ def t_waves_outgrowing(fs: float, seconds: float = 60.0, seed: int = 7):
     normal = np.sort(normal[normal < (seconds - 2) * fs])
     wide = np.round((cycle + 2.1) * fs).astype(np.int64)
     wide = wide[wide < (seconds - 2) * fs]
-    signal = _spikes(fs, n, normal, np.full(normal.size, 1.5), sigma_s=0.008)
-    signal += _spikes(fs, n, normal + int(0.3 * fs), np.full(normal.size, 0.2), sigma_s=0.04)
-    signal += _spikes(fs, n, wide, np.full(wide.size, 0.6), sigma_s=0.012)
+    signal = spikes(fs, n, normal, np.full(normal.size, 1.5), sigma_s=0.008)
+    signal += spikes(fs, n, normal + int(0.3 * fs), np.full(normal.size, 0.2), sigma_s=0.04)
+    signal += spikes(fs, n, wide, np.full(wide.size, 0.6), sigma_s=0.012)
     t_waves = wide + int(0.19 * fs)
-    signal += _spikes(fs, n, t_waves, np.full(wide.size, 1.5), sigma_s=0.045)
+    signal += spikes(fs, n, t_waves, np.full(wide.size, 1.5), sigma_s=0.045)
     signal = (signal + 0.01 * np.random.default_rng(seed).standard_normal(n)).astype(np.float32)
     return signal, normal, wide, t_waves
