@@ -47,6 +47,11 @@ def lead_indices(names) -> list[int]:
     return [i for i, name in enumerate(names) if str(name).strip().lower() not in TIME_COLUMNS]
 
 
+def ecg_lead_indices(names) -> list[int]:
+    """:func:`lead_indices` less the channels named as another signal (:func:`can_be_ecg`)."""
+    return [i for i in lead_indices(names) if can_be_ecg(names[i])]
+
+
 # Names of the limb lead II, where the QRS complex is usually tallest and annotators of MIT-BIH
 # worked ("MLII": modified lead II), compared without case, spaces or punctuation. Only names that
 # say lead II: "ECG2" or "ch2" number a recorder's channels (a Holter's second channel is often a
@@ -122,7 +127,7 @@ def choose_lead(names: list[str], read, fs: float | None = None) -> tuple[int, s
     passed over unless nothing else is left.
     """
     channels = lead_indices(names) or [0]
-    leads = [i for i in channels if can_be_ecg(names[i])] or channels
+    leads = ecg_lead_indices(names) or channels
     for i in leads:
         if _normalised(names[i]) in LEAD_II_NAMES:
             return i, f"lead II by name ({names[i]})" + (f" among {len(leads)} leads" if len(leads) > 1 else "")

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline import PipelineWarning, backend
-from pipeline.leads import LeadChoice, can_be_ecg, lead_indices
+from pipeline.leads import LeadChoice, can_be_ecg, ecg_lead_indices, lead_indices
 from pipeline.read_binary import read_edf, read_npy, read_parquet, read_wfdb
 from pipeline.read_csv import read_csv
 from pipeline.readers import InputError, check_regular_file, check_sampling_rate, first_line
@@ -139,7 +139,7 @@ def load_leads(path) -> tuple[list[str], np.ndarray]:
     reader = _reader_for(path)
     first = LeadChoice(0)
     columns = {0: _host(_read(reader, path, first, "cpu")[0])}
-    leads = [i for i in lead_indices(first.names) if can_be_ecg(first.names[i])]
+    leads = ecg_lead_indices(first.names)
     for index in leads:
         if index not in columns:
             columns[index] = _host(_read(reader, path, LeadChoice(index), "cpu")[0])
