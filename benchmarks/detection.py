@@ -10,7 +10,8 @@ as a recorder at that rate would deliver them), the other rates the product meet
 ``--second-lead`` also reads them on the lead the product would not choose (V1, V4, V5 on MIT-BIH):
 a lead unlike lead II, as the clearest lead of a recording whose leads carry no names may be.
 ``--unnamed`` also reads them with their leads named ``ECG1`` and ``ECG2``, the second lead first,
-on the lead the product then chooses by QRS clarity: a recording whose channels are numbered.
+on the lead the product then chooses (QRS clarity, then the beats' agreement): a recording
+whose channels are numbered.
 ``--noise`` also reads them with noise added to both leads, in the noise stress test's layout, each
 KIND (``ma`` muscle, ``em`` electrode motion, ``bw`` baseline wander; synthetic) at SNR DB
 (:mod:`benchmarks.noise`). ``--stress`` adds the synthetic stress cases of :mod:`pipeline.stress`
@@ -28,6 +29,7 @@ import numpy as np
 
 from benchmarks import noise, report
 from pipeline import load, stress, wavelet
+from pipeline.lead_agreement import compare_leads
 from pipeline.leads import choose_lead
 from pipeline.config import SignalConfig
 from pipeline.evaluate import PROTOCOL, neurokit_peaks
@@ -73,12 +75,15 @@ def on_second_lead(folder: Path):
 def unnamed(folder: Path):
     """:func:`records` with their two leads named ``ECG1`` and ``ECG2``, the second lead first (V1
     before MLII on MIT-BIH), as a recorder that numbers its channels may deliver them: the lead the
-    product chooses then (:func:`pipeline.leads.choose_lead`, by QRS clarity), the other beside it."""
+    product chooses then (:func:`pipeline.leads.choose_lead` by QRS clarity, reviewed by the beats
+    each lead finds: :func:`pipeline.lead_agreement.compare_leads`), the other beside it."""
     for name, signal, fs, reference, excluded, other in records(folder):
         if other is None:
             continue
         leads = [other, signal]
         chosen, _ = choose_lead(["ECG1", "ECG2"], leads.__getitem__, fs)
+        if compare_leads(leads[chosen], leads[1 - chosen], fs, SignalConfig()).other_is_better:
+            chosen = 1 - chosen
         yield (f"{name} ({'ECG1' if chosen == 0 else 'ECG2'})", leads[chosen], fs, reference, excluded,
                leads[1 - chosen])
 

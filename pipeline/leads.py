@@ -105,6 +105,7 @@ class LeadChoice:
         self.column = column
         self.reason = "the only lead"
         self.names: list[str] = []
+        self.by_clarity = False  # chosen by QRS clarity, which the beats may overrule (pipeline.lead_agreement)
 
     def pick(self, names: list[str], path: Path, read, fs: float | None = None) -> int:
         """Index among ``names``; ``read(index)`` gives a lead's values when they must be compared."""
@@ -114,7 +115,15 @@ class LeadChoice:
             self.reason = f"chosen by the user ({self.column!r})"
             return index
         index, self.reason = choose_lead(names, read, fs)
+        self.by_clarity = compares_clarity(names)
         return index
+
+
+def compares_clarity(names: list[str]) -> bool:
+    """Whether :func:`choose_lead` picks among ``names`` by QRS clarity: two ECG leads or more,
+    none named lead II."""
+    leads = ecg_lead_indices(names) or lead_indices(names)
+    return len(leads) > 1 and not any(_normalised(names[i]) in LEAD_II_NAMES for i in leads)
 
 
 def choose_lead(names: list[str], read, fs: float | None = None) -> tuple[int, str]:

@@ -51,6 +51,7 @@ class Recording:
     annotations: tuple[np.ndarray, np.ndarray] | None = None  # (sample indices, beat symbols)
     repaired_samples: int = 0
     lead_reason: str = "the only lead"  # why this lead was analysed (see choose_lead)
+    lead_by_clarity: bool = False  # chosen among unnamed leads by QRS clarity (see pipeline.lead_agreement)
     leads: tuple[str, ...] = ()  # every lead of the input (time columns left out)
     other_lead: str = ""  # the lead read where the analysed one shows a pause (load_other_lead); "" none
 
@@ -99,7 +100,8 @@ def load_ecg(path, *, fs: float | None = None, column: str | int | None = None,
     signal, repaired = _repair_gaps(signal, rate, max_gap_s, path.name)
     _check_usable(signal, rate, min_duration_s, path.name)
     leads = tuple(str(choice.names[i]) for i in lead_indices(choice.names))
-    return Recording(signal, rate, str(path), channel, annotations, repaired, choice.reason, leads or (channel,))
+    return Recording(signal, rate, str(path), channel, annotations, repaired, choice.reason, choice.by_clarity,
+                     leads or (channel,))
 
 
 def load_other_lead(recording: Recording, *, device: str = "cpu", max_gap_s: float = 1.0):

@@ -154,7 +154,7 @@ class Computed:
 
 
 def _compute(job: _Job, stages: "_StageClock") -> Computed:
-    from pipeline import embed, load
+    from pipeline import embed, lead_agreement, load
 
     request, cfg = job.request, job.request.signal
     with stages("load"):
@@ -163,6 +163,7 @@ def _compute(job: _Job, stages: "_StageClock") -> Computed:
                                   min_duration_s=max(2.5, 2 * cfg.window_s))
         other_lead, other = (load.load_other_lead(recording, device=job.device, max_gap_s=cfg.max_gap_s)
                              if cfg.other_lead else (None, None))
+        recording, other_lead, other = lead_agreement.review_choice(recording, other_lead, other, cfg)
         recording = dataclasses.replace(recording, other_lead=other_lead or "")
     fs, signal = recording.fs, recording.signal
     seg = segment(signal, fs, cfg, stages, other)

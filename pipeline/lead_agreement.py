@@ -1,0 +1,151 @@
+"""Which of two unnamed leads detects better, by the beats each finds that the other contradicts.
+
+A recording whose channels carry no lead names (``ECG1``, ``ECG2``) is read on its first lead
+unless another's QRS complexes are much clearer (:func:`pipeline.leads.choose_lead`). Clarity
+cannot tell a lead that detects well from one that is merely steep: a precordial lead can score
+clearer than lead II yet show its T waves as beats, and a lead whose QRS is lost in noise can score
+as clear as a clean one. The beats themselves can tell. Both leads show the same heartbeats, so
+the detector run on each lead, the other beside it, betrays each lead's errors:
+
+* a beat one lead finds and the other does not, where the other lead is flat, is a false beat of
+  the first (a T wave, a swing of noise);
+* a beat one lead finds and the other does not, where the other lead is about as steep as its
+  smaller beats, is a beat the other lead missed.
+
+The lead chosen by clarity is kept unless its count of such errors is clearly the larger
+(:data:`WORSE_BY`, :data:`WORSE_PLUS`): either lead is a fair choice when they come close, and
+the first lead is the recording's reference.
+
+See Also
+--------
+pipeline.leads.choose_lead : the choice by name and clarity this one reviews.
+pipeline.run : calls :func:`review_choice` after loading, before the segmentation.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from pipeline import backend, episodes, qrs, wavelet
+from pipeline.segmentation import heartbeats
+
+# Stretches read on both leads (start, middle, end of the recording): long enough for dozens of
+# errors where a lead has them, short enough to cost little beside the run on a day-long Holter.
+STRETCH_S = 600.0
+STRETCHES = 3
+# Beats of the two leads within this of each other are the same heartbeat (AAMI EC57's window).
+SAME_BEAT_S = 0.15
+# A lead shows a QRS where its steepest rise is SHOWN × the SMALL_BEATS percentile of its beats'
+# or more: as steep, nearly, as its smaller beats. Against the median, a lead whose normal beats
+# are a seventh of its ventricular beats' height would not "show" the normal beats it missed.
+SHOWN = 0.6
+SMALL_BEATS = 10.0
+# The chosen lead is replaced when its errors exceed WORSE_BY × the other's + WORSE_PLUS.
+WORSE_BY = 1.5
+WORSE_PLUS = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class Agreement:
+    """Errors each lead's beats betray against the other's over the stretches read."""
+
+    chosen: int   # errors of the lead chosen by clarity
+    other: int    # errors of the other lead
+    minutes: float  # how much of the recording was read
+
+    @property
+    def other_is_better(self) -> bool:
+        return self.chosen > WORSE_BY * self.other + WORSE_PLUS
+
+
+def compare_leads(signal, other, fs: float, cfg) -> Agreement:
+    """:class:`Agreement` of ``signal`` and ``other`` (same length, same device), each read with
+    the other beside it as the run reads them, over :data:`STRETCHES` stretches of
+    :data:`STRETCH_S`."""
+    n = int(signal.shape[0])
+    length = min(n, int(STRETCH_S * fs))
+    starts = sorted({0, max(0, (n - length) // 2), max(0, n - length)})[:STRETCHES]
+    errors = np.zeros(2, dtype=np.int64)
+    read = 0
+    for start in starts:
+        leads = (signal[start:start + length], other[start:start + length])
+        errors += _betrayed(leads, _outside_flutter(*[_detect(leads[k], leads[1 - k], fs, cfg) for k in (0, 1)], fs),
+                            fs, cfg)
+        read += length
+    return Agreement(int(errors[0]), int(errors[1]), read / fs / 60.0)
+
+
+def review_choice(recording, other_name, other, cfg):
+    """``(recording, other_name, other)`` with the two leads exchanged where the lead chosen by
+    clarity (``recording.lead_by_clarity``) betrays clearly more errors than ``other``
+    (:func:`compare_leads`); unchanged otherwise, or when there is no other lead. The lead taken
+    instead is read again from the recording's file, so that its gaps are repaired and reported
+    as the analysed lead's are."""
+    if other is None or not recording.lead_by_clarity:
+        return recording, other_name, other
+    agreement = compare_leads(recording.signal, other, recording.fs, cfg)
+    if not agreement.other_is_better:
+        return recording, other_name, other
+    from pipeline import load
+
+    device = "cpu" if backend.xp_of(other) is np else "gpu"
+    chosen = load.load_ecg(recording.source, fs=recording.fs, column=other_name, device=device,
+                           max_gap_s=cfg.max_gap_s)
+    reason = (f"its beats agree better with the other lead's ({agreement.other} against {agreement.chosen} beats "
+              f"that one lead finds and the other contradicts, in {agreement.minutes:.0f} min); QRS clarity alone "
+              f"chose {recording.channel}: {recording.lead_reason}")
+    chosen = dataclasses.replace(chosen, lead_reason=reason)
+    return chosen, recording.channel, recording.signal
+
+
+def _detect(signal, other, fs: float, cfg):
+    """The beats and episodes of ``signal`` as the run finds them, ``other`` beside it."""
+    response = wavelet.ricker_response(signal, fs, cfg.ricker_width_s)
+    positions, found, _, _ = heartbeats(response, signal, fs, cfg, other)
+    return positions, found
+
+
+def _outside_flutter(first, second, fs: float) -> list[np.ndarray]:
+    """Each lead's beats (host) outside the flutter episodes of either lead. Flutter is the whole
+    heart's rhythm: where one lead reads flutter and the other beats, their beats say nothing of
+    which lead detects better."""
+    kept = []
+    for positions, _ in (first, second):
+        inside = episodes.in_episodes(positions, first[1], fs, "flutter") | episodes.in_episodes(
+            positions, second[1], fs, "flutter")
+        kept.append(backend.to_host(positions[~inside]))
+    return kept
+
+
+def _betrayed(leads, beats, fs: float, cfg) -> np.ndarray:
+    """Errors of each lead: its beats the other lead does not show, and the other lead's beats
+    it shows but missed."""
+    if min(len(b) for b in beats) < 2:
+        return np.array([len(beats[1]), len(beats[0])], dtype=np.int64)  # a lead without beats misses them all
+    steep = [_slopes(leads[k], beats[k], fs, cfg) for k in (0, 1)]
+    small = [float(np.percentile(s, SMALL_BEATS)) for s in steep]
+    errors = np.zeros(2, dtype=np.int64)
+    for k in (0, 1):
+        alone = beats[k][_unmatched(beats[k], beats[1 - k], int(SAME_BEAT_S * fs))]
+        shown = _slopes(leads[1 - k], alone, fs, cfg) >= SHOWN * small[1 - k]
+        errors[k] += int((~shown).sum())   # k's beats where the other lead is flat: k's false beats
+        errors[1 - k] += int(shown.sum())  # beats the other lead shows and missed
+    return errors
+
+
+def _unmatched(beats: np.ndarray, others: np.ndarray, within: int) -> np.ndarray:
+    """Mask of ``beats`` with none of ``others`` (sorted) within ``within`` samples."""
+    after = np.searchsorted(others, beats)
+    gap_after = np.abs(others[np.minimum(after, len(others) - 1)] - beats)
+    gap_before = np.abs(beats - others[np.maximum(after - 1, 0)])
+    return np.minimum(gap_after, gap_before) > within
+
+
+def _slopes(signal, positions: np.ndarray, fs: float, cfg) -> np.ndarray:
+    if len(positions) == 0:
+        return np.zeros(0, dtype=np.float32)
+    xp = backend.xp_of(signal)
+    _, _, slope = qrs.qrs_shape(signal, xp.asarray(positions), fs, despike_s=cfg.despike_s,
+                                width_cap_s=cfg.max_qrs_width_s)
+    return backend.to_host(slope)
