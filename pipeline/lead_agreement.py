@@ -10,7 +10,8 @@ the detector run on each lead, the other beside it, betrays each lead's errors:
 * a beat one lead finds and the other does not, where the other lead is flat, is a false beat of
   the first (a T wave, a swing of noise);
 * a beat one lead finds and the other does not, where the other lead is about as steep as its
-  smaller beats, is a beat the other lead missed.
+  smaller beats, is a beat the other lead missed;
+* where the other lead shows a wave of its own or noise, the beat tells nothing.
 
 The lead chosen by clarity is kept unless its count of such errors is clearly the larger
 (:data:`WORSE_BY`, :data:`WORSE_PLUS`): either lead is a fair choice when they come close, and
@@ -36,11 +37,14 @@ STRETCH_S = 600.0
 STRETCHES = 3
 # Beats of the two leads within this of each other are the same heartbeat (AAMI EC57's window).
 SAME_BEAT_S = 0.15
-# A lead shows a QRS where its steepest rise is SHOWN × the SMALL_BEATS percentile of its beats'
-# or more: as steep, nearly, as its smaller beats. Against the median, a lead whose normal beats
-# are a seventh of its ventricular beats' height would not "show" the normal beats it missed.
-SHOWN = 0.6
+# Against its smaller beats (the SMALL_BEATS percentile of its beats' steepest rises; against the
+# median, a lead whose normal beats are a seventh of its ventricular beats' height would not "show"
+# the normal beats it missed), a lead shows a QRS at SHOWN × or more, and nothing, flat, under
+# FLAT ×. In between it shows a wave of its own or its noise, which tells neither way: a lead in
+# noise then does not make the true beats the other lead finds there count as false.
 SMALL_BEATS = 10.0
+SHOWN = 0.6
+FLAT = 0.15
 # The chosen lead is replaced when its errors exceed WORSE_BY × the other's + WORSE_PLUS.
 WORSE_BY = 1.5
 WORSE_PLUS = 5
@@ -128,9 +132,9 @@ def _betrayed(leads, beats, fs: float, cfg) -> np.ndarray:
     errors = np.zeros(2, dtype=np.int64)
     for k in (0, 1):
         alone = beats[k][_unmatched(beats[k], beats[1 - k], int(SAME_BEAT_S * fs))]
-        shown = _slopes(leads[1 - k], alone, fs, cfg) >= SHOWN * small[1 - k]
-        errors[k] += int((~shown).sum())   # k's beats where the other lead is flat: k's false beats
-        errors[1 - k] += int(shown.sum())  # beats the other lead shows and missed
+        there = _slopes(leads[1 - k], alone, fs, cfg) / small[1 - k]
+        errors[k] += int((there < FLAT).sum())       # k's beats where the other lead is flat: k's false beats
+        errors[1 - k] += int((there >= SHOWN).sum())  # beats the other lead shows and missed
     return errors
 
 

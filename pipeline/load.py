@@ -75,7 +75,8 @@ def load_ecg(path, *, fs: float | None = None, column: str | int | None = None,
     column : str or int, optional
         Column name or 0-based index (CSV, Parquet, NPY) or lead name/index (WFDB). Default: the
         lead named MLII / II when there is one, else the first lead unless another's QRS
-        complexes are twice as clear (:func:`choose_lead`); columns that index time are never leads.
+        complexes are twice as clear (:func:`choose_lead`; a run then reviews that choice by the
+        beats: :mod:`pipeline.lead_agreement`); columns that index time are never leads.
     max_gap_s : float
         Runs of NaN/inf up to this long are linearly interpolated (with a warning); longer runs
         are rejected, since inventing seconds of ECG would invent beats.

@@ -23,15 +23,18 @@ def test_each_lead_is_charged_with_its_false_beats_and_the_beats_it_shows_but_mi
     """Beats every 0.8 s on both leads. Lead 0's detector also 'found' 7 T waves, where lead 1 is
     flat (lead 0's false beats) and missed 4 QRS complexes it shows (lead 0's misses). Lead 1 missed
     3 beats whose QRS it does not show at all (a lead off): those read as lead 0's false beats, as
-    nothing on either lead tells them from a false beat."""
+    nothing on either lead tells them from a false beat. Lead 0 also 'found' 5 beats where lead 1
+    shows a bump a quarter as steep as its beats, which tells neither way."""
     n = int(120 * FS)
     true = np.arange(int(0.5 * FS), n - int(FS), int(0.8 * FS))
     t_waves = true[10:17] + int(0.3 * FS)
     lead0 = spikes(FS, n, true, np.ones(true.size), 0.01) + spikes(FS, n, t_waves, np.full(7, 0.4), 0.04)
     hidden = true[40:43]
     lead1_beats = np.setdiff1d(true, hidden)
-    lead1 = spikes(FS, n, lead1_beats, np.full(lead1_beats.size, 0.7), 0.012)
-    found0 = np.sort(np.concatenate([np.setdiff1d(true, true[60:64]), t_waves]))
+    bumps = true[80:85] + int(0.4 * FS)
+    lead1 = spikes(FS, n, lead1_beats, np.full(lead1_beats.size, 0.7), 0.012) + spikes(FS, n, bumps,
+                                                                                          np.full(5, 0.175), 0.012)
+    found0 = np.sort(np.concatenate([np.setdiff1d(true, true[60:64]), t_waves, bumps]))
     found1 = lead1_beats
     leads = (xp.asarray(lead0.astype(np.float32)), xp.asarray(lead1.astype(np.float32)))
     errors = _betrayed(leads, [found0, found1], FS, SignalConfig())
@@ -104,3 +107,19 @@ def test_a_lead_named_or_asked_for_is_not_reviewed(tmp_path):
     frame = pd.read_csv(path).rename(columns={"ECG1": "MLII"})
     frame.to_csv(tmp_path / "named.csv", index=False)
     assert not load_ecg(tmp_path / "named.csv", fs=360.0).lead_by_clarity
+
+
+def test_true_beats_the_other_lead_hides_in_its_noise_count_against_neither(tmp_path):
+    """The amplifier-recovery stress case: after each overload the first lead's QRS complexes come
+    back at 0.15 × their size for 6 s, and its detector finds them; the second lead (the first
+    inverted at 0.35 × with its own noise) holds them under its noise and misses them. There it shows
+    neither a QRS nor a flat line, so those beats tell nothing, and the first lead stays."""
+    from pipeline import stress
+    from pipeline.load import load_ecg, load_other_lead
+
+    case = stress.make_case("amplifier_recovery")
+    recording = load_ecg(stress.write_case(case, tmp_path / "holter.csv"), fs=case.fs)
+    name, other = load_other_lead(recording)
+    agreement = compare_leads(recording.signal, other, recording.fs, SignalConfig())
+    assert not agreement.other_is_better and agreement.chosen <= 2
+    assert review_choice(recording, name, other, SignalConfig())[0] is recording
