@@ -29,7 +29,7 @@ import numpy as np
 
 from benchmarks import noise, report
 from pipeline import load, stress, wavelet
-from pipeline.lead_agreement import compare_leads
+from pipeline.lead_agreement import compare_leads, review_choice
 from pipeline.leads import choose_lead
 from pipeline.config import SignalConfig
 from pipeline.evaluate import PROTOCOL, neurokit_peaks
@@ -118,9 +118,10 @@ def stress_cases():
             case = stress.make_case(name)
             path = stress.write_case(case, Path(folder) / f"{name}.csv")
             recording = load.load_ecg(path, fs=case.fs)      # read back as a user's file is: lead by name
+            recording, _, other = review_choice(recording, *load.load_other_lead(recording), SignalConfig())
             flutter = np.array([(s * case.fs, e * case.fs) for kind, s, e in case.episodes if kind == "flutter"],
                                dtype=np.int64).reshape(-1, 2)
-            yield f"stress:{name}", recording.signal, recording.fs, case.beats, flutter, load.load_other_lead(recording)[1]
+            yield f"stress:{name}", recording.signal, recording.fs, case.beats, flutter, other
 
 
 def table(rows: list[dict]) -> str:
