@@ -336,8 +336,8 @@ def reference_details(report: dict) -> str:
 
 
 def run_details(shared) -> str:
-    """Samples, rate, training split, device and the pipeline's time per stage (HTML): what the
-    header's "details" hold."""
+    """Samples, rate, the lead and why it was analysed, training split, device and the pipeline's
+    time per stage (HTML): what the header's "details" hold."""
     r = shared.report
     inp, counts, device = r["input"], r["counts"], r["device"]
     gpu = f" ({escape(device['gpu'])})" if device.get("gpu") else ""
@@ -348,6 +348,8 @@ def run_details(shared) -> str:
     cached = " (cached run)" if getattr(shared.run, "cached", False) else ""
     return (f"<div><b>Signal</b> {inp['n_samples']:,} samples at {inp['fs']:g} Hz · "
             f"{escape(inp.get('channel', ''))}</div>"
+            + (f"<div><b>Lead</b> {escape(inp['channel'])}: {escape(inp['lead_reason'])}</div>"
+               if inp.get("lead_reason") else "") +
             f"<div><b>Beats</b> {counts['beats']:,} kept ({counts['train']:,} the VAE trained on, "
             f"{counts['test']:,} held out)</div>"
             f"<div><b>Device</b> {escape(device['name'])}{gpu}</div>"

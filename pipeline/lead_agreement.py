@@ -31,8 +31,8 @@ import numpy as np
 from pipeline import backend, episodes, qrs, wavelet
 from pipeline.segmentation import heartbeats
 
-# Stretches read on both leads (start, middle, end of the recording): long enough for dozens of
-# errors where a lead has them, short enough to cost little beside the run on a day-long Holter.
+# Three stretches read on both leads (start, middle, end of the recording): long enough for dozens
+# of errors where a lead has them, short enough to cost little beside the run on a day-long Holter.
 STRETCH_S = 600.0
 STRETCHES = 3
 # Beats of the two leads within this of each other are the same heartbeat (AAMI EC57's window).
@@ -65,11 +65,14 @@ class Agreement:
 
 def compare_leads(signal, other, fs: float, cfg) -> Agreement:
     """:class:`Agreement` of ``signal`` and ``other`` (same length, same device), each read with
-    the other beside it as the run reads them, over :data:`STRETCHES` stretches of
-    :data:`STRETCH_S`."""
+    the other beside it as the run reads them, over three stretches of :data:`STRETCH_S` (start,
+    middle, end), or over the whole recording when it is no longer than those together."""
     n = int(signal.shape[0])
-    length = min(n, int(STRETCH_S * fs))
-    starts = sorted({0, max(0, (n - length) // 2), max(0, n - length)})[:STRETCHES]
+    length = int(STRETCH_S * fs)
+    if n <= STRETCHES * length:  # the whole recording, once: stretches that overlap would count beats twice
+        starts, length = [0], n
+    else:
+        starts = [0, (n - length) // 2, n - length]
     errors = np.zeros(2, dtype=np.int64)
     read = 0
     for start in starts:

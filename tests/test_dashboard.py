@@ -1055,6 +1055,9 @@ def test_header_shows_the_recording_and_hides_the_pipelines_timings(shared, page
     assert f"<b>{outliers:,}</b> outlier" in text and "pause" in text and "episode" in text
     assert "hash" not in text and "warmup" not in text and "ms ·" not in text    # timings behind "details"
     assert header.details.collapsed and "Pipeline</b>" in header.details.objects[0].object
+    reason = shared.report["input"]["lead_reason"]
+    assert f"<b>Lead</b> {html.escape(shared.report['input']['channel'])}: {html.escape(reason)}" in \
+        header.details.objects[0].object
     top = float(shared.beats["score"].max())                            # the slider's end: the top beats only
     store.update(threshold=top)
     outliers = int(((shared.beats["score"] >= top) & clean(shared.beats)).sum())

@@ -122,4 +122,5 @@ def test_true_beats_the_other_lead_hides_in_its_noise_count_against_neither(tmp_
     name, other = load_other_lead(recording)
     agreement = compare_leads(recording.signal, other, recording.fs, SignalConfig())
     assert not agreement.other_is_better and agreement.chosen <= 2
+    assert agreement.minutes == pytest.approx(case.signal.size / case.fs / 60)
     assert review_choice(recording, name, other, SignalConfig())[0] is recording

@@ -118,8 +118,8 @@ async def websocket_accepted(page_url: str, origin: str) -> bool:
 # --------------------------------------------------------------------------- escaping (in-process)
 @pytest.fixture(scope="module")
 def hostile_run(cpu_run, tmp_path_factory):
-    """A copy of the session's run whose reviewer labels, reference labels, input file name and GPU
-    name are markup (the labels saved through ReviewLabels' public API, as the review panel does)."""
+    """A copy of the session's run whose reviewer labels, reference labels, input file name, lead
+    name and reason, and GPU name are markup (the labels saved through ReviewLabels' public API, as the review panel does)."""
     from dashboard.labels import ReviewLabels
     from pipeline.results import load_run
 
@@ -130,6 +130,8 @@ def hostile_run(cpu_run, tmp_path_factory):
     ReviewLabels.for_run(run).set(run.beats["fiducial"].to_numpy(), HOSTILE)
     run.report["input"]["path"] = f"/recordings/{HOSTILE_NAME}"
     run.report["device"]["gpu"] = "<img src=x onerror=alert(3)>"
+    run.report["input"]["channel"] = "<img src=x onerror=alert(9)>"      # a lead's name, from the file
+    run.report["input"]["lead_reason"] = "clarity <img src=x onerror=alert(10)>"
     run.beats["label"] = "<img src=x onerror=alert(4)>"
     return run
 
@@ -158,7 +160,8 @@ def test_every_pane_shows_outside_text_literally(hostile_run):
         refused = page.review.status.object
         texts = pane_html(page.page())
     assert_shown_literally(texts, HOSTILE_NAME, "<img src=x onerror=alert(3)>", "<img src=x onerror=alert(4)>",
-                           "<img src=x onerror=alert(6)>")
+                           "<img src=x onerror=alert(6)>", "<img src=x onerror=alert(9)>",
+                           "<img src=x onerror=alert(10)>")
     assert_shown_literally([applied], "<img src=x onerror=alert(6)>")
     assert "#9b1c1c" in refused and "<script" not in refused, refused
     assert "your label <b>" + html.escape(HOSTILE) + "</b>" in stored, stored
