@@ -261,12 +261,12 @@ def summary(run) -> str:
 
 
 def _other_lead_note(inp: dict, counts: dict) -> str:
-    """Which lead was read in the analysed lead's pauses, and what it gave (runs before it: '')."""
+    """Which lead was read beside the analysed one, and the beats it gave (runs before it: '')."""
     if not inp.get("other_lead"):
         return ""
     found = counts.get("from_other_lead", 0)
-    return (f"; pauses read on {inp['other_lead']}" +
-            (f", {found:,} beat{'s' if found != 1 else ''} seen only there" if found else ", no beat missing"))
+    return (f"; {inp['other_lead']} read beside it" +
+            (f", {found:,} beat{'s' if found != 1 else ''} found only there" if found else ", no beat missing"))
 
 
 def _episodes_line(episodes, low_quality: int) -> str:

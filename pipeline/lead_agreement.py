@@ -29,20 +29,17 @@ import dataclasses
 import numpy as np
 
 from pipeline import backend, episodes, qrs, wavelet
+from pipeline.other_lead import SAME_BEAT_S, SMALL_BEATS, unmatched
 from pipeline.segmentation import heartbeats
 
 # Three stretches read on both leads (start, middle, end of the recording): long enough for dozens
 # of errors where a lead has them, short enough to cost little beside the run on a day-long Holter.
 STRETCH_S = 600.0
 STRETCHES = 3
-# Beats of the two leads within this of each other are the same heartbeat (AAMI EC57's window).
-SAME_BEAT_S = 0.15
-# Against its smaller beats (the SMALL_BEATS percentile of its beats' steepest rises; against the
-# median, a lead whose normal beats are a seventh of its ventricular beats' height would not "show"
-# the normal beats it missed), a lead shows a QRS at SHOWN × or more, and nothing, flat, under
-# FLAT ×. In between it shows a wave of its own or its noise, which tells neither way: a lead in
-# noise then does not make the true beats the other lead finds there count as false.
-SMALL_BEATS = 10.0
+# Against its smaller beats (other_lead.SMALL_BEATS), a lead shows a QRS at SHOWN × or more, and
+# nothing, flat, under FLAT ×. In between it shows a wave of its own or its noise, which tells
+# neither way: a lead in noise then does not make the true beats the other lead finds there count
+# as false.
 SHOWN = 0.6
 FLAT = 0.15
 # The chosen lead is replaced when its errors exceed WORSE_BY × the other's + WORSE_PLUS.
@@ -107,9 +104,10 @@ def review_choice(recording, other_name, other, cfg):
 
 
 def _detect(signal, other, fs: float, cfg):
-    """The beats and episodes of ``signal`` as the run finds them, ``other`` beside it."""
+    """The beats and episodes of ``signal`` as the run finds them, ``other`` beside it, less the
+    beats only ``other`` found: each lead is judged on its own beats."""
     response = wavelet.ricker_response(signal, fs, cfg.ricker_width_s)
-    positions, found, _, _ = heartbeats(response, signal, fs, cfg, other)
+    positions, found, _, _ = heartbeats(response, signal, fs, cfg, other, add_other_beats=False)
     return positions, found
 
 
@@ -130,29 +128,12 @@ def _betrayed(leads, beats, fs: float, cfg) -> np.ndarray:
     it shows but missed."""
     if min(len(b) for b in beats) < 2:
         return np.array([len(beats[1]), len(beats[0])], dtype=np.int64)  # a lead without beats misses them all
-    steep = [_slopes(leads[k], beats[k], fs, cfg) for k in (0, 1)]
+    steep = [qrs.steepest_rises(leads[k], beats[k], fs, cfg) for k in (0, 1)]
     small = [float(np.percentile(s, SMALL_BEATS)) for s in steep]
     errors = np.zeros(2, dtype=np.int64)
     for k in (0, 1):
-        alone = beats[k][_unmatched(beats[k], beats[1 - k], int(SAME_BEAT_S * fs))]
-        there = _slopes(leads[1 - k], alone, fs, cfg) / small[1 - k]
+        alone = beats[k][unmatched(beats[k], beats[1 - k], int(SAME_BEAT_S * fs))]
+        there = qrs.steepest_rises(leads[1 - k], alone, fs, cfg) / small[1 - k]
         errors[k] += int((there < FLAT).sum())       # k's beats where the other lead is flat: k's false beats
         errors[1 - k] += int((there >= SHOWN).sum())  # beats the other lead shows and missed
     return errors
-
-
-def _unmatched(beats: np.ndarray, others: np.ndarray, within: int) -> np.ndarray:
-    """Mask of ``beats`` with none of ``others`` (sorted) within ``within`` samples."""
-    after = np.searchsorted(others, beats)
-    gap_after = np.abs(others[np.minimum(after, len(others) - 1)] - beats)
-    gap_before = np.abs(beats - others[np.maximum(after - 1, 0)])
-    return np.minimum(gap_after, gap_before) > within
-
-
-def _slopes(signal, positions: np.ndarray, fs: float, cfg) -> np.ndarray:
-    if len(positions) == 0:
-        return np.zeros(0, dtype=np.float32)
-    xp = backend.xp_of(signal)
-    _, _, slope = qrs.qrs_shape(signal, xp.asarray(positions), fs, despike_s=cfg.despike_s,
-                                width_cap_s=cfg.max_qrs_width_s)
-    return backend.to_host(slope)

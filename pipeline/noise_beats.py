@@ -166,9 +166,9 @@ def _judged(signal, positions, found, fs: float, cfg, other=None) -> tuple[np.nd
     the ``other`` lead: see :func:`keep_plausible`) and of those judged only for being faint beside
     their neighbours, and the fiducials on the host: all of them but the T waves that go outright,
     which no beat is measured against, and those T waves' fiducials (host)."""
-    slope = _slopes(signal, positions, fs, cfg)
+    slope = qrs.steepest_rises(signal, positions, fs, cfg)
     every = backend.to_host(positions)                      # ~0.75 + 0.4 MB a day of beats
-    other_slope = None if other is None else _slopes(other, positions, fs, cfg)
+    other_slope = None if other is None else qrs.steepest_rises(other, positions, fs, cfg)
     t_waves = _NONE
     if other_slope is not None:
         typical = np.median(qrs.spread(other_slope))
@@ -197,12 +197,6 @@ def _t_waves(absent: np.ndarray, shown: np.ndarray, every: np.ndarray, within: f
     early = np.concatenate([[False], np.diff(every) <= within])
     beside = np.concatenate([[False], shown[:-1]]) & np.concatenate([shown[1:], [False]])
     return absent & early & beside
-
-
-def _slopes(signal, positions, fs: float, cfg) -> np.ndarray:
-    """Host: each beat's steepest rise on ``signal`` (:func:`pipeline.qrs.qrs_shape`)."""
-    _, _, slope = qrs.qrs_shape(signal, positions, fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
-    return backend.to_host(slope)
 
 
 def _steeper_neighbour(slope: np.ndarray) -> np.ndarray:

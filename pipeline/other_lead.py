@@ -21,6 +21,12 @@ import numpy as np
 
 from pipeline import backend
 
+# Beats of two leads within this of each other are the same heartbeat (AAMI EC57's window).
+SAME_BEAT_S = 0.15
+# A lead's smaller beats: this percentile of its beats' steepest rises (against the median, a lead
+# whose normal beats are a seventh of its ventricular beats' height would not show its normal beats).
+SMALL_BEATS = 10.0
+
 
 def fill_gaps(positions, other, fs: float, cfg):
     """``positions`` with the beats the ``other`` lead shows inside the analysed lead's long gaps.
@@ -79,6 +85,52 @@ def fill_gaps(positions, other, fs: float, cfg):
         return positions, added, doubtful
     merged = xp.sort(xp.concatenate([positions, xp.asarray(added, dtype=positions.dtype)]))
     return merged, added, doubtful
+
+
+def add_missed(positions, signal, other_beats, found, fs: float, cfg):
+    """``positions`` with the beats the other lead found (``other_beats``, read with the analysed
+    lead beside it) that the analysed lead shows but missed, and those beats (host int64).
+
+    A beat of the other lead with no beat of the analysed lead within :data:`SAME_BEAT_S` is added
+    where the analysed lead is as steep there as its smaller beats (``cfg.other_lead_steep`` × the
+    :data:`SMALL_BEATS` percentile of its beats' steepest rises): a QRS it shows, which noise or a
+    neighbour's threshold hid from its detector. Its fiducial is the analysed lead's (the extreme
+    within 60 ms), so that the beat lines up with the others; none is added within
+    ``cfg.other_lead_apart_s`` of a beat of the analysed lead (the same beat, its fiducial read far
+    apart on the two leads) or inside the analysed lead's flutter episodes (``found``).
+    """
+    from pipeline import episodes, qrs
+
+    xp = backend.xp_of(positions)
+    mine, theirs = backend.to_host(positions), backend.to_host(other_beats)
+    if mine.shape[0] < 3 or theirs.shape[0] == 0:
+        return positions, np.zeros(0, np.int64)
+    alone = theirs[unmatched(theirs, mine, int(SAME_BEAT_S * fs))]
+    small = np.percentile(qrs.steepest_rises(signal, positions, fs, cfg), SMALL_BEATS)
+    alone = alone[qrs.steepest_rises(signal, alone, fs, cfg) >= cfg.other_lead_steep * small]
+    if alone.shape[0] == 0:
+        return positions, np.zeros(0, np.int64)
+    refined = backend.to_host(qrs.qrs_shape(signal, xp.asarray(alone), fs, search_s=0.06)[0])
+    refined = np.unique(refined)
+    apart = _distance(refined, mine) >= cfg.other_lead_apart_s * fs
+    outside = ~backend.to_host(episodes.in_episodes(xp.asarray(refined), found, fs, "flutter"))
+    added = refined[apart & outside]
+    if added.shape[0] == 0:
+        return positions, added
+    return xp.sort(xp.concatenate([positions, xp.asarray(added, dtype=positions.dtype)])), added
+
+
+def unmatched(beats: np.ndarray, others: np.ndarray, within: int) -> np.ndarray:
+    """Mask of ``beats`` (host) with none of ``others`` (sorted, host) within ``within`` samples."""
+    return _distance(beats, others) > within
+
+
+def _distance(beats: np.ndarray, others: np.ndarray) -> np.ndarray:
+    """Each of ``beats``' distance (samples) to the nearest of ``others`` (sorted, at least one)."""
+    after = np.searchsorted(others, beats)
+    gap_after = np.abs(others[np.minimum(after, len(others) - 1)] - beats)
+    gap_before = np.abs(beats - others[np.maximum(after - 1, 0)])
+    return np.minimum(gap_after, gap_before)
 
 
 def unreadable(found, doubtful: np.ndarray, fs: float, cfg):

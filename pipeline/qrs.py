@@ -54,6 +54,16 @@ def qrs_shape(signal, positions, fs: float, *, search_s: float = 0.0, baseline_s
     return refined, width, slope
 
 
+def steepest_rises(signal, positions, fs: float, cfg) -> np.ndarray:
+    """Host float32: each beat's steepest rise on ``signal`` (:func:`qrs_shape`, spikes removed and
+    widths capped as the detector reads them, ``cfg`` a :class:`pipeline.config.SignalConfig`)."""
+    if len(positions) == 0:
+        return np.zeros(0, dtype=np.float32)
+    xp = backend.xp_of(signal)
+    _, _, slope = qrs_shape(signal, xp.asarray(positions), fs, despike_s=cfg.despike_s, width_cap_s=cfg.max_qrs_width_s)
+    return backend.to_host(slope)
+
+
 def shape_settings(fs: float, *, search_s: float = 0.0, baseline_s: float = 0.15, despike_s: float = 0.006,
                    width_cap_s: float = 0.15, slope_step_s: float = 0.008, slope_reach_s: float = 0.06) -> tuple:
     """:func:`qrs_shape`'s durations in samples, as its kernel takes them: (search, base, despike,

@@ -64,7 +64,7 @@ def segment(signal, fs: float, cfg: SignalConfig, stages: Callable = _untimed, o
                      int(round(cfg.pre_fiducial * width)))
 
 
-def heartbeats(response, signal, fs: float, cfg: SignalConfig, other=None, hum=None):
+def heartbeats(response, signal, fs: float, cfg: SignalConfig, other=None, hum=None, *, add_other_beats: bool = True):
     """The heartbeats of ``signal`` from its Ricker ``response``: (fiducials, episodes, pauses, how
     many fiducials came from the ``other`` lead). The pauses of the analysed lead are read on the
     other lead, if there is one (``cfg.other_lead``), before flutter is looked for; flutter that
@@ -75,10 +75,12 @@ def heartbeats(response, signal, fs: float, cfg: SignalConfig, other=None, hum=N
     (:func:`pipeline.noise_beats.keep_plausible`, which judges the same way faint beats anywhere and
     beats much less steep than one beside them on every lead read): a real beat hidden because noise
     surrounds it would be a missed beat; where that rule takes out deflection after deflection, the
-    stretch is noise too (:func:`pipeline.noise_beats.left_out_noise`). Pauses are the intervals of
-    at least ``cfg.pause_s`` between the beats kept. ``hum``: the recording's mains hum for the
-    noise measures (:func:`pipeline.mains.hum_power`; measured if None)."""
-    from pipeline import episodes, noise_beats, other_lead, peaks, rhythm
+    stretch is noise too (:func:`pipeline.noise_beats.left_out_noise`). Then the beats found on the
+    other lead (read the same way, this lead beside it) that this lead shows but missed are added
+    (:func:`pipeline.other_lead.add_missed`; not with ``add_other_beats`` False). Pauses are the
+    intervals of at least ``cfg.pause_s`` between the beats kept. ``hum``: the recording's mains hum
+    for the noise measures (:func:`pipeline.mains.hum_power`; measured if None)."""
+    from pipeline import episodes, noise_beats, other_lead, peaks, rhythm, wavelet
 
     other = other if cfg.other_lead else None
     positions = peaks.find_beats(response, signal, fs, cfg)
@@ -92,7 +94,13 @@ def heartbeats(response, signal, fs: float, cfg: SignalConfig, other=None, hum=N
         if added.shape[0]:
             added = added[~backend.to_host(episodes.in_episodes(backend.xp_of(positions).asarray(added), found, fs,
                                                                   "flutter"))]
-    return positions, found, rhythm.pauses(positions, fs, cfg.pause_s), int(added.shape[0])
+    missed = 0
+    if other is not None and add_other_beats:
+        theirs = heartbeats(wavelet.ricker_response(other, fs, cfg.ricker_width_s), other, fs, cfg, signal,
+                            add_other_beats=False)[0]
+        positions, from_other = other_lead.add_missed(positions, signal, theirs, found, fs, cfg)
+        missed = int(from_other.shape[0])
+    return positions, found, rhythm.pauses(positions, fs, cfg.pause_s), int(added.shape[0]) + missed
 
 
 def quality_of_beats(signal, positions, found, fs: float, hum=None, other=None, cfg: SignalConfig = SignalConfig()):

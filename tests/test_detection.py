@@ -4,6 +4,7 @@ the DS1 records of MIT-BIH, matched as AAMI EC57 does (150 ms, flutter left out)
 the same beats."""
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -226,6 +227,34 @@ def test_only_a_steady_rhythm_slower_than_flutter_contradicts_it():
     assert _steady_beats(beats([0.7, 1.0, 0.7, 1.0]), fs, cfg)      # irregular, SD 0.18 × the mean
     assert not _steady_beats(beats([0.5, 1.5, 0.5, 1.5]), fs, cfg)  # SD 0.5 × the mean: a noisy lead's
     assert not _steady_beats(beats([]), fs, cfg)
+
+
+def test_beats_only_the_other_lead_found_are_added_where_this_lead_shows_them(xp):
+    """Beats every 0.8 s, shown on the analysed lead; its detector missed four of them, which the
+    other lead found: they are added, on the analysed lead's own fiducial. Not added: three beats
+    the other lead found where the analysed lead is flat (its T waves, say), one 0.2 s after a beat
+    of the analysed lead where that lead has a steep second deflection (the same beat, its fiducial
+    read far apart), and two inside a flutter episode of the analysed lead."""
+    from pipeline.episodes import Episodes
+    from pipeline.other_lead import add_missed
+    from tests.support.own_t_waves import spikes
+
+    fs, n = 250.0, 120 * 250
+    true = np.arange(125, n - 250, 200)
+    second = true[40] + 50
+    signal = spikes(fs, n, true, np.ones(true.size), 0.01) + spikes(fs, n, [second], [-1.0], 0.01)
+    missed, flutter = true[20:24], true[60:62]
+    mine = np.setdiff1d(true, np.concatenate([missed, flutter]))
+    flat = true[30:33] + 100
+    theirs = np.sort(np.concatenate([true + 3, flat, [second + 2]]))
+    found = Episodes(["flutter"], [flutter[0] / fs - 0.3], [flutter[-1] / fs + 0.3], [0.9])
+    positions, added = add_missed(xp.asarray(mine), xp.asarray(signal.astype(np.float32)), xp.asarray(theirs),
+                                  found, fs, SignalConfig())
+    np.testing.assert_array_equal(added, missed)
+    np.testing.assert_array_equal(backend.to_host(positions), np.sort(np.concatenate([mine, missed])))
+    less_steep = dataclasses.replace(SignalConfig(), other_lead_steep=1.5)   # the missed beats as steep as the rest
+    assert add_missed(xp.asarray(mine), xp.asarray(signal.astype(np.float32)), xp.asarray(theirs), found, fs,
+                      less_steep)[1].size == 0
 
 
 def test_a_channel_named_ecg2_is_not_read_as_lead_ii(tmp_path):
