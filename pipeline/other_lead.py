@@ -1,11 +1,12 @@
-"""Beats the analysed lead cannot show, found on another lead of the same recording.
+"""Beats the analysed lead cannot show or missed, found on another lead of the same recording.
 
 An amplifier driven to its rail, a loose electrode or a burst of noise can hide the QRS
 complexes of one lead for seconds while another lead shows them plainly; read on one lead, the
 recording then holds a "pause" that never happened. Holter systems detect on several leads for
-this reason. Here the analysed lead keeps the fiducials it found; only its pauses are read on
-the other lead, and the beats found there fill a pause when the other lead agrees with the
-analysed one on the beats around it.
+this reason. Here the analysed lead keeps the fiducials it found. Its pauses are read on the other
+lead, and the beats found there fill a pause when the other lead agrees with the analysed one on
+the beats around it (:func:`fill_gaps`). Elsewhere, a beat the other lead found is added where the
+analysed lead shows a QRS its detector missed (:func:`add_missed`).
 
 The other lead also vets the analysed lead's flutter episodes (:func:`vet_flutter`):
 ventricular flutter and fibrillation are the whole heart's rhythm, and every lead shows them.
@@ -13,7 +14,8 @@ ventricular flutter and fibrillation are the whole heart's rhythm, and every lea
 See Also
 --------
 pipeline.peaks.find_beats : the detector, run here on the other lead's stretches around the gaps.
-pipeline.segmentation.heartbeats : calls :func:`fill_gaps` and :func:`vet_flutter`.
+pipeline.segmentation.heartbeats : calls :func:`fill_gaps`, :func:`vet_flutter` and
+    :func:`add_missed`.
 """
 from __future__ import annotations
 
