@@ -122,8 +122,8 @@ class LeadChoice:
 def compares_clarity(names: list[str]) -> bool:
     """Whether :func:`choose_lead` picks among ``names`` by QRS clarity: two ECG leads or more,
     none named lead II."""
-    leads = ecg_lead_indices(names) or lead_indices(names)
-    return len(leads) > 1 and not any(_normalised(names[i]) in LEAD_II_NAMES for i in leads)
+    leads = _candidates(names)
+    return len(leads) > 1 and _named_lead_ii(names, leads) is None
 
 
 def choose_lead(names: list[str], read, fs: float | None = None) -> tuple[int, str]:
@@ -136,10 +136,10 @@ def choose_lead(names: list[str], read, fs: float | None = None) -> tuple[int, s
     passed over unless nothing else is left.
     """
     channels = lead_indices(names) or [0]
-    leads = ecg_lead_indices(names) or channels
-    for i in leads:
-        if _normalised(names[i]) in LEAD_II_NAMES:
-            return i, f"lead II by name ({names[i]})" + (f" among {len(leads)} leads" if len(leads) > 1 else "")
+    leads = _candidates(names)
+    named = _named_lead_ii(names, leads)
+    if named is not None:
+        return named, f"lead II by name ({names[named]})" + (f" among {len(leads)} leads" if len(leads) > 1 else "")
     if len(leads) == 1:
         return leads[0], "the only lead" if len(channels) == 1 else f"the only ECG lead of {len(channels)} signals"
     clarity = {i: qrs_clarity(read(i), fs) for i in leads}
@@ -148,6 +148,16 @@ def choose_lead(names: list[str], read, fs: float | None = None) -> tuple[int, s
     if best != leads[0] and clarity[best] > CLEARER_BY * clarity[leads[0]]:
         return best, f"clearest QRS of {len(leads)} leads (clarity {listed})"
     return leads[0], f"first lead; no other has a clearly clearer QRS (clarity {listed})"
+
+
+def _candidates(names: list[str]) -> list[int]:
+    """The channels :func:`choose_lead` picks among: the ECG leads, else every lead, else the first."""
+    return ecg_lead_indices(names) or lead_indices(names) or [0]
+
+
+def _named_lead_ii(names: list[str], leads: list[int]) -> int | None:
+    """The first of ``leads`` whose name says lead II, or None."""
+    return next((i for i in leads if _normalised(names[i]) in LEAD_II_NAMES), None)
 
 
 def _pick_column(names: list[str], column, path: Path) -> int:
