@@ -100,7 +100,7 @@ def _add_run_options(p: argparse.ArgumentParser, synthetic: bool = True) -> None
     p.add_argument("--fs", type=float, help="sampling rate in Hz (default: from the file, else 250)")
     p.add_argument("--lead", help="lead to analyse, by name or 0-based index (default: MLII / lead II when a lead "
                    "is so named, else the first lead unless another's QRS is twice as clear or its beats hold "
-                   "up clearly better against the other lead's)")
+                   "up clearly better against the other lead's); a repeated name is numbered: ECG #2")
     p.add_argument("--column", help="same as --lead (CSV/Parquet column name or index, WFDB lead)")
     p.add_argument("--device", choices=("auto", "gpu", "cpu"), default="auto",
                    help="auto = GPU when CUDA, CuPy and cuDF are usable")

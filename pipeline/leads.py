@@ -104,19 +104,44 @@ class LeadChoice:
     def __init__(self, column):
         self.column = column
         self.reason = "the only lead"
-        self.names: list[str] = []
+        self.names: list[str] = []  # the file's lead names, each made distinct (distinct_names)
+        self.index = 0
         self.by_clarity = False  # chosen by QRS clarity, which the beats may overrule (pipeline.lead_agreement)
+
+    @property
+    def channel(self) -> str:
+        """The chosen lead's name, distinct among the file's (what a reader returns as its name)."""
+        return self.names[self.index]
 
     def pick(self, names: list[str], path: Path, read, fs: float | None = None) -> int:
         """Index among ``names``; ``read(index)`` gives a lead's values when they must be compared."""
-        self.names = list(names)
+        self.names = distinct_names(names)
         if self.column is not None:
-            index = _pick_column(names, self.column, path)
+            self.index = _pick_column(self.names, self.column, path)
             self.reason = f"chosen by the user ({self.column!r})"
-            return index
-        index, self.reason = choose_lead(names, read, fs)
-        self.by_clarity = compares_clarity(names)
-        return index
+            return self.index
+        self.index, self.reason = choose_lead(self.names, read, fs)
+        self.by_clarity = compares_clarity(self.names)
+        return self.index
+
+
+def distinct_names(names) -> list[str]:
+    """``names`` with each repeat of a name numbered by its place among them: ``ECG``, ``ECG`` →
+    ``ECG``, ``ECG #2``. Recorders and databases name every channel alike ("ECG", "ECG"); a lead
+    is chosen, reported, read again and drawn by its name, so two leads must not share one."""
+    taken = {str(name) for name in names}
+    seen: dict[str, int] = {}
+    distinct = []
+    for name in map(str, names):
+        seen[name] = seen.get(name, 0) + 1
+        if seen[name] > 1:
+            number = seen[name]
+            while f"{name} #{number}" in taken:
+                number += 1
+            name = f"{name} #{number}"
+            taken.add(name)
+        distinct.append(name)
+    return distinct
 
 
 def compares_clarity(names: list[str]) -> bool:

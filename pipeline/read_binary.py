@@ -54,9 +54,7 @@ def read_wfdb(path: Path, choice: LeadChoice, device):
         return np.ascontiguousarray(values, dtype=np.float32)
 
     cached = functools.cache(read)  # a lead read to compare clarity is not read again
-    index = choice.pick(leads, hea, cached, plausible_rate(file_fs))
-    lead = leads[index]
-    values = cached(index)
+    values = cached(choice.pick(leads, hea, cached, plausible_rate(file_fs)))
     annotations = None
     atr = record_path.with_suffix(".atr")
     if atr.exists() or atr.is_symlink():
@@ -69,7 +67,7 @@ def read_wfdb(path: Path, choice: LeadChoice, device):
             raise InputError(f"cannot read WFDB annotations {atr.name}: {first_line(err)}") from None
         is_beat = np.isin(symbols, list(BEAT_SYMBOLS))
         annotations = (samples[is_beat], symbols[is_beat])
-    return to_device(values, device), file_fs, lead, annotations
+    return to_device(values, device), file_fs, choice.channel, annotations
 
 
 def _header_rate(hea: Path) -> float | None:
@@ -145,9 +143,8 @@ def read_npy(path: Path, choice: LeadChoice, device):
             return np.asarray(values[:, i] if values.ndim == 2 else values, np.float32)
 
     index = choice.pick(names, path, lead)
-    channel = names[index]
     values = writable_float32(values[:, index] if values.ndim == 2 else values)
-    return to_device(values, device), None, channel, sidecar_annotations(path)
+    return to_device(values, device), None, choice.channel, sidecar_annotations(path)
 
 
 def read_parquet(path: Path, choice: LeadChoice, device):
@@ -179,14 +176,14 @@ def _read_parquet_columns(path: Path, choice: LeadChoice, device):
     if not (pa.types.is_floating(column_data.type) or pa.types.is_integer(column_data.type)):
         raise InputError(f"{path.name}: column {name!r} has type {column_data.type}, not numbers")
     values = writable_float32(column_data.to_numpy(zero_copy_only=False))  # nulls become NaN: gaps
-    return to_device(values, device), None, name, sidecar_annotations(path)
+    return to_device(values, device), None, choice.channel, sidecar_annotations(path)
 
 
 def read_edf(path: Path, choice: LeadChoice, device):
     from pipeline import edf
 
     try:
-        values, fs, lead, annotations = edf.read_edf(path, choice.column, choice.pick, BEAT_SYMBOLS)
+        values, fs, _, annotations = edf.read_edf(path, choice.column, choice.pick, BEAT_SYMBOLS)
     except edf.EdfError as err:  # one line naming the file already
         raise InputError(str(err)) from None
-    return to_device(values, device), fs, lead, annotations
+    return to_device(values, device), fs, choice.channel, annotations

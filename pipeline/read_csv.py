@@ -159,7 +159,7 @@ def read_csv(path: Path, choice: LeadChoice, device):
     with _gzip_checked_beside(path, device):
         index = choice.pick(names, path, values_of)
         values = values_of(index)
-    return values, None, names[index], sidecar_annotations(path)
+    return values, None, choice.channel, sidecar_annotations(path)
 
 
 @contextlib.contextmanager
@@ -203,14 +203,15 @@ def _read_csv_pyarrow(path, index, layout: _Layout):
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    has_header = layout.header is not None
-    read_opts = pacsv.ReadOptions(autogenerate_column_names=not has_header, block_size=1 << 24)
+    # Columns are named by their place, the header row skipped: a header may name two columns
+    # alike ("ECG,ECG"), and a name would then always find the first.
+    names = [f"f{i}" for i in range(layout.n_fields)]
+    read_opts = pacsv.ReadOptions(column_names=names, skip_rows=int(layout.header is not None), block_size=1 << 24)
     # A blank line is a missing sample (a gap to repair), not nothing: skipping it would shift time.
     parse_opts = pacsv.ParseOptions(delimiter=layout.delimiter, ignore_empty_lines=False)
-    try:  # the header alone gives the names, so that only the chosen column is converted
-        names = pacsv.open_csv(path, read_options=read_opts, parse_options=parse_opts).schema.names
-        if index >= len(names):
-            raise InputError(f"{path.name} has {len(names)} column(s); column index {index} does not exist")
+    if index >= len(names):
+        raise InputError(f"{path.name} has {len(names)} column(s); column index {index} does not exist")
+    try:  # only the chosen column is converted
         convert = pacsv.ConvertOptions(include_columns=[names[index]], column_types={names[index]: pa.float32()},
                                        decimal_point=layout.decimal)
         table = pacsv.read_csv(path, read_options=read_opts, parse_options=parse_opts, convert_options=convert)

@@ -3,8 +3,9 @@ hand values over.
 
 A reader (``read_csv``, ``read_wfdb``, ``read_npy``, ``read_parquet``, ``read_edf``) takes a path, a
 :class:`~pipeline.leads.LeadChoice` and a device, and returns ``(values, fs or None, lead name,
-annotations or None)``: the values as a writable float32 array on the device, the annotations as
-``(sample indices, beat symbols)``. Every malformed input ends in one :class:`InputError` (a
+annotations or None)``: the values as a writable float32 array on the device, the lead's name as
+the choice made it distinct (``LeadChoice.channel``), the annotations as ``(sample indices, beat
+symbols)``. Every malformed input ends in one :class:`InputError` (a
 ValueError) whose message is one line naming the file; only regular files are opened (a FIFO
 would block for ever).
 

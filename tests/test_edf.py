@@ -161,6 +161,20 @@ def test_a_channel_number_is_not_lead_ii(ecg, tmp_path):
     assert recording.channel == "ECG1" and recording.lead_reason.startswith("first lead; no other has a clearly")
 
 
+def test_leads_labelled_alike_are_told_apart(ecg, tmp_path):
+    """Two signals both labelled "ECG": the clearer second one is analysed as "ECG #2", and the
+    first is the lead read beside it."""
+    from pipeline.load import load_other_lead
+
+    noisy = ecg.signal * 0.3 + np.random.default_rng(0).normal(0, 0.4, ecg.signal.shape)
+    path = _write(tmp_path / "alike.edf", [("ECG", noisy, "mV", FS), ("ECG", ecg.signal, "mV", FS)])
+    recording = load_ecg(path)
+    assert (recording.channel, recording.leads) == ("ECG #2", ("ECG", "ECG #2"))
+    np.testing.assert_allclose(recording.signal, ecg.signal, atol=0.01)
+    name, other = load_other_lead(recording)
+    assert name == "ECG" and np.allclose(other, noisy, atol=0.01)
+
+
 def test_other_signals_and_rates_are_no_leads_unless_named(ecg, tmp_path):
     seconds = len(ecg.signal) / FS
     rng = np.random.default_rng(1)

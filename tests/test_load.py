@@ -781,6 +781,49 @@ def test_similar_leads_keep_the_first(tmp_path, leads):
     assert recording.channel == "V5" and recording.lead_reason.startswith("first lead")
 
 
+def test_distinct_names_number_the_repeats():
+    from pipeline.leads import distinct_names
+
+    assert distinct_names(["ECG", "ECG"]) == ["ECG", "ECG #2"]
+    assert distinct_names(["MLII", "V1"]) == ["MLII", "V1"]
+    assert distinct_names(["ECG", "ECG", "ECG #2"]) == ["ECG", "ECG #3", "ECG #2"]  # no name is taken twice
+    assert distinct_names(["ECG"] * 3) == ["ECG", "ECG #2", "ECG #3"]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "wfdb"])
+def test_leads_named_alike_are_told_apart(tmp_path, fmt, device):
+    """Two channels both named "ECG" (as some databases and recorders name every channel): the
+    clearer second one is analysed as "ECG #2", the first is the lead read beside it, and each is
+    read again, chosen by the user and drawn under its own name. Read by name, the second lead was
+    never read: the clarity compared the first with itself, and the other lead was none."""
+    from pipeline.load import load_leads, load_other_lead
+
+    noisy, clean = _two_lead_ecg()
+    if fmt == "csv":
+        path = tmp_path / "alike.csv"
+        path.write_text("ECG,ECG\n" + "\n".join(f"{a:.5f},{b:.5f}" for a, b in zip(noisy, clean)))
+    else:
+        import wfdb
+
+        wfdb.wrsamp("alike", fs=FS, units=["mV", "mV"], sig_name=["ECG_A", "ECG_B"],
+                    p_signal=np.stack([noisy, clean], axis=1).astype(np.float64), fmt=["16", "16"],
+                    adc_gain=[200.0, 200.0], baseline=[0, 0], write_dir=str(tmp_path))
+        path = tmp_path / "alike.hea"  # wfdb writes distinct names only; PhysioNet's headers may repeat one
+        path.write_text(path.read_text().replace("ECG_A", "ECG").replace("ECG_B", "ECG"))
+    recording = load_ecg(path, fs=FS, device=device)
+    assert recording.channel == "ECG #2" and recording.leads == ("ECG", "ECG #2")
+    assert recording.lead_reason.startswith("clearest QRS of 2 leads (clarity ECG ") and "ECG #2 " in recording.lead_reason
+    np.testing.assert_allclose(_host(recording), clean, atol=0.01)
+    name, other = load_other_lead(recording)
+    assert name == "ECG"
+    np.testing.assert_allclose(backend.to_host(other), noisy, atol=0.01)
+    for column, expected in (("ECG", noisy), ("ECG #2", clean), (1, clean)):
+        np.testing.assert_allclose(_host(load_ecg(path, fs=FS, column=column, device=device)), expected, atol=0.01)
+    names, values = load_leads(path)
+    assert names == ["ECG", "ECG #2"]
+    np.testing.assert_allclose(values, np.stack([noisy, clean], axis=1), atol=0.01)
+
+
 def test_load_leads_reads_every_lead_of_each_format(mitdb, tmp_path):
     """Every lead, for display: a WFDB record's channels, a CSV's columns but its time column, a
     2-D NPY's columns; the analysed lead among them has the values load_ecg gives."""
