@@ -119,6 +119,18 @@ class Episodes:
         return Episodes.concat([self, Episodes(np.full(count, "noise"), start_s, end_s,
                                                np.full(count, AT_THRESHOLD, np.float32))])
 
+    def with_lost_signal(self, start_s, end_s) -> "Episodes":
+        """These episodes and noise episodes of confidence 1 where the signal is lost, ``start_s``
+        to ``end_s`` (seconds: the gaps of NaN/inf the loader bridged), less what these cover."""
+        covered = episode_spans(self, KINDS, np)
+        pieces = [piece for a, b in zip(np.asarray(start_s).tolist(), np.asarray(end_s).tolist())
+                  for piece in uncovered(a, b, *covered)]
+        if not pieces:
+            return self
+        start, end = np.array(pieces).T
+        return Episodes.concat([self, Episodes(np.full(start.shape[0], "noise"), start, end,
+                                               np.ones(start.shape[0], np.float32))])
+
     @staticmethod
     def concat(parts) -> "Episodes":
         """Several Episodes as one, sorted by start."""
@@ -245,6 +257,21 @@ def in_episodes(positions, episodes: Episodes, fs: float, kinds=KINDS, *, margin
     inside = xp.empty(positions.shape[0], dtype=bool)
     _decision_kernels.launch("in_spans", positions.shape[0], positions, float(fs), spans[0], spans[1], inside)
     return inside
+
+
+def uncovered(start: float, end: float, cover_start, cover_end) -> list:
+    """The pieces of [start, end] that the sorted, disjoint intervals (cover_start, cover_end)
+    leave uncovered."""
+    pieces = []
+    for a, b in zip(cover_start.tolist(), cover_end.tolist()):
+        if b <= start or a >= end:
+            continue
+        if a > start:
+            pieces.append((start, a))
+        start = max(start, b)
+    if end > start:
+        pieces.append((start, end))
+    return pieces
 
 
 def episode_spans(episodes: Episodes, kinds, xp, *, margin_s: float = 0.0):

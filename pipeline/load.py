@@ -4,8 +4,9 @@ CSV (one value per line, optional header, optional several columns, a decimal po
 decimal comma; :mod:`pipeline.read_csv`), WFDB (``.hea`` + signal files, PhysioNet), ``.npy``,
 Parquet and EDF/EDF+/BDF (:mod:`pipeline.read_binary`, :mod:`pipeline.edf`). This module picks
 the reader by the file's name, lets :mod:`pipeline.leads` choose the lead, and validates what
-comes back: short runs of NaN/inf are interpolated (with a warning), long ones refused, and a lead
-too short, flat or coarse to be an ECG is refused.
+comes back: runs of NaN/inf are interpolated (with a warning), the long ones kept as stretches
+where the signal is lost (:attr:`Recording.lost_s`: a run marks them noise), and a lead too
+short, flat or coarse to be an ECG is refused.
 
 Every malformed input ends in one :class:`~pipeline.readers.InputError` (a ValueError) whose
 message is one line naming the file: the readers turn the libraries' errors (zlib, gzip, pyarrow,
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import warnings
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +55,9 @@ class Recording:
     lead_by_clarity: bool = False  # chosen among unnamed leads by QRS clarity (see pipeline.lead_agreement)
     leads: tuple[str, ...] = ()  # every lead of the input (time columns left out)
     other_lead: str = ""  # the lead read where the analysed one shows a pause (load_other_lead); "" none
+    # (start, end) seconds of the gaps over max_gap_s: interpolated, so that the samples stay in
+    # time, but no ECG; the run makes them noise episodes, where no beat is invented or missed
+    lost_s: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
 
     @property
     def n_samples(self) -> int:
@@ -78,16 +82,19 @@ def load_ecg(path, *, fs: float | None = None, column: str | int | None = None,
         complexes are twice as clear (:func:`choose_lead`; a run then reviews that choice by the
         beats: :mod:`pipeline.lead_agreement`); columns that index time are never leads.
     max_gap_s : float
-        Runs of NaN/inf up to this long are linearly interpolated (with a warning); longer runs
-        are rejected, since inventing seconds of ECG would invent beats.
+        Runs of NaN/inf are linearly interpolated (with a warning); those longer than this are
+        the signal lost (a loose electrode, a recorder's dropout): kept in ``lost_s``, which a
+        run marks as noise, since seconds of straight line between two ends are no ECG (a
+        pause there would be one nobody saw).
 
     Raises
     ------
     InputError
         A ValueError with a one-line message naming the file for every kind of bad input: no
         regular file (a folder, FIFO, device), damaged compression or content, a sampling rate
-        outside ``MIN_FS``–``MAX_FS`` Hz (given, from the file, or the default), long gaps, too
-        short, flat, or fewer than ``MIN_LEVELS`` distinct values (no ECG is so coarse).
+        outside ``MIN_FS``–``MAX_FS`` Hz (given, from the file, or the default), too short (or
+        too little signal outside the long gaps), flat, or fewer than ``MIN_LEVELS`` distinct
+        values (no ECG is so coarse).
     """
     path = Path(path)
     if fs is not None:  # checked before anything is read
@@ -98,11 +105,11 @@ def load_ecg(path, *, fs: float | None = None, column: str | int | None = None,
     if fs is None:  # the file's own rate, else the default: each checked where it is used
         rate = (check_sampling_rate(file_fs, _rate_source(path), "the record's header") if file_fs is not None
                 else check_sampling_rate(default_fs, path.name, "the default rate; the file carries none"))
-    signal, repaired = _repair_gaps(signal, rate, max_gap_s, path.name)
-    _check_usable(signal, rate, min_duration_s, path.name)
+    signal, repaired, lost = _repair_gaps(signal, rate, max_gap_s, path.name)
+    _check_usable(signal, rate, min_duration_s, path.name, lost)
     leads = tuple(str(choice.names[i]) for i in lead_indices(choice.names))
     return Recording(signal, rate, str(path), channel, annotations, repaired, choice.reason, choice.by_clarity,
-                     leads or (channel,))
+                     leads or (channel,), lost_s=lost / rate)
 
 
 def load_other_lead(recording: Recording, *, device: str = "cpu", max_gap_s: float = 1.0):
@@ -120,7 +127,7 @@ def load_other_lead(recording: Recording, *, device: str = "cpu", max_gap_s: flo
         signal = _read(_reader_for(path), path, LeadChoice(others[0]), device)[0]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PipelineWarning)  # its repaired samples are not the run's
-            signal, _ = _repair_gaps(signal, recording.fs, max_gap_s, path.name)
+            signal, _, _ = _repair_gaps(signal, recording.fs, max_gap_s, path.name)
         if signal.shape[0] != recording.n_samples or float(signal.max() - signal.min()) <= 0:
             return None, None
     except InputError:
@@ -192,37 +199,42 @@ def _reader_for(path: Path):
 
 # --------------------------------------------------------------------------- validation
 def _repair_gaps(signal, fs: float, max_gap_s: float, name: str):
-    """Interpolate short runs of NaN/inf linearly; reject long ones. Returns (signal, n_repaired)."""
+    """Interpolate runs of NaN/inf linearly. Returns (signal, n_repaired, lost): ``lost`` the
+    (start, end) samples (host float64, end exclusive) of the runs longer than ``max_gap_s``."""
     xp = backend.xp_of(signal)
     bad = ~xp.isfinite(signal)
     n_bad = int(bad.sum())  # sync point: one scalar
     if n_bad == 0:
-        return signal, 0
+        return signal, 0, np.zeros((0, 2))
     n = signal.shape[0]
     if n_bad == n:
         raise InputError(f"{name}: every value is NaN or infinite")
     edges = xp.diff(bad.astype(xp.int8), prepend=xp.int8(0), append=xp.int8(0))
-    starts, ends = xp.flatnonzero(edges == 1), xp.flatnonzero(edges == -1)
-    runs = ends - starts
-    longest = int(runs.max())
-    if longest > max_gap_s * fs:
-        at = int(starts[int(runs.argmax())])
-        raise InputError(f"{name}: {longest} consecutive NaN/inf samples ({longest / fs:.2f} s) from sample {at}; "
-                         f"at most {max_gap_s:g} s can be interpolated")
+    spans = backend.to_host(xp.stack([xp.flatnonzero(edges == 1), xp.flatnonzero(edges == -1)], axis=1))
+    runs = spans[:, 1] - spans[:, 0]
+    lost = spans[runs > max_gap_s * fs].astype(np.float64)
     good = xp.flatnonzero(~bad)
     repaired = signal.copy()
     repaired[bad] = xp.interp(xp.flatnonzero(bad).astype(xp.float64), good.astype(xp.float64),
                               signal[good].astype(xp.float64)).astype(xp.float32)
-    warnings.warn(f"{name}: interpolated {n_bad} NaN/inf samples in {int(runs.shape[0])} gap(s), "
-                  f"longest {longest / fs * 1000:.0f} ms", PipelineWarning, stacklevel=3)
-    return repaired, n_bad
+    message = (f"{name}: interpolated {n_bad} NaN/inf samples in {runs.shape[0]} gap(s), "
+               f"longest {runs.max() / fs * 1000:.0f} ms")
+    if lost.shape[0]:
+        message += (f"; {lost.shape[0]} gap(s) over {max_gap_s:g} s ({runs[runs > max_gap_s * fs].sum() / fs:.1f} s) "
+                    "are signal lost, marked as noise")
+    warnings.warn(message, PipelineWarning, stacklevel=3)
+    return repaired, n_bad, lost
 
 
-def _check_usable(signal, fs: float, min_duration_s: float, name: str) -> None:
+def _check_usable(signal, fs: float, min_duration_s: float, name: str, lost: np.ndarray) -> None:
     n = int(signal.shape[0])
     if n < min_duration_s * fs:
         raise InputError(f"{name}: recording too short: {n} samples ({n / fs:.2f} s at {fs:g} Hz); "
                          f"at least {min_duration_s:g} s are needed to find a beat")
+    kept = n - int((lost[:, 1] - lost[:, 0]).sum())
+    if kept < min_duration_s * fs:
+        raise InputError(f"{name}: {kept / fs:.2f} s of signal outside its gaps of NaN/inf; at least "
+                         f"{min_duration_s:g} s are needed to find a beat")
     lo, hi = float(signal.min()), float(signal.max())  # sync point: two scalars
     if hi - lo <= 1e-6 * max(1.0, abs(hi), abs(lo)):
         raise InputError(f"{name}: the signal is flat (all values ≈ {lo:g}): there are no heartbeats to find")

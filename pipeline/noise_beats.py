@@ -139,26 +139,11 @@ def left_out_noise(left_out: np.ndarray, found, fs: float, cfg):
         return found
     covered = episodes.episode_spans(found, episodes.KINDS, np)
     pieces = [piece for run in runs
-              for piece in _outside(run[0] - _LEFT_OUT_MARGIN_S, run[-1] + _LEFT_OUT_MARGIN_S, *covered)]
+              for piece in episodes.uncovered(run[0] - _LEFT_OUT_MARGIN_S, run[-1] + _LEFT_OUT_MARGIN_S, *covered)]
     if not pieces:
         return found
     start, end = np.array(pieces).T
     return found.with_noise(start, end)
-
-
-def _outside(start: float, end: float, cover_start, cover_end) -> list:
-    """The pieces of [start, end] that the sorted, disjoint intervals (cover_start, cover_end)
-    leave uncovered."""
-    pieces = []
-    for a, b in zip(cover_start.tolist(), cover_end.tolist()):
-        if b <= start or a >= end:
-            continue
-        if a > start:
-            pieces.append((start, a))
-        start = max(start, b)
-    if end > start:
-        pieces.append((start, end))
-    return pieces
 
 
 def _judged(signal, positions, found, fs: float, cfg, other=None) -> tuple[np.ndarray, ...]:

@@ -166,7 +166,7 @@ def _compute(job: _Job, stages: "_StageClock") -> Computed:
         recording, other_lead, other = lead_agreement.review_choice(recording, other_lead, other, cfg)
         recording = dataclasses.replace(recording, other_lead=other_lead or "")
     fs, signal = recording.fs, recording.signal
-    seg = segment(signal, fs, cfg, stages, other)
+    seg = segment(signal, fs, cfg, stages, other, recording.lost_s)
     del other
     beats, positions = seg.beats, seg.positions
     n_beats = int(beats.rows.shape[0])
@@ -255,6 +255,7 @@ def _write(job: _Job, c: Computed, stages: "_StageClock", *, handoffs: list, mem
                   "fs": recording.fs, "n_samples": recording.n_samples,
                   "duration_s": recording.n_samples / recording.fs,
                   "repaired_samples": recording.repaired_samples,
+                  "signal_lost_s": round(float((recording.lost_s[:, 1] - recording.lost_s[:, 0]).sum()), 3),
                   "annotated": recording.annotations is not None},
         "device": _describe_device(job.device, c.torch_version),
         "config": {"signal": asdict(request.signal), "vae": asdict(request.vae),

@@ -40,19 +40,20 @@ def _untimed(stage: str, host: bool = False):
     return contextlib.nullcontext()
 
 
-def segment(signal, fs: float, cfg: SignalConfig, stages: Callable = _untimed, other=None) -> Segmented:
+def segment(signal, fs: float, cfg: SignalConfig, stages: Callable = _untimed, other=None, lost_s=None) -> Segmented:
     """The segmentation chain: Ricker response → heartbeats (fiducials, episodes, pauses) → beat
     lengths → fixed-length rows and each beat's quality. The run times each part as a stage
     (``stages``); the warm-up runs the same chain untimed. ``other``: another lead of the
     recording, sample for sample, whose beats fill the pauses the analysed lead cannot show and on
-    which the beats' quality reads whether each is as steep there as its neighbours."""
+    which the beats' quality reads whether each is as steep there as its neighbours. ``lost_s``:
+    (start, end) seconds where the signal is lost (:attr:`pipeline.load.Recording.lost_s`)."""
     from pipeline import embed, mains, peaks, wavelet
 
     with stages("wavelet"):
         response = wavelet.ricker_response(signal, fs, cfg.ricker_width_s)
     with stages("peaks"):
         hum = mains.hum_power(signal, fs)       # once, for the noise episodes and the beats' quality
-        positions, found, pauses, from_other_lead = heartbeats(response, signal, fs, cfg, other, hum)
+        positions, found, pauses, from_other_lead = heartbeats(response, signal, fs, cfg, other, hum, lost_s=lost_s)
     del response
     with stages("lengths"):
         histogram = peaks.length_histogram(peaks.beat_lengths(positions), fs)
@@ -64,7 +65,8 @@ def segment(signal, fs: float, cfg: SignalConfig, stages: Callable = _untimed, o
                      int(round(cfg.pre_fiducial * width)))
 
 
-def heartbeats(response, signal, fs: float, cfg: SignalConfig, other=None, hum=None, *, add_other_beats: bool = True):
+def heartbeats(response, signal, fs: float, cfg: SignalConfig, other=None, hum=None, *, add_other_beats: bool = True,
+               lost_s=None):
     """The heartbeats of ``signal`` from its Ricker ``response``: (fiducials, episodes, pauses, how
     many fiducials came from the ``other`` lead). The pauses of the analysed lead are read on the
     other lead, if there is one (``cfg.other_lead``), before flutter is looked for; flutter that
@@ -78,7 +80,8 @@ def heartbeats(response, signal, fs: float, cfg: SignalConfig, other=None, hum=N
     stretch is noise too (:func:`pipeline.noise_beats.left_out_noise`). Then the beats found on the
     other lead (read the same way, this lead beside it) that this lead shows but missed are added
     (:func:`pipeline.other_lead.add_missed`; not with ``add_other_beats`` False). Pauses are the
-    intervals of at least ``cfg.pause_s`` between the beats kept. ``hum``: the recording's mains hum
+    intervals of at least ``cfg.pause_s`` between the beats kept. Where the signal is lost
+    (``lost_s``, (start, end) seconds: gaps the loader bridged) is noise: a pause there is in doubt. ``hum``: the recording's mains hum
     for the noise measures (:func:`pipeline.mains.hum_power`; measured if None)."""
     from pipeline import episodes, noise_beats, other_lead, peaks, rhythm, wavelet
 
@@ -87,6 +90,8 @@ def heartbeats(response, signal, fs: float, cfg: SignalConfig, other=None, hum=N
     positions, added, doubtful = other_lead.fill_gaps(positions, other, fs, cfg)
     found = other_lead.vet_flutter(episodes.find_episodes(signal, fs, positions, hum=hum), other, fs, cfg)
     found = other_lead.unreadable(found, doubtful, fs, cfg)
+    if lost_s is not None and len(lost_s):
+        found = found.with_lost_signal(lost_s[:, 0], lost_s[:, 1])
     positions, left_out = noise_beats.keep_plausible(signal, positions, found, added, fs, cfg, other)
     found = noise_beats.left_out_noise(left_out, found, fs, cfg)
     if len(found.select("flutter")):  # the fiducials kept are a copy whose length the host waits for

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline import backend, stress, wavelet
+from pipeline import PipelineWarning, backend, stress, wavelet
 from pipeline.config import SignalConfig
 from pipeline.metrics import ec57_counts, flutter_episodes
 from pipeline.segmentation import heartbeats, segment
@@ -90,6 +90,42 @@ def test_a_lead_lost_for_seconds_is_read_on_the_other_lead(xp):
     assert ec57_counts(case.beats[lost], alone, case.fs, None, (0.15,))["tp_150"] == 0
     assert ec57_counts(case.beats[lost], both, case.fs, None, (0.15,))["tp_150"] == lost.sum()
     assert (np.diff(both) < SignalConfig().pause_s * case.fs).all()
+
+
+def test_missing_samples_are_signal_lost_not_a_pause(tmp_path, device):
+    """Lead II missing for 4.5 s (empty cells, as a recorder's dropout leaves them) amid sinus
+    beats: the file loads, and the gap is a noise episode of confidence 1. Read alone, the pause
+    across it is in doubt, not one anybody saw; with the second lead, its beats fill the gap."""
+    from pipeline import load, results
+
+    case = stress.make_case("pauses")
+    fs, cfg = case.fs, SignalConfig()
+    gap = slice(int(16.8 * fs), int(21.3 * fs))
+    first = case.signal.astype(object)
+    first[gap] = ""
+    path = tmp_path / "dropout.csv"
+    path.write_text("MLII,V1\n" + "\n".join(f"{a},{b:.5f}" for a, b in zip(first, case.second)))
+    with pytest.warns(PipelineWarning, match=r"1 gap\(s\) over 1 s \(4\.5 s\) are signal lost"):
+        recording = load.load_ecg(path, fs=fs, device=device)
+    np.testing.assert_allclose(recording.lost_s, [[gap.start / fs, gap.stop / fs]])
+    inside = case.beats[(case.beats >= gap.start) & (case.beats < gap.stop)]
+    assert inside.shape[0] >= 4
+
+    def read(other):
+        seg = segment(recording.signal, fs, cfg, other=other, lost_s=recording.lost_s)
+        return backend.to_host(seg.positions), results.episodes_table(seg.episodes, backend.to_host(seg.pauses), fs)
+
+    alone, listed = read(None)
+    assert not ((alone >= gap.start) & (alone < gap.stop)).any()
+    lost = listed[(listed["kind"] == "noise") & (listed["confidence"] == 1.0)]
+    assert len(lost) == 1 and lost["start_s"].iloc[0] == gap.start / fs and lost["end_s"].iloc[0] == gap.stop / fs
+    pauses = listed[listed["kind"] == "pause"]
+    across = pauses[(pauses["start_s"] < 16.8) & (pauses["end_s"] > 21.3)]
+    assert len(across) == 1 and across["confidence"].iloc[0] < 1, listed
+    assert (pauses.drop(across.index)["confidence"] == 1.0).all()   # the case's own pauses stay sure
+
+    both, _ = read(load.load_other_lead(recording, device=device)[1])
+    assert ec57_counts(inside, both, fs, None, (0.15,))["tp_150"] == inside.shape[0]
 
 
 def test_the_other_lead_adds_nothing_where_it_disagrees(xp):

@@ -249,6 +249,22 @@ def test_short_gaps_interpolated_linearly(tmp_path, device):
     np.testing.assert_allclose(_host(recording), _linear_fill(values), rtol=1e-5, atol=1e-5)
 
 
+def test_long_gaps_are_signal_lost(tmp_path, device):
+    """A gap over max_gap_s (a loose electrode, a recorder's dropout) no longer refuses the whole
+    recording: it is bridged like a short one, so that time runs on, and kept as signal lost."""
+    rng = np.random.default_rng(2)
+    values = np.cumsum(rng.standard_normal(N)).astype(np.float32)
+    values[100:103] = np.nan
+    values[1000:1000 + 251] = np.nan  # one sample over max_gap_s at 250 Hz
+    values[2000:2500] = np.inf
+    np.save(tmp_path / "lost.npy", values)
+    with pytest.warns(PipelineWarning, match=r"interpolated 754 NaN/inf samples in 3 gap\(s\), longest 2000 ms; "
+                                             r"2 gap\(s\) over 1 s \(3\.0 s\) are signal lost, marked as noise"):
+        recording = load_ecg(tmp_path / "lost.npy", device=device)
+    np.testing.assert_allclose(recording.lost_s, [[1000 / FS, 1251 / FS], [2000 / FS, 2500 / FS]])
+    np.testing.assert_allclose(_host(recording), _linear_fill(values), rtol=1e-5, atol=1e-5)
+
+
 def test_gaps_in_csv_text_and_empty_cells(tmp_path, device):
     values = np.linspace(0.0, 1.0, N).round(6)
     lines = ["time,ecg"] + [f"{i / FS:.4f},{v:.6f}" for i, v in enumerate(values)]
@@ -384,8 +400,8 @@ BAD_INPUTS = {
     "WFDB missing lead": ("mitdb", {"path": "100.hea", "column": "V1"}, r"100\.hea has no column 'V1'; columns are 'MLII', 'V5'"),
     "corrupt WFDB header": (_write("bad.hea", _corrupt_header), {}, r"cannot read WFDB header bad\.hea: "),
     "WFDB signal file missing": (_write("rec.hea", _header_without_signal), {}, r"cannot read WFDB record rec: "),
-    "long NaN gap": (_write("gap.npy", _npy(_with_gap(251))), {},
-                     r"gap\.npy: 251 consecutive NaN/inf samples \(1\.00 s\) from sample 500; at most 1 s can be interpolated"),
+    "little but NaN": (_write("gap.npy", _npy(_with_gap(N - 600))), {},
+                       r"gap\.npy: 2\.40 s of signal outside its gaps of NaN/inf; at least 2\.5 s are needed"),
     "all NaN": (_write("nan.npy", _npy(np.full(N, np.nan, np.float32))), {}, r"nan\.npy: every value is NaN or infinite"),
     "all NaN in CSV": (_write("nan.csv", "nan\n" * N), {}, r"nan\.csv: every value is NaN or infinite"),
     "too short for a beat": (_write("short.csv", _numbers(400)), {},
