@@ -55,7 +55,7 @@ def records(folder: Path):
         if header.with_suffix(".atr").exists():
             recording = load.load_ecg(header)
             yield (header.stem, recording.signal, recording.fs, recording.annotations[0], flutter_episodes(header),
-                   load.load_other_lead(recording)[1])
+                   load.load_other_lead(recording).signal)
 
 
 def on_second_lead(folder: Path):
@@ -65,7 +65,7 @@ def on_second_lead(folder: Path):
     for header in sorted(Path(folder).glob("*.hea")):
         if header.with_suffix(".atr").exists():
             chosen = load.load_ecg(header)
-            name, _ = load.load_other_lead(chosen)
+            name = load.load_other_lead(chosen).name
             if name is not None:
                 second = load.load_ecg(header, column=name)
                 yield (f"{header.stem} ({name})", second.signal, second.fs, chosen.annotations[0],
@@ -118,10 +118,10 @@ def stress_cases():
             case = stress.make_case(name)
             path = stress.write_case(case, Path(folder) / f"{name}.csv")
             recording = load.load_ecg(path, fs=case.fs)      # read back as a user's file is: lead by name
-            recording, _, other = review_choice(recording, *load.load_other_lead(recording), SignalConfig())
+            recording, other = review_choice(recording, load.load_other_lead(recording), SignalConfig())
             flutter = np.array([(s * case.fs, e * case.fs) for kind, s, e in case.episodes if kind == "flutter"],
                                dtype=np.int64).reshape(-1, 2)
-            yield f"stress:{name}", recording.signal, recording.fs, case.beats, flutter, other
+            yield f"stress:{name}", recording.signal, recording.fs, case.beats, flutter, other.signal
 
 
 def table(rows: list[dict]) -> str:

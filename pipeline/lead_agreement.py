@@ -60,10 +60,12 @@ class Agreement:
         return self.chosen > WORSE_BY * self.other + WORSE_PLUS
 
 
-def compare_leads(signal, other, fs: float, cfg) -> Agreement:
+def compare_leads(signal, other, fs: float, cfg, lost_s=np.zeros((0, 2))) -> Agreement:
     """:class:`Agreement` of ``signal`` and ``other`` (same length, same device), each read with
     the other beside it as the run reads them, over three stretches of :data:`STRETCH_S` (start,
-    middle, end), or over the whole recording when it is no longer than those together."""
+    middle, end), or over the whole recording when it is no longer than those together. Beats
+    inside ``lost_s`` ((start, end) seconds where either lead's signal is lost) are left out: a
+    lead bridged over a gap is flat there, and the other lead's beats are then no false ones."""
     n = int(signal.shape[0])
     length = int(STRETCH_S * fs)
     if n <= STRETCHES * length:  # the whole recording, once: stretches that overlap would count beats twice
@@ -74,33 +76,35 @@ def compare_leads(signal, other, fs: float, cfg) -> Agreement:
     read = 0
     for start in starts:
         leads = (signal[start:start + length], other[start:start + length])
-        errors += _betrayed(leads, _outside_flutter(*[_detect(leads[k], leads[1 - k], fs, cfg) for k in (0, 1)], fs),
-                            fs, cfg)
+        found = [_detect(leads[k], leads[1 - k], fs, cfg) for k in (0, 1)]
+        errors += _betrayed(leads, _comparable(*found, fs, np.asarray(lost_s) - start / fs), fs, cfg)
         read += length
     return Agreement(int(errors[0]), int(errors[1]), read / fs / 60.0)
 
 
-def review_choice(recording, other_name, other, cfg):
-    """``(recording, other_name, other)`` with the two leads exchanged where the lead chosen by
-    clarity (``recording.lead_by_clarity``) betrays clearly more errors than ``other``
+def review_choice(recording, other, cfg):
+    """``(recording, other)`` (a :class:`pipeline.load.Recording` and the
+    :class:`pipeline.load.OtherLead` beside it) with the two leads exchanged where the lead chosen
+    by clarity (``recording.lead_by_clarity``) betrays clearly more errors than the other
     (:func:`compare_leads`); unchanged otherwise, or when there is no other lead. The lead taken
     instead is read again from the recording's file, so that its gaps are repaired and reported
     as the analysed lead's are."""
-    if other is None or not recording.lead_by_clarity:
-        return recording, other_name, other
-    agreement = compare_leads(recording.signal, other, recording.fs, cfg)
-    if not agreement.other_is_better:
-        return recording, other_name, other
     from pipeline import load
 
-    device = "cpu" if backend.xp_of(other) is np else "gpu"
-    chosen = load.load_ecg(recording.source, fs=recording.fs, column=other_name, device=device,
+    if other.signal is None or not recording.lead_by_clarity:
+        return recording, other
+    lost = np.concatenate([recording.lost_s, other.lost_s])
+    agreement = compare_leads(recording.signal, other.signal, recording.fs, cfg, lost)
+    if not agreement.other_is_better:
+        return recording, other
+    device = "cpu" if backend.xp_of(other.signal) is np else "gpu"
+    chosen = load.load_ecg(recording.source, fs=recording.fs, column=other.name, device=device,
                            max_gap_s=cfg.max_gap_s)
     reason = (f"its beats agree better with the other lead's ({agreement.other} against {agreement.chosen} beats "
               f"that one lead finds and the other contradicts, in {agreement.minutes:.0f} min); QRS clarity alone "
               f"chose {recording.channel}: {recording.lead_reason}")
     chosen = dataclasses.replace(chosen, lead_reason=reason)
-    return chosen, recording.channel, recording.signal
+    return chosen, load.OtherLead(recording.channel, recording.signal, recording.lost_s)
 
 
 def _detect(signal, other, fs: float, cfg):
@@ -111,15 +115,18 @@ def _detect(signal, other, fs: float, cfg):
     return positions, found
 
 
-def _outside_flutter(first, second, fs: float) -> list[np.ndarray]:
-    """Each lead's beats (host) outside the flutter episodes of either lead. Flutter is the whole
-    heart's rhythm: where one lead reads flutter and the other beats, their beats say nothing of
-    which lead detects better."""
+def _comparable(first, second, fs: float, lost_s: np.ndarray) -> list[np.ndarray]:
+    """Each lead's beats (host) outside the flutter episodes of either lead and outside ``lost_s``
+    (seconds). Flutter is the whole heart's rhythm: where one lead reads flutter and the other
+    beats, their beats say nothing of which lead detects better."""
     kept = []
     for positions, _ in (first, second):
         inside = episodes.in_episodes(positions, first[1], fs, "flutter") | episodes.in_episodes(
             positions, second[1], fs, "flutter")
-        kept.append(backend.to_host(positions[~inside]))
+        host = backend.to_host(positions[~inside])
+        seconds = host / fs
+        lost = ((seconds[:, None] >= lost_s[None, :, 0]) & (seconds[:, None] < lost_s[None, :, 1])).any(axis=1)
+        kept.append(host[~lost])
     return kept
 
 

@@ -27,6 +27,7 @@ import warnings
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -112,27 +113,37 @@ def load_ecg(path, *, fs: float | None = None, column: str | int | None = None,
                      leads or (channel,), lost_s=lost / rate)
 
 
-def load_other_lead(recording: Recording, *, device: str = "cpu", max_gap_s: float = 1.0):
+class OtherLead(NamedTuple):
+    """The lead read beside the analysed one (:func:`load_other_lead`): its name, its samples on
+    the analysed lead's device, and where its signal is lost ((start, end) seconds, as
+    :attr:`Recording.lost_s`). ``name`` and ``signal`` are None when there is none."""
+
+    name: str | None = None
+    signal: object = None
+    lost_s: np.ndarray = np.zeros((0, 2))
+
+
+def load_other_lead(recording: Recording, *, device: str = "cpu", max_gap_s: float = 1.0) -> OtherLead:
     """A second lead of ``recording`` for reading the analysed lead's long gaps on
-    (:mod:`pipeline.other_lead`), judging its beats and their quality: ``(name, signal)`` of the
-    first of its other leads whose name can be an ECG lead's (not ``ABP``, ``PLETH``, ``RESP`` …:
-    :func:`pipeline.leads.can_be_ecg`), gaps repaired, on ``device``; ``(None, None)`` when it has
-    no such lead or that one cannot be used (too long a gap, another length, flat). Never an error:
-    the analysed lead alone still makes a run."""
+    (:mod:`pipeline.other_lead`), judging its beats and their quality: the first of its other
+    leads whose name can be an ECG lead's (not ``ABP``, ``PLETH``, ``RESP`` …:
+    :func:`pipeline.leads.can_be_ecg`), gaps repaired, on ``device``; an empty :class:`OtherLead`
+    when it has no such lead or that one cannot be used (no signal, another length, flat). Never
+    an error: the analysed lead alone still makes a run."""
     others = [name for name in recording.leads if name != recording.channel and can_be_ecg(name)]
     if not others:
-        return None, None
+        return OtherLead()
     path = Path(recording.source)
     try:
         signal = _read(_reader_for(path), path, LeadChoice(others[0]), device)[0]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PipelineWarning)  # its repaired samples are not the run's
-            signal, _, _ = _repair_gaps(signal, recording.fs, max_gap_s, path.name)
+            signal, _, lost = _repair_gaps(signal, recording.fs, max_gap_s, path.name)
         if signal.shape[0] != recording.n_samples or float(signal.max() - signal.min()) <= 0:
-            return None, None
+            return OtherLead()
     except InputError:
-        return None, None
-    return others[0], signal
+        return OtherLead()
+    return OtherLead(others[0], signal, lost / recording.fs)
 
 
 def load_leads(path) -> tuple[list[str], np.ndarray]:

@@ -161,12 +161,12 @@ def _compute(job: _Job, stages: "_StageClock") -> Computed:
         recording = load.load_ecg(job.input_path, fs=request.fs, column=request.column, device=job.device,
                                   default_fs=cfg.default_fs, max_gap_s=cfg.max_gap_s,
                                   min_duration_s=max(2.5, 2 * cfg.window_s))
-        other_lead, other = (load.load_other_lead(recording, device=job.device, max_gap_s=cfg.max_gap_s)
-                             if cfg.other_lead else (None, None))
-        recording, other_lead, other = lead_agreement.review_choice(recording, other_lead, other, cfg)
-        recording = dataclasses.replace(recording, other_lead=other_lead or "")
+        other = (load.load_other_lead(recording, device=job.device, max_gap_s=cfg.max_gap_s)
+                 if cfg.other_lead else load.OtherLead())
+        recording, other = lead_agreement.review_choice(recording, other, cfg)
+        recording = dataclasses.replace(recording, other_lead=other.name or "")
     fs, signal = recording.fs, recording.signal
-    seg = segment(signal, fs, cfg, stages, other, recording.lost_s)
+    seg = segment(signal, fs, cfg, stages, other.signal, recording.lost_s)
     del other
     beats, positions = seg.beats, seg.positions
     n_beats = int(beats.rows.shape[0])

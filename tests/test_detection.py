@@ -124,7 +124,7 @@ def test_missing_samples_are_signal_lost_not_a_pause(tmp_path, device):
     assert len(across) == 1 and across["confidence"].iloc[0] < 1, listed
     assert (pauses.drop(across.index)["confidence"] == 1.0).all()   # the case's own pauses stay sure
 
-    both, _ = read(load.load_other_lead(recording, device=device)[1])
+    both, _ = read(load.load_other_lead(recording, device=device).signal)
     assert ec57_counts(inside, both, fs, None, (0.15,))["tp_150"] == inside.shape[0]
 
 
@@ -305,12 +305,12 @@ def test_the_second_lead_is_read_beside_the_analysed_one(tmp_path):
 
     case = stress.make_case("bigeminy")
     recording = load_ecg(stress.write_case(case, tmp_path / "holter.csv"), fs=360.0)
-    name, other = load_other_lead(recording)
+    name, other, _ = load_other_lead(recording)
     assert name == "ECG2"
     np.testing.assert_allclose(other, case.second, atol=6e-5)       # the file's 4 decimals
     single = tmp_path / "one.csv"
     np.savetxt(single, case.signal, fmt="%.4f", header="ECG", comments="")
-    assert load_other_lead(load_ecg(single, fs=360.0)) == (None, None)
+    assert load_other_lead(load_ecg(single, fs=360.0)).signal is None
 
 
 @pytest.mark.skipif(not DS1.exists(), reason=f"MIT-BIH DS1 records not found in {DS1} (set ECG_MITDB_DS1)")
@@ -325,7 +325,7 @@ def test_ds1_records_hold_their_floor():
 
     for header in sorted(DS1.glob("*.hea")):
         recording = load_ecg(header)
-        found = _found(recording.signal, recording.fs, np, load_other_lead(recording)[1])
+        found = _found(recording.signal, recording.fs, np, load_other_lead(recording).signal)
         counts = ec57_counts(recording.annotations[0], found, recording.fs, flutter_episodes(header), (0.15,))
         se = counts["tp_150"] / (counts["tp_150"] + counts["fn_150"])
         ppv = counts["tp_150"] / (counts["tp_150"] + counts["fp_150"])

@@ -171,7 +171,7 @@ def test_leads_labelled_alike_are_told_apart(ecg, tmp_path):
     recording = load_ecg(path)
     assert (recording.channel, recording.leads) == ("ECG #2", ("ECG", "ECG #2"))
     np.testing.assert_allclose(recording.signal, ecg.signal, atol=0.01)
-    name, other = load_other_lead(recording)
+    name, other, _ = load_other_lead(recording)
     assert name == "ECG" and np.allclose(other, noisy, atol=0.01)
 
 

@@ -79,12 +79,12 @@ def test_numbered_leads_are_read_on_the_lead_whose_beats_hold_up(tmp_path, first
 
     recording = load_ecg(_numbered_channels(tmp_path, first), fs=360.0, device=device)
     assert recording.channel == "ECG1" and recording.lead_by_clarity
-    name, other = load_other_lead(recording, device=device)
-    reviewed, other_name, other_signal = review_choice(recording, name, other, SignalConfig())
+    other = load_other_lead(recording, device=device).signal
+    reviewed, beside = review_choice(recording, load_other_lead(recording, device=device), SignalConfig())
     mlii = "ECG1" if first == "MLII" else "ECG2"
-    assert reviewed.channel == mlii and other_name == ({"ECG1", "ECG2"} - {mlii}).pop()
+    assert reviewed.channel == mlii and beside.name == ({"ECG1", "ECG2"} - {mlii}).pop()
     assert backend.xp_of(reviewed.signal) is backend.xp_of(other)
-    np.testing.assert_allclose(backend.to_host(other_signal),
+    np.testing.assert_allclose(backend.to_host(beside.signal),
                                backend.to_host(recording.signal if first == "V1" else other))
     if first == "V1":
         assert reviewed.lead_reason.startswith("its beats agree better") and "QRS clarity alone chose ECG1" in \
@@ -97,13 +97,13 @@ def test_numbered_leads_are_read_on_the_lead_whose_beats_hold_up(tmp_path, first
 
 def test_a_lead_named_or_asked_for_is_not_reviewed(tmp_path):
     from pipeline import stress
-    from pipeline.load import load_ecg
+    from pipeline.load import OtherLead, load_ecg
 
     path = stress.write_case(stress.make_case("bigeminy"), tmp_path / "holter.csv")
     assert load_ecg(path, fs=360.0).lead_by_clarity
     asked = load_ecg(path, fs=360.0, column="ECG2")
     assert not asked.lead_by_clarity
-    assert review_choice(asked, "ECG1", np.zeros(asked.n_samples, np.float32), SignalConfig())[0] is asked
+    assert review_choice(asked, OtherLead("ECG1", np.zeros(asked.n_samples, np.float32)), SignalConfig())[0] is asked
     frame = pd.read_csv(path).rename(columns={"ECG1": "MLII"})
     frame.to_csv(tmp_path / "named.csv", index=False)
     assert not load_ecg(tmp_path / "named.csv", fs=360.0).lead_by_clarity
@@ -119,8 +119,33 @@ def test_true_beats_the_other_lead_hides_in_its_noise_count_against_neither(tmp_
 
     case = stress.make_case("amplifier_recovery")
     recording = load_ecg(stress.write_case(case, tmp_path / "holter.csv"), fs=case.fs)
-    name, other = load_other_lead(recording)
-    agreement = compare_leads(recording.signal, other, recording.fs, SignalConfig())
+    other = load_other_lead(recording)
+    agreement = compare_leads(recording.signal, other.signal, recording.fs, SignalConfig())
     assert not agreement.other_is_better and agreement.chosen <= 2
     assert agreement.minutes == pytest.approx(case.signal.size / case.fs / 60)
-    assert review_choice(recording, name, other, SignalConfig())[0] is recording
+    assert review_choice(recording, other, SignalConfig())[0] is recording
+
+
+def test_where_the_other_lead_is_lost_its_beats_count_for_neither(tmp_path):
+    """The second lead drops out for 25 s (empty cells, bridged by a straight line): there it is
+    flat, and the first lead's beats would all count as false ones, enough to hand the analysis to
+    the lead that lost them. The stretch where either lead's signal is lost is left out of the
+    count, and the first lead stays."""
+    from pipeline import stress
+    from pipeline.load import load_ecg, load_other_lead
+
+    case = stress.make_case("atrial_fibrillation")
+    frame = pd.read_csv(stress.write_case(case, tmp_path / "holter.csv"))
+    dropout = slice(int(20 * case.fs), int(45 * case.fs))
+    frame["ECG2"] = frame["ECG2"].astype(object)
+    frame.loc[dropout.start:dropout.stop - 1, "ECG2"] = ""
+    frame.to_csv(tmp_path / "dropout.csv", index=False)
+    recording = load_ecg(tmp_path / "dropout.csv", fs=case.fs)
+    assert recording.channel == "ECG1" and recording.lead_by_clarity
+    other = load_other_lead(recording)
+    np.testing.assert_allclose(other.lost_s, [[dropout.start / case.fs, dropout.stop / case.fs]])
+    blind = compare_leads(recording.signal, other.signal, recording.fs, SignalConfig())
+    assert blind.other_is_better and blind.chosen >= 20    # the dropout's beats, all "false"
+    fair = compare_leads(recording.signal, other.signal, recording.fs, SignalConfig(), other.lost_s)
+    assert not fair.other_is_better and fair.chosen <= 2
+    assert review_choice(recording, other, SignalConfig())[0] is recording

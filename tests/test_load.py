@@ -735,7 +735,7 @@ def test_the_other_lead_is_an_ecg_lead_not_a_pressure_or_breathing_signal(tmp_pa
     wfdb.wrsamp("icu", fs=250.0, units=["mV", "mmHg", "mV"], sig_name=["II", "ABP", "V5"],
                 p_signal=np.stack([clean, pressure, noisy], axis=1).astype(np.float64), fmt=["16"] * 3,
                 adc_gain=[200.0, 10.0, 200.0], baseline=[0, 0, 0], write_dir=str(tmp_path))
-    name, other = load_other_lead(load_ecg(tmp_path / "icu.hea"))
+    name, other, _ = load_other_lead(load_ecg(tmp_path / "icu.hea"))
     assert name == "V5"
     np.testing.assert_allclose(other, noisy, atol=0.01)
     names, values = load_leads(tmp_path / "icu.hea")
@@ -744,7 +744,7 @@ def test_the_other_lead_is_an_ecg_lead_not_a_pressure_or_breathing_signal(tmp_pa
     wfdb.wrsamp("sleep", fs=250.0, units=["mV", "V"], sig_name=["ECG", "Resp"],
                 p_signal=np.stack([clean, pressure / 100], axis=1).astype(np.float64), fmt=["16"] * 2,
                 adc_gain=[200.0, 200.0], baseline=[0, 0], write_dir=str(tmp_path))
-    assert load_other_lead(load_ecg(tmp_path / "sleep.hea")) == (None, None)
+    assert load_other_lead(load_ecg(tmp_path / "sleep.hea")).name is None
 
 
 @pytest.mark.parametrize("label, unit, ecg", [
@@ -830,7 +830,7 @@ def test_leads_named_alike_are_told_apart(tmp_path, fmt, device):
     assert recording.channel == "ECG #2" and recording.leads == ("ECG", "ECG #2")
     assert recording.lead_reason.startswith("clearest QRS of 2 leads (clarity ECG ") and "ECG #2 " in recording.lead_reason
     np.testing.assert_allclose(_host(recording), clean, atol=0.01)
-    name, other = load_other_lead(recording)
+    name, other, _ = load_other_lead(recording)
     assert name == "ECG"
     np.testing.assert_allclose(backend.to_host(other), noisy, atol=0.01)
     for column, expected in (("ECG", noisy), ("ECG #2", clean), (1, clean)):
