@@ -141,6 +141,8 @@ def _betrayed(leads, beats, fs: float, cfg) -> np.ndarray:
     for k in (0, 1):
         alone = beats[k][unmatched(beats[k], beats[1 - k], int(SAME_BEAT_S * fs))]
         there = qrs.steepest_rises(leads[1 - k], alone, fs, cfg) / small[1 - k]
-        errors[k] += int((there < FLAT).sum())       # k's beats where the other lead is flat: k's false beats
+        # k's beats where the other lead is flat are k's false beats, unless it does not move at
+        # all there: a lead off, on its rail or written as zeros shows nothing, beat or no beat.
+        errors[k] += int(((there < FLAT) & (there > 0)).sum())
         errors[1 - k] += int((there >= SHOWN).sum())  # beats the other lead shows and missed
     return errors

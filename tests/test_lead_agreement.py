@@ -24,16 +24,21 @@ def test_each_lead_is_charged_with_its_false_beats_and_the_beats_it_shows_but_mi
     flat (lead 0's false beats) and missed 4 QRS complexes it shows (lead 0's misses). Lead 1 missed
     3 beats whose QRS it does not show at all (a lead off): those read as lead 0's false beats, as
     nothing on either lead tells them from a false beat. Lead 0 also 'found' 5 beats where lead 1
-    shows a bump a quarter as steep as its beats, which tells neither way."""
+    shows a bump a quarter as steep as its beats, which tells neither way, and 12 beats where lead 1
+    is dead (its samples constant for 10 s: a lead off, a recorder's zeros), which tell nothing."""
     n = int(120 * FS)
     true = np.arange(int(0.5 * FS), n - int(FS), int(0.8 * FS))
     t_waves = true[10:17] + int(0.3 * FS)
     lead0 = spikes(FS, n, true, np.ones(true.size), 0.01) + spikes(FS, n, t_waves, np.full(7, 0.4), 0.04)
     hidden = true[40:43]
-    lead1_beats = np.setdiff1d(true, hidden)
+    dead = slice(int(100 * FS), int(110 * FS))
+    lead1_beats = np.setdiff1d(true, np.concatenate([hidden, true[(true >= dead.start) & (true < dead.stop)]]))
     bumps = true[80:85] + int(0.4 * FS)
     lead1 = spikes(FS, n, lead1_beats, np.full(lead1_beats.size, 0.7), 0.012) + spikes(FS, n, bumps,
                                                                                           np.full(5, 0.175), 0.012)
+    lead1 += np.random.default_rng(0).normal(0, 0.002, n)   # quiet, where it shows no QRS, but alive
+    lead1[dead] = 0.3
+    assert ((true >= dead.start) & (true < dead.stop)).sum() == 12
     found0 = np.sort(np.concatenate([np.setdiff1d(true, true[60:64]), t_waves, bumps]))
     found1 = lead1_beats
     leads = (xp.asarray(lead0.astype(np.float32)), xp.asarray(lead1.astype(np.float32)))
