@@ -15,8 +15,10 @@ EDF+ labels begin with the signal's type) or whose unit is not an ECG's (``%``, 
 to mV from the units the header gives (V, mV, uV/µV, nV); other or no units are taken as they are.
 
 A discontinuous EDF+ (``EDF+D``: its data records are not back to back, e.g. lead-off stretches
-cut out) is refused, naming the first gap: its samples are not evenly spaced in time, and reading
-its first stretch only would analyse part of the recording without saying so. A file shorter than
+cut out) is read on its time line: each data record where its time stamp puts it, from the first
+record's, and the gaps between them as missing samples (NaN), which :mod:`pipeline.load` bridges
+and keeps as signal lost. Beat annotations are placed on the same time line. Records that overlap,
+or gaps that add up to more than :data:`MAX_GAPS_S`, are refused. A file shorter than
 its header declares (truncated) is refused; bytes beyond the declared data records are ignored,
 with a warning. The start date and time of the header are not read: a loaded recording has no
 place for them.
@@ -92,7 +94,7 @@ def read_edf(path, column, pick, beat_symbols):
     ------
     EdfError
         A ValueError with a one-line message naming the file: not an EDF or BDF, a malformed or truncated
-        header or file, no signal, no ECG signal, a discontinuous EDF+ (EDF+D).
+        header or file, no signal, no ECG signal, an EDF+D whose records overlap or lie days apart.
 
     See Also
     --------
@@ -105,15 +107,17 @@ def read_edf(path, column, pick, beat_symbols):
     signals = dict(zip(header.ordinary, recording.signals))  # edfio's signals, by their place in the header
     leads = _leads(signals, header, column, path.name)
     rate = header.rate(leads[0])
+    onsets = _record_onsets(path, header)
     values = {}
 
     def read(index):  # a lead read to compare QRS clarity is not read again
         if index not in values:
-            values[index] = _physical(signals[leads[index]], header, leads[index], path.name)
+            values[index] = _on_time_line(_physical(signals[leads[index]], header, leads[index], path.name),
+                                          onsets, header.samples_per_record[leads[index]], rate)
         return values[index]
 
     index = pick([header.labels[i] for i in leads], path, read, rate)
-    annotations = _beat_annotations(path, recording, header, rate, beat_symbols)
+    annotations = _beat_annotations(recording, header, rate, beat_symbols, onsets, path.name)
     return read(index), rate, header.labels[leads[index]], annotations
 
 
@@ -286,37 +290,73 @@ def _physical(signal, header: _Header, index: int, name: str) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- annotations
-def _beat_annotations(path: Path, recording, header: _Header, fs: float, beat_symbols):
-    """The EDF+ annotations that mark beats (text: one beat symbol), as (samples, symbols); None
-    when there are none. A discontinuous EDF+ is refused here (its onsets are times, not samples)."""
+def _beat_annotations(recording, header: _Header, fs: float, beat_symbols, onsets, name: str):
+    """The EDF+ annotations that mark beats (text: one beat symbol), as (samples, symbols), on the
+    time line of the records' ``onsets`` (None: back to back); None when there are none."""
     if not header.annotations:
         return None
-    _check_continuous(path, header)
-    try:
-        found = recording.get_annotations(stop_second=header.n_records * header.record_s)
+    duration = header.n_records * header.record_s if onsets is None else onsets[-1] - onsets[0] + header.record_s
+    try:  # every data record's; edfio gives their times from the first record's start, as the time line
+        found = [a for a in recording.get_annotations() if a.onset < duration]
     except Exception as err:  # damaged annotations: a bad TAL, bytes that are not UTF-8
-        raise EdfError(f"{path.name}: its EDF+ annotations cannot be read ({one_line(err, bare=())})") from None
+        raise EdfError(f"{name}: its EDF+ annotations cannot be read ({one_line(err, bare=())})") from None
     beats = [(a.onset, a.text.strip()) for a in found if a.text.strip() in beat_symbols]
     if not beats:
         return None
-    onsets = np.array([onset for onset, _ in beats], dtype=np.float64)
-    return np.rint(onsets * fs).astype(np.int64), np.array([text for _, text in beats], dtype=str)
+    times = np.array([onset for onset, _ in beats], dtype=np.float64)
+    return np.rint(times * fs).astype(np.int64), np.array([text for _, text in beats], dtype=str)
 
 
 # Each data record's annotations begin with its time-keeping stamp: '+<onset>' 0x14 0x14.
 _STAMP = re.compile(rb"([+-]\d+(?:\.\d*)?)\x14\x14")
 
 
-def _check_continuous(path: Path, header: _Header) -> None:
-    """Refuse an EDF+D whose data records are not back to back, naming the first gap."""
-    if not header.reserved.startswith(("EDF+D", "BDF+D")):
-        return
+# An EDF+D's gaps may add up to this much: a recorder paused overnight, not parts days apart,
+# whose time line would be mostly samples that are not there.
+MAX_GAPS_S = 24 * 3600.0
+
+
+def _record_onsets(path: Path, header: _Header) -> np.ndarray | None:
+    """The start (s) of each data record of an EDF+D whose records are not back to back; None for
+    a continuous file (EDF, EDF+C, or an EDF+D without gaps). Records that overlap or come out
+    of order, and gaps that add up to over :data:`MAX_GAPS_S`, are refused."""
+    if not header.reserved.startswith(("EDF+D", "BDF+D")) or not header.annotations:
+        return None
+    stamps = _time_stamps(path, header)
+    step = Decimal(header.record_text)
+    ends = [onset + step for onset in stamps[:-1]]
+    if all(onset == end for onset, end in zip(stamps[1:], ends)):
+        return None
+    for index, (onset, end) in enumerate(zip(stamps[1:], ends), start=1):
+        if onset < end:
+            raise EdfError(f"{path.name}: data record {index} of its EDF+D starts at {onset} s, before the one "
+                           f"before ends ({end} s)")
+    gaps = float(stamps[-1] + step - stamps[0]) - header.n_records * header.record_s
+    if gaps > MAX_GAPS_S:
+        raise EdfError(f"{path.name}: the data records of its EDF+D lie {gaps / 3600:.1f} h apart in all, over "
+                       f"{MAX_GAPS_S / 3600:g} h; analyse each continuous part as a file of its own")
+    return np.array([float(onset) for onset in stamps])
+
+
+def _on_time_line(values: np.ndarray, onsets: np.ndarray | None, per_record: int, rate: float) -> np.ndarray:
+    """A signal's samples (its data records back to back) where the records' ``onsets`` put them,
+    from the first record's, NaN between them; the samples as they are when ``onsets`` is None."""
+    if onsets is None:
+        return values
+    starts = np.rint((onsets - onsets[0]) * rate).astype(np.int64)
+    placed = np.full(int(starts[-1]) + per_record, np.nan, dtype=values.dtype)
+    placed[(starts[:, None] + np.arange(per_record)).ravel()] = values[:starts.shape[0] * per_record]
+    return placed
+
+
+def _time_stamps(path: Path, header: _Header) -> list[Decimal]:
+    """Each data record's time stamp (its annotations' first TAL, seconds), as written."""
     first = header.annotations[0]  # the time-keeping signal
     size = SAMPLE_BYTES[header.fmt]
     start = sum(header.samples_per_record[:first]) * size
     records = np.memmap(path, np.uint8, "r", header.data_offset, (header.n_records, header.record_bytes))
     stamps = records[:, start:start + header.samples_per_record[first] * size]
-    step, previous = Decimal(header.record_text), None
+    onsets = []
     for index, record in enumerate(stamps):
         match = _STAMP.match(record.tobytes())
         try:
@@ -325,11 +365,8 @@ def _check_continuous(path: Path, header: _Header) -> None:
             onset = None
         if onset is None:
             raise EdfError(f"{path.name}: data record {index} of its EDF+D has no time stamp")
-        if previous is not None and onset != previous + step:
-            raise EdfError(f"{path.name} is a discontinuous EDF+ (EDF+D): data record {index} starts at {onset} s, "
-                           f"not at {previous + step} s where the one before ends; analyse each continuous part "
-                           "as a file of its own")
-        previous = onset
+        onsets.append(onset)
+    return onsets
 
 
 # --------------------------------------------------------------------------- writing

@@ -121,14 +121,21 @@ class Episodes:
 
     def with_lost_signal(self, start_s, end_s) -> "Episodes":
         """These episodes and noise episodes of confidence 1 where the signal is lost, ``start_s``
-        to ``end_s`` (seconds: the gaps of NaN/inf the loader bridged), less what these cover."""
-        covered = episode_spans(self, KINDS, np)
-        pieces = [piece for a, b in zip(np.asarray(start_s).tolist(), np.asarray(end_s).tolist())
-                  for piece in uncovered(a, b, *covered)]
+        to ``end_s`` (seconds: the gaps of NaN/inf the loader bridged). A noise episode that
+        overlaps one joins it (the line bridging a gap is flat, which the noise measures flag
+        too); flutter keeps what it covers."""
+        start_s, end_s = np.asarray(start_s, np.float64), np.asarray(end_s, np.float64)
+        touching = (self.kind == "noise") & ((self.start_s[:, None] < end_s[None, :])
+                                             & (self.end_s[:, None] > start_s[None, :])).any(axis=1)
+        rest = Episodes(self.kind[~touching], self.start_s[~touching], self.end_s[~touching],
+                        self.confidence[~touching])
+        joined = _merged(np.concatenate([start_s, self.start_s[touching]]), np.concatenate([end_s, self.end_s[touching]]))
+        covered = episode_spans(rest, KINDS, np)
+        pieces = [piece for a, b in zip(*(part.tolist() for part in joined)) for piece in uncovered(a, b, *covered)]
         if not pieces:
-            return self
+            return rest
         start, end = np.array(pieces).T
-        return Episodes.concat([self, Episodes(np.full(start.shape[0], "noise"), start, end,
+        return Episodes.concat([rest, Episodes(np.full(start.shape[0], "noise"), start, end,
                                                np.ones(start.shape[0], np.float32))])
 
     @staticmethod

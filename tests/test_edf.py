@@ -221,18 +221,66 @@ def test_only_beat_symbols_become_reference_labels(ecg, tmp_path):
     np.testing.assert_array_equal(recording.annotations[1], ["N", "V", "A", "n"])
 
 
-def test_discontinuous_edf_plus_is_refused(ecg, tmp_path, capsys):
+def _discontinuous(path: Path, after_s: int, by_s: int) -> Path:
+    """The EDF+ at ``path`` made an EDF+D whose data records from ``after_s`` on (1-s records) start
+    ``by_s`` later, their annotations with them: every time in its TALs (``+30``, ``+31.416``) from
+    ``after_s`` on, moved in place (two-digit seconds stay two digits)."""
+    _patch(path, 192, 44, "EDF+D")
+
+    def later(match):
+        seconds = float(match.group(1))
+        if seconds < after_s:
+            return match.group(0)
+        text = match.group(1).decode()
+        moved = f"{seconds + by_s:.{len(text.split('.')[1]) if '.' in text else 0}f}".encode()
+        assert len(moved) == len(match.group(1))
+        return b"+" + moved + b"\x14"
+
+    path.write_bytes(re.sub(rb"\+(\d+(?:\.\d+)?)\x14", later, path.read_bytes()))
+    return path
+
+
+def test_discontinuous_edf_plus_is_read_on_its_time_line(ecg, tmp_path):
+    """An EDF+D whose records stop for 10 s after 30 s (a recorder paused, a lead-off stretch cut
+    out): each record lies where its time stamp puts it, the 10 s between are signal lost, and the
+    beat annotations after the gap move with their records."""
     path = write_edf(tmp_path / "gaps.edf", ecg.signal, ecg.fs, annotations=(ecg.r_peaks, ecg.symbols))
     _patch(path, 192, 44, "EDF+D")
     assert len(load_ecg(path).annotations[0]) == len(ecg.r_peaks)  # back to back all the same: read
+    _discontinuous(path, 30, 10)
+    with pytest.warns(PipelineWarning, match=r"1 gap\(s\) over 1 s \(10\.0 s\) are signal lost"):
+        recording = load_ecg(path)
+    cut = int(30 * FS)
+    assert recording.n_samples == len(ecg.signal) + int(10 * FS)
+    np.testing.assert_allclose(recording.lost_s, [[30.0, 40.0]])
+    np.testing.assert_allclose(recording.signal[:cut], ecg.signal[:cut], atol=1e-3)
+    np.testing.assert_allclose(recording.signal[cut + int(10 * FS):], ecg.signal[cut:], atol=1e-3)
+    samples, symbols = recording.annotations
+    later = ecg.r_peaks >= cut
+    np.testing.assert_array_equal(samples, np.where(later, ecg.r_peaks + int(10 * FS), ecg.r_peaks))
+    np.testing.assert_array_equal(symbols, ecg.symbols)
+    names, values = load_leads(path)
+    assert np.isnan(values[cut:cut + int(10 * FS), 0]).all() and not np.isnan(values[:cut]).any()
+
+
+def test_discontinuous_edf_plus_whose_records_overlap_or_lie_far_apart_is_refused(ecg, tmp_path, capsys,
+                                                                                  monkeypatch):
+    from pipeline import edf
+
+    path = write_edf(tmp_path / "gaps.edf", ecg.signal, ecg.fs, annotations=(ecg.r_peaks, ecg.symbols))
+    _patch(path, 192, 44, "EDF+D")
     raw = path.read_bytes()
-    assert raw.count(b"+30\x14\x14") == 1
-    path.write_bytes(raw.replace(b"+30\x14\x14", b"+95\x14\x14"))
+    path.write_bytes(raw.replace(b"+31\x14\x14", b"+29\x14\x14"))
     status = main(["run", str(path), "--device", "cpu", "--out", str(tmp_path / "runs"), "--quiet"])
     assert status == 2
-    assert capsys.readouterr().err == ("error: gaps.edf is a discontinuous EDF+ (EDF+D): data record 30 starts at "
-                                       "95 s, not at 30 s where the one before ends; analyse each continuous part "
-                                       "as a file of its own\n")
+    assert capsys.readouterr().err == ("error: gaps.edf: data record 31 of its EDF+D starts at 29 s, before the "
+                                       "one before ends (31 s)\n")
+    path.write_bytes(raw)
+    _discontinuous(path, 30, 10)
+    monkeypatch.setattr(edf, "MAX_GAPS_S", 5.0)
+    with pytest.raises(ValueError, match=r"^gaps\.edf: the data records of its EDF\+D lie 0\.0 h apart in all, over "
+                                         r"0\.00138889 h; analyse each continuous part as a file of its own$"):
+        load_ecg(path)
 
 
 def test_an_unknown_record_count_and_bytes_beyond_the_records(ecg, tmp_path):

@@ -426,3 +426,16 @@ def test_short_and_flat_recordings():
     assert len(find_episodes(np.zeros(100, dtype=np.float32), 250.0, flutter=True, noise=False)) == 0
     flat = find_episodes(np.zeros(2_500, dtype=np.float32), 250.0)  # 10 s of nothing: a lead off
     assert flat.kind.tolist() == ["noise"] and flat.start_s[0] == 0.0 and flat.end_s[0] == pytest.approx(10.0)
+
+
+def test_lost_signal_joins_the_noise_it_overlaps_and_leaves_flutter_its_own():
+    """Where the signal is lost (a bridged gap) a noise episode of confidence 1 stands; a noise
+    episode the flat bridge made inside or across it joins it, one apart stays, and flutter keeps
+    what it covers."""
+    found = Episodes(["noise", "noise", "flutter"], [31.0, 70.0, 95.0], [42.0, 72.0, 101.0], [0.9, 0.6, 0.8])
+    marked = found.with_lost_signal(np.array([30.0, 90.0]), np.array([40.0, 100.0]))
+    assert marked.kind.tolist() == ["noise", "noise", "noise", "flutter"]
+    np.testing.assert_allclose(np.stack([marked.start_s, marked.end_s], axis=1),
+                               [[30.0, 42.0], [70.0, 72.0], [90.0, 95.0], [95.0, 101.0]])
+    np.testing.assert_allclose(marked.confidence, [1.0, 0.6, 1.0, 0.8])
+    assert found.with_lost_signal(np.zeros(0), np.zeros(0)).kind.tolist() == found.kind.tolist()
