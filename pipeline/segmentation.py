@@ -81,8 +81,9 @@ def heartbeats(response, signal, fs: float, cfg: SignalConfig, other=None, hum=N
     other lead (read the same way, this lead beside it) that this lead shows but missed are added
     (:func:`pipeline.other_lead.add_missed`; not with ``add_other_beats`` False). Pauses are the
     intervals of at least ``cfg.pause_s`` between the beats kept. Where the signal is lost
-    (``lost_s``, (start, end) seconds: gaps the loader bridged) is noise: a pause there is in doubt. ``hum``: the recording's mains hum
-    for the noise measures (:func:`pipeline.mains.hum_power`; measured if None)."""
+    (``lost_s``, (start, end) seconds: gaps the loader bridged) is noise: a pause there is in
+    doubt. ``hum``: the recording's mains hum for the noise measures
+    (:func:`pipeline.mains.hum_power`; measured if None)."""
     from pipeline import episodes, noise_beats, other_lead, peaks, rhythm, wavelet
 
     other = other if cfg.other_lead else None
