@@ -53,10 +53,13 @@ def ecg_lead_indices(names) -> list[int]:
 
 
 # Names of the limb lead II, where the QRS complex is usually tallest and annotators of MIT-BIH
-# worked ("MLII": modified lead II), compared without case, spaces or punctuation. Only names that
-# say lead II: "ECG2" or "ch2" number a recorder's channels (a Holter's second channel is often a
-# precordial lead), so a channel number never counts as lead II.
-LEAD_II_NAMES = {"mlii", "ii", "leadii", "ecgii", "limbleadii", "ecgmlii", "ekgii"}  # EDF+: "ECG MLII", "EKG II"
+# worked, compared without case, spaces or punctuation: "II", modified lead II ("MLII", "ML2" as the
+# Long-Term ST database writes it) and the derivation II of European notation ("DII", "D2"), alone
+# or after the signal's type (EDF+: "ECG MLII", "EKG II"). Only names that say lead II: "ECG2" or
+# "ch2" number a recorder's channels (a Holter's second channel is often a precordial lead), so a
+# channel number never counts as lead II.
+LEAD_II_NAMES = {prefix + name for prefix in ("", "ecg", "ekg")
+                 for name in ("ii", "leadii", "limbleadii", "mlii", "ml2", "dii", "d2")}
 # Another lead replaces the first only when its QRS clarity is this much higher: a lead off or one
 # buried in noise. The first lead is a recording's reference (annotations and reports mark the beats
 # on it), and a merely clearer lead detects no better: read on a precordial lead (V1) that scores

@@ -145,6 +145,8 @@ def test_a_unit_that_is_no_voltage_is_taken_as_it_is_with_a_warning(ecg, tmp_pat
     (["ECG2", "MLII"], "MLII", "lead II by name (MLII) among 2 leads"),
     (["ECG MLII", "ECG V1"], "ECG MLII", "lead II by name (ECG MLII) among 2 leads"),
     (["ECG III", "ECG II"], "ECG II", "lead II by name (ECG II) among 2 leads"),
+    (["MV2", "ML2"], "ML2", "lead II by name (ML2) among 2 leads"),  # the Long-Term ST database's names
+    (["ECG DI", "ECG DII", "ECG DIII"], "ECG DII", "lead II by name (ECG DII) among 3 leads"),
     (["ECG2"], "ECG2", "the only lead"),
 ])
 def test_lead_ii_by_name(ecg, tmp_path, labels, chosen, reason):
