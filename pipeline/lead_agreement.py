@@ -119,15 +119,10 @@ def _comparable(first, second, fs: float, lost_s: np.ndarray) -> list[np.ndarray
     """Each lead's beats (host) outside the flutter episodes of either lead and outside ``lost_s``
     (seconds). Flutter is the whole heart's rhythm: where one lead reads flutter and the other
     beats, their beats say nothing of which lead detects better."""
-    kept = []
-    for positions, _ in (first, second):
-        inside = episodes.in_episodes(positions, first[1], fs, "flutter") | episodes.in_episodes(
-            positions, second[1], fs, "flutter")
-        host = backend.to_host(positions[~inside])
-        seconds = host / fs
-        lost = ((seconds[:, None] >= lost_s[None, :, 0]) & (seconds[:, None] < lost_s[None, :, 1])).any(axis=1)
-        kept.append(host[~lost])
-    return kept
+    left_out = episodes.Episodes.concat([first[1].select("flutter"), second[1].select("flutter")]).with_noise(
+        lost_s[:, 0], lost_s[:, 1])
+    return [backend.to_host(positions[~episodes.in_episodes(positions, left_out, fs)])
+            for positions, _ in (first, second)]
 
 
 def _betrayed(leads, beats, fs: float, cfg) -> np.ndarray:

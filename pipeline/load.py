@@ -223,7 +223,8 @@ def _repair_gaps(signal, fs: float, max_gap_s: float, name: str):
     edges = xp.diff(bad.astype(xp.int8), prepend=xp.int8(0), append=xp.int8(0))
     spans = backend.to_host(xp.stack([xp.flatnonzero(edges == 1), xp.flatnonzero(edges == -1)], axis=1))
     runs = spans[:, 1] - spans[:, 0]
-    lost = spans[runs > max_gap_s * fs].astype(np.float64)
+    long = runs > max_gap_s * fs
+    lost = spans[long].astype(np.float64)
     good = xp.flatnonzero(~bad)
     repaired = signal.copy()
     repaired[bad] = xp.interp(xp.flatnonzero(bad).astype(xp.float64), good.astype(xp.float64),
@@ -231,7 +232,7 @@ def _repair_gaps(signal, fs: float, max_gap_s: float, name: str):
     message = (f"{name}: interpolated {n_bad} NaN/inf samples in {runs.shape[0]} gap(s), "
                f"longest {runs.max() / fs * 1000:.0f} ms")
     if lost.shape[0]:
-        message += (f"; {lost.shape[0]} gap(s) over {max_gap_s:g} s ({runs[runs > max_gap_s * fs].sum() / fs:.1f} s) "
+        message += (f"; {lost.shape[0]} gap(s) over {max_gap_s:g} s ({runs[long].sum() / fs:.1f} s) "
                     "are signal lost, marked as noise")
     warnings.warn(message, PipelineWarning, stacklevel=3)
     return repaired, n_bad, lost
