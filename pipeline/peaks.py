@@ -167,7 +167,8 @@ def find_beats(response, signal, fs: float, cfg):
     # Up to ~1000 of them snapped to their largest deflection first, to learn the beats' usual
     # polarity, then all of them preferring it: where R and S are near equal (a wide complex, a low
     # sampling rate that blunts the R) the fiducial stays on the same wave in every beat.
-    polarity = qrs.polarity_of(signal, _refine(signal, qrs.spread(candidates), fs, cfg), fs, cfg.polarity_share)
+    polarity = qrs.polarity_of(signal, _refine(signal, qrs.spread(candidates), fs, cfg), fs, cfg.polarity_share,
+                               search_s=cfg.refine_s, rival=cfg.refine_rival)
     refined = _refine(signal, candidates, fs, cfg, polarity)
     positions = _drop_non_qrs(signal, refined, fs, cfg)
     kept = positions.shape[0]

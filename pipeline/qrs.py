@@ -90,16 +90,27 @@ def refine_to_extremum(signal, positions, fs: float, *, search_s: float = 0.05, 
                      polarity=polarity, rival=rival)[0]
 
 
-def polarity_of(signal, positions, fs: float, share: float = 0.8, reach_s: float = 0.1) -> float:
+def polarity_of(signal, positions, fs: float, share: float = 0.8, reach_s: float = 0.1, *,
+                search_s: float = 0.05, rival: float = 1.5, near_share: float = 0.5) -> float:
     """+1 when at least ``share`` of the beats' fiducials are upward deflections (against the mean
-    of the ECG ``reach_s`` before and after them), -1 when that share is downward, else 0 (no usual
-    polarity: beats of both kinds, or none)."""
+    of the ECG ``reach_s`` before and after them), -1 when that share is downward. Otherwise, when
+    at least ``near_share`` of the beats have an upward and a downward wave within ±``search_s``
+    near equal (neither ``rival`` × the other), the sign of the median of their difference: the
+    largest deflection alone hops between the two waves from beat to beat (a wide complex, its R
+    blunted by a low sampling rate), so few of them agree, yet one wave is usually the larger.
+    Else 0 (no usual polarity: beats of both kinds, or none)."""
     if positions.shape[0] == 0:
         return 0.0
-    # The share is taken on the host (a copy of ~1000 deflections, where one number would sync
+    # The shares are taken on the host (copies of ~1000 deflections, where one number would sync
     # anyway): CuPy's mean of them needs a kernel that the warm-up's recording did not load.
     up = float((backend.to_host(deflection(signal, positions, fs, reach_s)) >= 0).mean())
-    return 1.0 if up >= share else -1.0 if up <= 1.0 - share else 0.0
+    if up >= share or up <= 1.0 - share:
+        return 1.0 if up >= share else -1.0
+    upward, downward = (np.maximum(sign * backend.to_host(deflection(signal, refine_to_extremum(
+        signal, positions, fs, search_s=search_s, polarity=sign, rival=np.inf), fs, reach_s)).astype(np.float64), 0.0)
+        for sign in (1.0, -1.0))
+    near = np.maximum(upward, downward) < rival * np.minimum(upward, downward)
+    return float(np.sign(np.median(upward - downward))) if near.mean() >= near_share else 0.0
 
 
 def deflection(signal, positions, fs: float, reach_s: float):
