@@ -1,5 +1,5 @@
 """The reviewer's verdicts on the detector's episodes (pauses, ventricular flutter/fibrillation,
-noise): confirmed, rejected, or added by hand, kept on disk as the beat labels are.
+noise, lost signal): confirmed, rejected, or added by hand, kept on disk as the beat labels are.
 
 One SQLite database per recording, ``<runs>/episodes/<input>.sqlite`` (named as the beat labels'
 database, :func:`pipeline.reviewed.labels_database`, in a folder of its own), one row per judged
@@ -27,7 +27,7 @@ import pandas as pd
 
 from pipeline.reviewed import labels_database
 
-KINDS = ("pause", "flutter", "noise")
+KINDS = ("pause", "flutter", "noise", "lost")
 VERDICTS = ("confirmed", "rejected", "added")
 FOLDER = "episodes"           # beside the runs folder's "labels"
 MIN_OVERLAP = 0.5            # of the shorter interval, for a verdict to name a detected episode

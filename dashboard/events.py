@@ -1,5 +1,5 @@
-"""The run's episodes as a list beside the dashboard: pauses, ventricular flutter/fibrillation and
-noise, each with its onset (hh:mm:ss), duration and the reviewer's verdict, longest pauses first;
+"""The run's episodes as a list beside the dashboard: pauses, ventricular flutter/fibrillation,
+noise and lost signal, each with its onset (hh:mm:ss), duration and the reviewer's verdict, longest pauses first;
 a click shows that stretch in the recording view (with a few seconds around it) and chooses it for
 a verdict: confirmed, not an episode, or none again (the recording's bands follow at once: a
 rejected episode is no longer drawn there, a confirmed one more strongly). The stretch the
@@ -27,7 +27,8 @@ from dashboard.spec import EPISODE_NAMES, hms
 from dashboard.views import escape, html
 from pipeline.tables import doubtful_pauses
 
-ORDER = ("pause", "flutter", "noise")     # what a Holter report lists first
+ORDER = ("pause", "flutter", "noise", "lost")     # what a Holter report lists first
+ADDED = ORDER[:3]     # what a reviewer may add by hand (lost signal is the file's, not a judgement)
 CONTEXT_S = 3.0                           # seconds shown on either side of an episode
 MAX_HEIGHT = 150                          # px of the list; fewer episodes, a shorter list
 VERDICT_NAMES = {"confirmed": "✓ confirmed", "rejected": "✗ not an episode", "added": "+ added", "": ""}
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 def event_rows(episodes) -> dict:
     """The list's columns: kind (as shown, and its code), start (h:mm:ss), duration (s), start and
     end (s, for the zoom), the verdict (where ``episodes`` has one); pauses first, then flutter,
-    then noise, each longest first."""
+    then noise, then lost signal, each longest first."""
     if episodes is None or not len(episodes):
         return {"kind": [], "code": [], "start": [], "duration_s": np.zeros(0), "start_s": np.zeros(0),
                 "end_s": np.zeros(0), "verdict": []}
@@ -82,7 +83,7 @@ class EventList(pn.viewable.Viewer):
                                         disabled=True, css_classes=["ecg-episode-reject"])
         self.clear = pn.widgets.Button(name="No verdict", button_type="default", disabled=True,
                                        css_classes=["ecg-episode-clear"])
-        self.kind = pn.widgets.Select(options={EPISODE_NAMES[k]: k for k in ORDER}, value="noise", width=150,
+        self.kind = pn.widgets.Select(options={EPISODE_NAMES[k]: k for k in ADDED}, value="noise", width=150,
                                       disabled=self.review is None)
         self.add = pn.widgets.Button(name="Add the shown window", button_type="primary", button_style="outline",
                                      disabled=self.review is None, css_classes=["ecg-episode-add"])
@@ -109,15 +110,16 @@ class EventList(pn.viewable.Viewer):
     @staticmethod
     def _caption(episodes) -> str:
         if episodes is None or not len(episodes):
-            return "No pause of 2 s or more, no flutter and no noise episode."
+            return "No pause of 2 s or more, no flutter, no noise episode and no lost signal."
         counts = episodes["kind"].value_counts()
         noun = {"pause": ("pause", "pauses"), "flutter": ("flutter/fibrillation episode", "flutter/fibrillation episodes"),
-                "noise": ("noise episode", "noise episodes")}
+                "noise": ("noise episode", "noise episodes"),
+                "lost": ("stretch of lost signal", "stretches of lost signal")}
         parts = [f"{int(counts[k]):,} {noun[k][int(counts[k]) != 1]}" for k in ORDER if k in counts]
         doubtful = int(doubtful_pauses(episodes).sum())
         if doubtful:
-            parts[0] += (f" ({doubtful:,} doubtful: across noise, or where the other lead shows beats that "
-                         "the analysed one does not)")
+            parts[0] += (f" ({doubtful:,} doubtful: across noise or lost signal, or where the other lead shows "
+                         "beats that the analysed one does not)")
         return " · ".join(parts) + " · click a row to see it in the recording and judge it"
 
     def _clicked(self, indices: list) -> None:

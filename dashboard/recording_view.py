@@ -24,7 +24,7 @@ from dashboard.figures import CHANGES_WITH_BRUSH, IMAGE, add, figure, hidden_box
 from dashboard.range_watch import RangeWatch
 from dashboard.shading import opacity, opacity_mapper
 from dashboard.signal_raster import SignalRaster
-from dashboard.spec import (EPISODE_COLORS, OUTLIER_COLOR, SELECTED_COLOR, SIGNAL_COLOR, ViewSpec,
+from dashboard.spec import (EPISODE_COLORS, EPISODE_NAMES, OUTLIER_COLOR, SELECTED_COLOR, SIGNAL_COLOR, ViewSpec,
                             hms_tick_formatter)
 from pipeline import backend
 
@@ -313,24 +313,25 @@ class TachogramChart(pn.viewable.Viewer):
 
 
 def episode_bands(episodes) -> dict:
-    """The bands' columns (x0, x1, kind, verdict, colour, alphas) for ``episodes`` (with a
+    """The bands' columns (x0, x1, kind, its name, verdict, colour, alphas) for ``episodes`` (with a
     ``verdict`` column where reviewed): an episode the reviewer rejected is left out, one confirmed
     or added is drawn stronger and edged."""
     if episodes is None or not len(episodes):
-        return {name: [] for name in ("x0", "x1", "kind", "verdict", "color", "fill_alpha", "line_alpha")}
+        return {name: [] for name in ("x0", "x1", "kind", "name", "verdict", "color", "fill_alpha", "line_alpha")}
     verdicts = (episodes["verdict"].astype(str).to_numpy() if "verdict" in episodes
                 else np.full(len(episodes), "", dtype=object))
     kept = verdicts != "rejected"
     frame, verdicts = episodes[kept], verdicts[kept]
     judged = np.isin(verdicts, ("confirmed", "added"))
     return {"x0": frame["start_s"].to_numpy(np.float64), "x1": frame["end_s"].to_numpy(np.float64),
-            "kind": frame["kind"].astype(str).tolist(), "verdict": [BAND_VERDICTS.get(v, v) for v in verdicts],
+            "kind": frame["kind"].astype(str).tolist(), "name": [EPISODE_NAMES[k] for k in frame["kind"]],
+            "verdict": [BAND_VERDICTS.get(v, v) for v in verdicts],
             "color": [EPISODE_COLORS[k] for k in frame["kind"]],
             "fill_alpha": np.where(judged, 0.32, 0.18), "line_alpha": np.where(judged, 0.9, 0.0)}
 
 
 def add_episode_track(p, store: DataStore) -> None:
-    """The run's episodes (flutter, noise, pauses) as bands of colour behind everything the plot
+    """The run's episodes (flutter, noise, lost signal, pauses) as bands of colour behind everything the plot
     draws, over its whole height; hovering one names it. The bands follow ``store.episodes`` (the
     reviewer's verdicts) by new data in the same source; the track is there even for a run without
     episodes, so that one the reviewer adds is drawn."""
@@ -340,7 +341,7 @@ def add_episode_track(p, store: DataStore) -> None:
     source = ColumnDataSource(episode_bands(shown()), name="ecg-episodes")
     track = add(p, source, VStrip(x0="x0", x1="x1", fill_color="color", fill_alpha="fill_alpha", line_color="color",
                                   line_alpha="line_alpha", line_width=1.5), level="underlay")
-    p.add_tools(HoverTool(renderers=[track], tooltips=[("episode", "@kind"), ("from", "@x0{0.0} s"),
+    p.add_tools(HoverTool(renderers=[track], tooltips=[("episode", "@name"), ("from", "@x0{0.0} s"),
                                                        ("to", "@x1{0.0} s"), ("verdict", "@verdict")]))
     store.param.watch(lambda event: setattr(source, "data", episode_bands(shown())), "episodes")
 

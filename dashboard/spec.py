@@ -31,8 +31,9 @@ SCORE_CMAP = ["#fde0c5", "#facba6", "#f8b58b", "#f59e72", "#f2855d", "#ef6a4c", 
 CLASS_COLORS = {"V": "#e63946", "F": "#9b5de5", "S": "#f4a261", "Q": "#6b7785", "artefact": "#2b2d42",
                 "other": "#ffb703", "N": "#8fa8c8", "": "#d9dee5"}
 # Episodes (pipeline.episodes and the run's pauses): their band on the recording and the tachogram.
-EPISODE_COLORS = {"flutter": "#c1121f", "noise": "#8d99ae", "pause": "#3a86ff"}
-EPISODE_NAMES = {"flutter": "ventricular flutter/fibrillation", "noise": "noise", "pause": "pause"}
+EPISODE_COLORS = {"flutter": "#c1121f", "noise": "#8d99ae", "lost": "#343a40", "pause": "#3a86ff"}
+EPISODE_NAMES = {"flutter": "ventricular flutter/fibrillation", "noise": "noise", "lost": "signal lost",
+                 "pause": "pause"}
 FAMILY_COLORS = ["#1d3557", "#e63946", "#2a9d8f", "#f4a261", "#9b5de5", "#457b9d", "#e9c46a", "#8d99ae",
                  "#bc4749", "#6a994e", "#c9d2dc"]   # the ten largest families, then the rest
 

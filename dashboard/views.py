@@ -385,7 +385,7 @@ class RecordingHeader(View):
         kinds = episodes["kind"].value_counts() if episodes is not None and len(episodes) else {}
         pauses = int(kinds.get("pause", 0))
         doubtful = int(doubtful_pauses(episodes).sum()) if pauses else 0
-        others = {k: int(kinds.get(k, 0)) for k in ("flutter", "noise") if kinds.get(k, 0)}
+        others = {k: int(kinds.get(k, 0)) for k in ("flutter", "noise", "lost") if kinds.get(k, 0)}
         n_episodes = sum(others.values())
         which = (" (" + ", ".join(f"{n} {EPISODE_NAMES[k]}" for k, n in others.items()) + ")") if others else ""
         pause_s = report.get("config", {}).get("signal", {}).get("pause_s")

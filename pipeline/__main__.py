@@ -283,14 +283,14 @@ def _episodes_line(episodes, low_quality: int) -> str:
         doubtful = int(doubtful_pauses(pauses).sum())
         parts.append(f"{len(pauses):,} pause{'s' if len(pauses) != 1 else ''} of 2 s or more (longest "
                      f"{longest['end_s'] - longest['start_s']:.1f} s at {when(longest['start_s'])}"
-                     + (f"; {doubtful:,} doubtful, in noise" if doubtful else "") + ")")
-    for kind, name in (("flutter", "ventricular flutter/fibrillation"), ("noise", "noise")):
+                     + (f"; {doubtful:,} doubtful, in noise or lost signal" if doubtful else "") + ")")
+    for kind, name in (("flutter", "ventricular flutter/fibrillation"), ("noise", "noise"), ("lost", "signal lost")):
         chosen = episodes[episodes["kind"] == kind]
         if len(chosen):
             parts.append(f"{name} {(chosen['end_s'] - chosen['start_s']).sum():.0f} s in {len(chosen):,} "
                          f"episode{'s' if len(chosen) != 1 else ''}")
     parts.append(f"{low_quality:,} low-quality beat{'s' if low_quality != 1 else ''} left out of the ranking")
-    return "; ".join(parts) if len(parts) > 1 else "no pause, flutter or noise; " + parts[0]
+    return "; ".join(parts) if len(parts) > 1 else "no pause, flutter, noise or lost signal; " + parts[0]
 
 
 # --------------------------------------------------------------------------- batch

@@ -66,7 +66,7 @@ class SignalConfig:
     flutter_other_cv: float = 0.35   # ...in a rhythm this steady (RR standard deviation / mean) is noise
     window_s: float = 1.024          # embedding row length: 256 samples at 250 Hz
     pre_fiducial: float = 0.25       # fraction of the row before the fiducial point (P wave, QRS onset)
-    max_gap_s: float = 1.0           # non-finite runs are interpolated; longer ones than this are signal lost (noise)
+    max_gap_s: float = 1.0           # non-finite runs are interpolated; longer ones than this are signal lost
 
     def window(self, fs: float) -> int:
         """Embedding width in samples: ``window_s`` at ``fs``, a multiple of 8 (the VAE halves it 3 times)."""

@@ -56,7 +56,10 @@ from pipeline import _decision_kernels, _episode_kernels, backend, mains
 from pipeline._decision_kernels import CANDIDATE, NOISY, SINE
 from pipeline.flutter import flutter_features
 
-KINDS = ("flutter", "noise")
+KINDS = ("flutter", "noise", "lost")
+# Where the ECG cannot be read: a beat found there is judged before it is kept, and is of low
+# quality; a pause across it is in doubt.
+UNREADABLE = ("noise", "lost")
 # The confidence of a noise episode at the noise threshold, and of those the rest of the detector
 # adds (pipeline.other_lead, pipeline.noise_beats): noise, though no measure of it passes.
 AT_THRESHOLD = 0.5
@@ -66,12 +69,13 @@ AT_THRESHOLD = 0.5
 class Episodes:
     """Episodes of one recording, sorted by start (host NumPy arrays of equal length).
 
-    kind : str array, ``'flutter'`` (ventricular flutter or fibrillation) or ``'noise'``.
+    kind : str array, ``'flutter'`` (ventricular flutter or fibrillation), ``'noise'`` or ``'lost'``
+        (the signal missing: a gap of NaN/inf the loader bridged).
     start_s, end_s : float64 arrays, seconds from the recording's first sample.
     confidence : float32 array in [0, 1]. Flutter: the share of the episode's 2-s windows that pass
         every test (at least ``min_sine_share``). Noise: ``1 - 0.5 / severity``, severity being the
         mean over the episode of the largest measure / threshold ratio, capped at 10 (0.5 at the
-        threshold, 0.95 for a flat or clipped stretch).
+        threshold, 0.95 for a flat or clipped stretch). Lost: 1.
     """
 
     kind: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype="<U7"))
@@ -119,24 +123,28 @@ class Episodes:
         return Episodes.concat([self, Episodes(np.full(count, "noise"), start_s, end_s,
                                                np.full(count, AT_THRESHOLD, np.float32))])
 
-    def with_lost_signal(self, start_s, end_s) -> "Episodes":
-        """These episodes and noise episodes of confidence 1 where the signal is lost, ``start_s``
-        to ``end_s`` (seconds: the gaps of NaN/inf the loader bridged). A noise episode that
-        overlaps one joins it (the line bridging a gap is flat, which the noise measures flag
-        too); flutter keeps what it covers."""
-        start_s, end_s = np.asarray(start_s, np.float64), np.asarray(end_s, np.float64)
-        touching = (self.kind == "noise") & ((self.start_s[:, None] < end_s[None, :])
-                                             & (self.end_s[:, None] > start_s[None, :])).any(axis=1)
-        rest = Episodes(self.kind[~touching], self.start_s[~touching], self.end_s[~touching],
-                        self.confidence[~touching])
-        joined = _merged(np.concatenate([start_s, self.start_s[touching]]), np.concatenate([end_s, self.end_s[touching]]))
-        covered = episode_spans(rest, KINDS, np)
-        pieces = [piece for a, b in zip(*(part.tolist() for part in joined)) for piece in uncovered(a, b, *covered)]
-        if not pieces:
-            return rest
-        start, end = np.array(pieces).T
-        return Episodes.concat([rest, Episodes(np.full(start.shape[0], "noise"), start, end,
-                                               np.ones(start.shape[0], np.float32))])
+    def with_lost_signal(self, start_s, end_s, min_noise_s: float = 0.3) -> "Episodes":
+        """These episodes (flutter and noise, as found) and 'lost' episodes of confidence 1 where
+        the signal is lost, ``start_s`` to ``end_s`` (seconds: the gaps of NaN/inf the loader
+        bridged), less what flutter covers.
+        A noise episode keeps its parts outside them that last ``min_noise_s`` or more: the line
+        bridging a gap is flat, which the noise measures flag too, and that is no noise."""
+        gaps = _merged(np.asarray(start_s, np.float64), np.asarray(end_s, np.float64))
+        flutter = episode_spans(self, "flutter", np)
+        lost = [piece for a, b in zip(*(part.tolist() for part in gaps)) for piece in uncovered(a, b, *flutter)]
+        if not lost:
+            return self
+        lost_start, lost_end = np.array(lost).T
+        noise = self.select("noise")
+        pieces = [(a, b, confidence) for start, end, confidence in zip(*(part.tolist() for part in (
+                      noise.start_s, noise.end_s, noise.confidence)))
+                  for a, b in uncovered(start, end, lost_start, lost_end) if b - a >= min_noise_s]
+        noise_start, noise_end, noise_confidence = np.array(pieces).T if pieces else (np.zeros(0),) * 3
+        return Episodes.concat([self.select("flutter"),
+                                Episodes(np.full(lost_start.shape[0], "lost"), lost_start, lost_end,
+                                         np.ones(lost_start.shape[0], np.float32)),
+                                Episodes(np.full(noise_start.shape[0], "noise"), noise_start, noise_end,
+                                         noise_confidence)])
 
     @staticmethod
     def concat(parts) -> "Episodes":

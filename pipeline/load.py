@@ -85,7 +85,7 @@ def load_ecg(path, *, fs: float | None = None, column: str | int | None = None,
     max_gap_s : float
         Runs of NaN/inf are linearly interpolated (with a warning); those longer than this are
         the signal lost (a loose electrode, a recorder's dropout): kept in ``lost_s``, which a
-        run marks as noise, since seconds of straight line between two ends are no ECG (a
+        run lists as lost signal and reads as noise, since seconds of straight line between two ends are no ECG (a
         pause there would be one nobody saw).
 
     Raises
@@ -233,7 +233,7 @@ def _repair_gaps(signal, fs: float, max_gap_s: float, name: str):
                f"longest {runs.max() / fs * 1000:.0f} ms")
     if lost.shape[0]:
         message += (f"; {lost.shape[0]} gap(s) over {max_gap_s:g} s ({runs[long].sum() / fs:.1f} s) "
-                    "are signal lost, marked as noise")
+                    "are signal lost")
     warnings.warn(message, PipelineWarning, stacklevel=3)
     return repaired, n_bad, lost
 

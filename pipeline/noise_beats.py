@@ -168,7 +168,7 @@ def _judged(signal, positions, found, fs: float, cfg, other=None) -> tuple[np.nd
     if other_slope is not None:
         by_neighbours &= other_slope < cfg.faint_neighbour_slope * _steeper_neighbour(other_slope)
         absent = other_slope < cfg.absent_other_slope * np.median(qrs.spread(other_slope))
-    noise = episodes.episode_spans(found, "noise", np)
+    noise = episodes.episode_spans(found, episodes.UNREADABLE, np)
     low, high = np.ceil(noise[0] * fs).astype(np.int64), np.floor(noise[1] * fs).astype(np.int64)
     for a, b in zip(np.searchsorted(every, low).tolist(), np.searchsorted(every, high, side="right").tolist()):
         judged[a:b] = True

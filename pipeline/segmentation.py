@@ -118,4 +118,5 @@ def quality_of_beats(signal, positions, found, fs: float, hum=None, other=None, 
 
     return quality.beat_quality(signal, positions, fs, hum=hum, other=other if cfg.other_lead else None,
                                 slope_options={"despike_s": cfg.despike_s, "width_cap_s": cfg.max_qrs_width_s},
-                                noise_spans=episodes.episode_spans(found, "noise", backend.xp_of(positions)))
+                                noise_spans=episodes.episode_spans(found, episodes.UNREADABLE,
+                                                                    backend.xp_of(positions)))

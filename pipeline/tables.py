@@ -37,33 +37,33 @@ SCORE_COMPONENTS = {
 }
 
 
-# The episodes of a run, one row each, in time order: ventricular flutter/fibrillation and noise
-# stretches (pipeline.episodes) and pauses (RR intervals of at least SignalConfig.pause_s).
+# The episodes of a run, one row each, in time order: ventricular flutter/fibrillation, noise and
+# lost-signal stretches (pipeline.episodes) and pauses (RR intervals of at least SignalConfig.pause_s).
 EPISODE_COLUMNS = {
-    "kind": "flutter | noise | pause",
+    "kind": "flutter | noise | lost | pause",
     "start_s": "start, seconds from the recording's first sample (a pause: the beat before it)",
     "end_s": "end, seconds (a pause: the beat after it)",
-    "confidence": "how sure the detector is, 0-1 (a pause: 1, or 0.5 across a noise episode)",
+    "confidence": "how sure the detector is, 0-1 (a pause: 1, or 0.5 across noise or lost signal)",
 }
 
 
 def episodes_table(found, pauses: np.ndarray, fs: float) -> pd.DataFrame:
     """One frame of the detector's episodes (:class:`pipeline.episodes.Episodes`) and the pauses
     ((n, 2) host fiducial samples). A pause across a flutter episode is left out: the beats there
-    were taken out, not missing. A pause across a noise episode is in doubt (confidence 0.5): the
-    beats there may be hidden, not missing."""
+    were taken out, not missing. A pause across noise or lost signal is in doubt (confidence 0.5):
+    the beats there may be hidden, not missing."""
     import pandas as pd
 
     frame = found.to_frame()
     start, end = pauses[:, 0] / fs, pauses[:, 1] / fs
 
-    def across(kind: str) -> np.ndarray:
+    def across(*kinds: str) -> np.ndarray:
         met = np.zeros(len(start), dtype=bool)
-        for lo, hi in frame.loc[frame["kind"] == kind, ["start_s", "end_s"]].itertuples(index=False):
+        for lo, hi in frame.loc[frame["kind"].isin(kinds), ["start_s", "end_s"]].itertuples(index=False):
             met |= (start < hi) & (end > lo)
         return met
 
-    kept, noisy = ~across("flutter"), across("noise")
+    kept, noisy = ~across("flutter"), across("noise", "lost")   # pipeline.episodes.UNREADABLE (not imported here)
     rows = pd.DataFrame({"kind": "pause", "start_s": start[kept], "end_s": end[kept],
                          "confidence": np.where(noisy[kept], 0.5, 1.0).astype(np.float32)})
     table = pd.concat([frame, rows], ignore_index=True) if len(rows) else frame

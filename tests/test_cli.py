@@ -317,8 +317,9 @@ def test_the_episodes_line_counts_doubtful_pauses():
 
     from pipeline.__main__ import _episodes_line
 
-    episodes = pd.DataFrame({"kind": ["pause", "pause", "noise"], "start_s": [3600.0, 7300.0, 7300.5],
-                             "end_s": [3602.5, 7304.0, 7303.5], "confidence": np.float32([1.0, 0.5, 0.5])})
+    episodes = pd.DataFrame({"kind": ["pause", "pause", "noise", "lost"], "start_s": [3600.0, 7300.0, 7300.5, 9000.0],
+                             "end_s": [3602.5, 7304.0, 7303.5, 9004.5], "confidence": np.float32([1.0, 0.5, 0.5, 1.0])})
     assert _episodes_line(episodes, 3) == ("2 pauses of 2 s or more (longest 4.0 s at 2:01:40.0; 1 doubtful, in "
-                                           "noise); noise 3 s in 1 episode; 3 low-quality beats left out of the ranking")
+                                           "noise or lost signal); noise 3 s in 1 episode; signal lost 4 s in 1 "
+                                           "episode; 3 low-quality beats left out of the ranking")
     assert "doubtful" not in _episodes_line(episodes.assign(confidence=np.float32(1.0)), 0)

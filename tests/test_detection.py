@@ -94,7 +94,7 @@ def test_a_lead_lost_for_seconds_is_read_on_the_other_lead(xp):
 
 def test_missing_samples_are_signal_lost_not_a_pause(tmp_path, device):
     """Lead II missing for 4.5 s (empty cells, as a recorder's dropout leaves them) amid sinus
-    beats: the file loads, and the gap is a noise episode of confidence 1. Read alone, the pause
+    beats: the file loads, and the gap is an episode of lost signal. Read alone, the pause
     across it is in doubt, not one anybody saw; with the second lead, its beats fill the gap."""
     from pipeline import load, results
 
@@ -117,8 +117,8 @@ def test_missing_samples_are_signal_lost_not_a_pause(tmp_path, device):
 
     alone, listed = read(None)
     assert not ((alone >= gap.start) & (alone < gap.stop)).any()
-    lost = listed[(listed["kind"] == "noise") & (listed["confidence"] == 1.0)]
-    assert len(lost) == 1 and lost["start_s"].iloc[0] == gap.start / fs and lost["end_s"].iloc[0] == gap.stop / fs
+    lost = listed[listed["kind"] == "lost"]
+    assert len(lost) == 1 and lost["confidence"].iloc[0] == 1.0 and lost["start_s"].iloc[0] == gap.start / fs and lost["end_s"].iloc[0] == gap.stop / fs
     pauses = listed[listed["kind"] == "pause"]
     across = pauses[(pauses["start_s"] < 16.8) & (pauses["end_s"] > 21.3)]
     assert len(across) == 1 and across["confidence"].iloc[0] < 1, listed

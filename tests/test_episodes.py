@@ -143,7 +143,7 @@ def test_in_episodes_masks_the_fiducials_inside(xp):
     wider = backend.to_host(in_episodes(positions, episodes, fs, ["noise"], margin_s=0.5))
     np.testing.assert_array_equal(wider, [1, 1, 1, 1, 1, 0, 1, 0, 0, 0])
     assert not backend.to_host(in_episodes(positions, Episodes(), fs)).any()
-    with pytest.raises(ValueError, match=r"kinds must be among flutter, noise; got \['beats'\]"):
+    with pytest.raises(ValueError, match=r"kinds must be among flutter, noise, lost; got \['beats'\]"):
         in_episodes(positions, episodes, fs, "beats")
 
 
@@ -404,11 +404,11 @@ def test_episodes_table():
 
 
 def test_episodes_refuses_malformed_fields():
-    with pytest.raises(ValueError, match=r"kind must be one of flutter, noise; got \['vf'\]"):
+    with pytest.raises(ValueError, match=r"kind must be one of flutter, noise, lost; got \['vf'\]"):
         Episodes(["vf"], [0.0], [1.0], [1.0])
     with pytest.raises(ValueError, match="must be 1-D arrays of one length"):
         Episodes(["noise"], [0.0, 1.0], [1.0], [1.0])
-    with pytest.raises(ValueError, match="kind must be one of flutter, noise; got 'beats'"):
+    with pytest.raises(ValueError, match="kind must be one of flutter, noise, lost; got 'beats'"):
         Episodes().select("beats")
 
 
@@ -428,14 +428,15 @@ def test_short_and_flat_recordings():
     assert flat.kind.tolist() == ["noise"] and flat.start_s[0] == 0.0 and flat.end_s[0] == pytest.approx(10.0)
 
 
-def test_lost_signal_joins_the_noise_it_overlaps_and_leaves_flutter_its_own():
-    """Where the signal is lost (a bridged gap) a noise episode of confidence 1 stands; a noise
-    episode the flat bridge made inside or across it joins it, one apart stays, and flutter keeps
-    what it covers."""
-    found = Episodes(["noise", "noise", "flutter"], [31.0, 70.0, 95.0], [42.0, 72.0, 101.0], [0.9, 0.6, 0.8])
-    marked = found.with_lost_signal(np.array([30.0, 90.0]), np.array([40.0, 100.0]))
-    assert marked.kind.tolist() == ["noise", "noise", "noise", "flutter"]
+def test_lost_signal_is_its_own_episode_and_leaves_noise_and_flutter_theirs():
+    """Where the signal is lost (a bridged gap) a 'lost' episode of confidence 1 stands; a noise
+    episode across it keeps its parts outside it (none under 0.3 s: the flat bridge's edges), one
+    apart stays, and flutter keeps what it covers."""
+    found = Episodes(["noise", "noise", "noise", "flutter"], [29.8, 31.0, 70.0, 95.0], [30.2, 42.0, 72.0, 101.0],
+                     [0.7, 0.9, 0.6, 0.8])
+    marked = found.with_lost_signal(np.array([30.0, 90.0, 35.0]), np.array([40.0, 100.0, 38.0]))
+    assert marked.kind.tolist() == ["lost", "noise", "noise", "lost", "flutter"]
     np.testing.assert_allclose(np.stack([marked.start_s, marked.end_s], axis=1),
-                               [[30.0, 42.0], [70.0, 72.0], [90.0, 95.0], [95.0, 101.0]])
-    np.testing.assert_allclose(marked.confidence, [1.0, 0.6, 1.0, 0.8])
+                               [[30.0, 40.0], [40.0, 42.0], [70.0, 72.0], [90.0, 95.0], [95.0, 101.0]])
+    np.testing.assert_allclose(marked.confidence, [1.0, 0.9, 0.6, 1.0, 0.8])
     assert found.with_lost_signal(np.zeros(0), np.zeros(0)).kind.tolist() == found.kind.tolist()

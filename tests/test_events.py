@@ -203,11 +203,12 @@ def test_a_doubtful_pause_says_so_in_the_list():
 
     from dashboard.events import EventList, event_rows
 
-    episodes = pd.DataFrame({"kind": ["pause", "pause", "noise"], "start_s": [10.0, 40.0, 40.5],
-                             "end_s": [12.5, 44.0, 43.5], "confidence": np.float32([1.0, 0.5, 0.5])})
+    episodes = pd.DataFrame({"kind": ["pause", "pause", "noise", "lost"], "start_s": [10.0, 40.0, 40.5, 90.0],
+                             "end_s": [12.5, 44.0, 43.5, 95.0], "confidence": np.float32([1.0, 0.5, 0.5, 1.0])})
     rows = event_rows(episodes)
-    assert rows["kind"] == ["pause (doubtful)", "pause", "noise"]            # longest pause first
+    assert rows["kind"] == ["pause (doubtful)", "pause", "noise", "signal lost"]   # longest pause first
     caption = EventList._caption(episodes)
-    assert caption.startswith("2 pauses (1 doubtful: across noise, or where the other lead shows beats")
-    added = episodes.assign(confidence=np.float32([1.0, 1.0, 1.0]))
+    assert caption.startswith("2 pauses (1 doubtful: across noise or lost signal, or where the other lead shows beats")
+    assert "1 noise episode · 1 stretch of lost signal · click a row" in caption
+    added = episodes.assign(confidence=np.float32([1.0, 1.0, 1.0, 1.0]))
     assert "doubtful" not in EventList._caption(added) and "doubtful" not in " ".join(event_rows(added)["kind"])

@@ -463,6 +463,28 @@ def test_sidecar_added_later_gives_a_run_with_reference_labels(tmp_path):
     assert again.cached and again.path == bare.path and "label" not in again.beats
 
 
+def test_missing_samples_are_listed_as_lost_signal(tmp_path):
+    """A recording with 4 s of empty cells: the run says how much signal was lost, lists the gap
+    as an episode of lost signal, and reports it among the episodes' counts."""
+    from pipeline.synth import SynthConfig, synthesize
+
+    ecg = synthesize(SynthConfig(n_samples=60_000, seed=4))
+    cells = np.char.mod("%.4f", ecg.signal).astype(object)
+    gap = slice(int(100 * ecg.fs), int(104 * ecg.fs))
+    cells[gap] = ""
+    path = tmp_path / "dropout.csv"
+    path.write_text("\n".join(cells) + "\n")
+    request = RunRequest(input=str(path), fs=ecg.fs, device="cpu", out=str(tmp_path / "runs"), vae=VAEConfig(epochs=1),
+                         warm_up=False)
+    with pytest.warns(PipelineWarning, match="are signal lost"):
+        run = run_pipeline(request)
+    assert run.report["input"]["signal_lost_s"] == pytest.approx(4.0, abs=0.01)
+    lost = run.episodes[run.episodes["kind"] == "lost"]
+    assert run.report["counts"]["lost_episodes"] == len(lost) == 1
+    assert (lost["start_s"].iloc[0], lost["end_s"].iloc[0]) == pytest.approx((100.0, 104.0), abs=0.01)
+    assert not ((run.beats["fiducial"] > 100.2 * ecg.fs) & (run.beats["fiducial"] < 103.8 * ecg.fs)).any()
+
+
 # --------------------------------------------------------------------------- leftovers of killed runs
 def test_leftovers_of_a_killed_run_are_cleaned_at_the_next_start(cpu_run, tmp_path):
     """A run killed while writing leaves ``.<key>.tmp-<pid>``; the next start removes it, but not
