@@ -22,6 +22,7 @@ pipeline.batch_task.configure_worker : applies the thread budget on each worker.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import time
@@ -165,17 +166,18 @@ def _starting_workers(threads: int):
         os.environ.update(saved)
 
 
-def _local_cluster(n: int, threads: int):
-    import logging
+# A local cluster's processes log nothing to the user's terminal below CRITICAL: the commands
+# report every failed task in one line themselves, and a worker that outlives the scheduler at
+# shutdown logs a failed heartbeat (ERROR) after that line.
+QUIET = logging.CRITICAL
 
+
+def _local_cluster(n: int, threads: int):
     from distributed import Client, LocalCluster
 
-    # Workers log nothing to the user's terminal below CRITICAL: the commands report every failed
-    # task in one line themselves, and a worker that outlives the scheduler at shutdown logs a
-    # failed heartbeat (ERROR) after that line.
     with _starting_workers(threads):
         cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                               dashboard_address=_dashboard_address(), silence_logs=logging.CRITICAL)
+                               dashboard_address=_dashboard_address(), silence_logs=QUIET)
     return Client(cluster)
 
 
@@ -184,7 +186,6 @@ def _local_cuda_cluster(gpus: int, per_gpu: int, threads: int):
     near that GPU, a CUDA context made at start), ``per_gpu`` workers of it for each of the first
     ``gpus`` visible GPUs, sharing that GPU's part of the host memory."""
     import copy
-    import logging
 
     from distributed import Client, Scheduler, SpecCluster
 
@@ -195,7 +196,7 @@ def _local_cuda_cluster(gpus: int, per_gpu: int, threads: int):
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     devices = visible.split(",")[:gpus] if visible else list(range(gpus))
     with _starting_workers(threads):
-        recipe = worker_spec(CUDA_VISIBLE_DEVICES=devices, threads_per_worker=1, silence_logs=logging.ERROR,
+        recipe = worker_spec(CUDA_VISIBLE_DEVICES=devices, threads_per_worker=1, silence_logs=QUIET,
                              dashboard_address=None)
         specs = {}
         for device, spec in recipe.items():
@@ -206,7 +207,7 @@ def _local_cuda_cluster(gpus: int, per_gpu: int, threads: int):
                                       preload=["dask_cuda.initialize"], preload_argv=["--create-cuda-context"])
                 specs[f"gpu{device}-{k}"] = one
         scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": _dashboard_address()}}
-        cluster = SpecCluster(workers=specs, scheduler=scheduler, silence_logs=logging.ERROR)
+        cluster = SpecCluster(workers=specs, scheduler=scheduler, silence_logs=QUIET)
     return Client(cluster)
 
 

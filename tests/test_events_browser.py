@@ -101,3 +101,45 @@ def test_a_rejected_episode_leaves_the_recording_and_no_verdict_brings_it_back(s
     assert "not an episode" not in flutter.inner_text()
     assert not page.errors, "\n".join(page.errors)
     page.close()
+
+
+def test_lost_signal_is_drawn_and_listed(tmp_path, browser):
+    """A recording whose only lead misses 6 s of samples (empty cells): the stretch is listed as
+    signal lost and drawn as a dark grey band on the recording view, where sinus rhythm has none."""
+    import numpy as np
+
+    from pipeline import stress
+
+    case = stress.make_case("pauses")
+    lost = (30.0, 36.0)
+    cells = np.char.mod("%.4f", case.signal).astype(object)
+    cells[int(lost[0] * case.fs):int(lost[1] * case.fs)] = ""
+    path = tmp_path / "dropout.csv"
+    path.write_text("\n".join(cells) + "\n")
+    srv = Server(["--input", str(path), "--fs", str(case.fs), "--epochs", "2", "--device", "cpu",
+                  "--out", str(tmp_path / "runs")], tmp_path / "server.log")
+    try:
+        srv.wait_http(120)
+        page = Page(browser, srv.url)
+        page.wait_dashboard()
+        rows = page.page.locator(".bk-DataTable .slick-row", has_text="signal lost")
+        page.wait_until(lambda: rows.count() == 1, "the lost signal listed")
+        assert float(rows.first.inner_text().split()[-1]) == pytest.approx(lost[1] - lost[0], abs=0.1)
+        view = page.page.locator(".ecg-view-signal .bk-Canvas").first
+        view.scroll_into_view_if_needed()
+        box, png = view.bounding_box(), view.screenshot()
+        top = page.page.evaluate("""() => { const v = Bokeh.index.find_one(
+            Bokeh.documents[0].get_model_by_name('ecg-signal')); return v.frame.bbox.top; }""")
+        inside = _pixel(png, page.to_screen("signal", sum(lost) / 2)[0] - box["x"], top + 4)
+        outside = _pixel(png, page.to_screen("signal", 10.0)[0] - box["x"], top + 4)
+        assert all(o - i > 20 for i, o in zip(inside, outside)), f"no band: {inside} against {outside}"
+        bands = page.page.evaluate("""() => { const d = [...Bokeh.documents[0].all_models].find(
+            m => m.name === 'ecg-episodes').data;   // the recording view's and the tachogram's alike
+            return [...d.kind.keys()].map(i => [d.kind[i], d.x0[i], d.x1[i], d.color[i]]); }""")
+        drawn = [band for band in bands if band[0] == "lost"]   # (the pause across it is drawn too, in doubt)
+        assert len(drawn) == 1 and drawn[0][1:3] == pytest.approx(lost, abs=0.01) and drawn[0][3] == "#343a40", bands
+        page.shot("lost-signal.png")
+        assert not page.errors, "\n".join(page.errors)
+        page.close()
+    finally:
+        srv.stop()
