@@ -1,7 +1,7 @@
 """The run's episodes as a list beside the dashboard: pauses, ventricular flutter/fibrillation,
-noise and lost signal, each with its onset (hh:mm:ss), duration and the reviewer's verdict, longest pauses first;
-a click shows that stretch in the recording view (with a few seconds around it) and chooses it for
-a verdict: confirmed, not an episode, or none again (the recording's bands follow at once: a
+noise and lost signal, each with its onset (hh:mm:ss), duration and the reviewer's verdict,
+longest pauses first; a click shows that stretch in the recording view (with a few seconds around
+it) and chooses it for a verdict: confirmed, not an episode, or none again (the recording's bands follow at once: a
 rejected episode is no longer drawn there, a confirmed one more strongly). The stretch the
 recording view shows can be added as an episode the detector missed.
 
@@ -27,8 +27,8 @@ from dashboard.spec import EPISODE_NAMES, hms
 from dashboard.views import escape, html
 from pipeline.tables import doubtful_pauses
 
-ORDER = ("pause", "flutter", "noise", "lost")     # what a Holter report lists first
-ADDED = ORDER[:3]     # what a reviewer may add by hand (lost signal is the file's, not a judgement)
+ORDER = ("pause", "flutter", "noise", "lost")   # what a Holter report lists first
+ADDED = ORDER[:3]                         # what a reviewer may add (lost signal is the file's, no judgement)
 CONTEXT_S = 3.0                           # seconds shown on either side of an episode
 MAX_HEIGHT = 150                          # px of the list; fewer episodes, a shorter list
 VERDICT_NAMES = {"confirmed": "✓ confirmed", "rejected": "✗ not an episode", "added": "+ added", "": ""}

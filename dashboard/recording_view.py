@@ -24,8 +24,8 @@ from dashboard.figures import CHANGES_WITH_BRUSH, IMAGE, add, figure, hidden_box
 from dashboard.range_watch import RangeWatch
 from dashboard.shading import opacity, opacity_mapper
 from dashboard.signal_raster import SignalRaster
-from dashboard.spec import (EPISODE_COLORS, EPISODE_NAMES, OUTLIER_COLOR, SELECTED_COLOR, SIGNAL_COLOR, ViewSpec,
-                            hms_tick_formatter)
+from dashboard.spec import (EPISODE_COLORS, EPISODE_NAMES, OUTLIER_COLOR, SELECTED_COLOR, SIGNAL_COLOR,
+                            ViewSpec, hms_tick_formatter)
 from pipeline import backend
 
 TACHOGRAM_GRID = (80, 480)  # RR tachogram image: rows (RR) × columns (time)
@@ -313,9 +313,9 @@ class TachogramChart(pn.viewable.Viewer):
 
 
 def episode_bands(episodes) -> dict:
-    """The bands' columns (x0, x1, kind, its name, verdict, colour, alphas) for ``episodes`` (with a
-    ``verdict`` column where reviewed): an episode the reviewer rejected is left out, one confirmed
-    or added is drawn stronger and edged."""
+    """The bands' columns (x0, x1, kind, its name, verdict, colour, alphas) for ``episodes``
+    (with a ``verdict`` column where reviewed): an episode the reviewer rejected is left out, one
+    confirmed or added is drawn stronger and edged."""
     if episodes is None or not len(episodes):
         return {name: [] for name in ("x0", "x1", "kind", "name", "verdict", "color", "fill_alpha", "line_alpha")}
     verdicts = (episodes["verdict"].astype(str).to_numpy() if "verdict" in episodes
@@ -331,10 +331,10 @@ def episode_bands(episodes) -> dict:
 
 
 def add_episode_track(p, store: DataStore) -> None:
-    """The run's episodes (flutter, noise, lost signal, pauses) as bands of colour behind everything the plot
-    draws, over its whole height; hovering one names it. The bands follow ``store.episodes`` (the
-    reviewer's verdicts) by new data in the same source; the track is there even for a run without
-    episodes, so that one the reviewer adds is drawn."""
+    """The run's episodes (flutter, noise, lost signal, pauses) as bands of colour behind
+    everything the plot draws, over its whole height; hovering one names it. The bands follow
+    ``store.episodes`` (the reviewer's verdicts) by new data in the same source; the track is there
+    even for a run without episodes, so that one the reviewer adds is drawn."""
     def shown():
         return store.shared.run.episodes if store.episodes is None else store.episodes
 

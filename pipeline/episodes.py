@@ -126,9 +126,9 @@ class Episodes:
     def with_lost_signal(self, start_s, end_s, min_noise_s: float = 0.3) -> "Episodes":
         """These episodes (flutter and noise, as found) and 'lost' episodes of confidence 1 where
         the signal is lost, ``start_s`` to ``end_s`` (seconds: the gaps of NaN/inf the loader
-        bridged), less what flutter covers.
-        A noise episode keeps its parts outside them that last ``min_noise_s`` or more: the line
-        bridging a gap is flat, which the noise measures flag too, and that is no noise."""
+        bridged), less what flutter covers. A noise episode keeps its parts outside them that last
+        ``min_noise_s`` or more: the line bridging a gap is flat, which the noise measures flag
+        too, and that is no noise."""
         gaps = _merged(np.asarray(start_s, np.float64), np.asarray(end_s, np.float64))
         flutter = episode_spans(self, "flutter", np)
         lost = [piece for a, b in zip(*(part.tolist() for part in gaps)) for piece in uncovered(a, b, *flutter)]

@@ -119,7 +119,7 @@ def _comparable(first, second, fs: float, lost_s: np.ndarray) -> list[np.ndarray
     """Each lead's beats (host) outside the flutter episodes of either lead and outside ``lost_s``
     (seconds). Flutter is the whole heart's rhythm: where one lead reads flutter and the other
     beats, their beats say nothing of which lead detects better."""
-    left_out = episodes.Episodes.concat([first[1].select("flutter"), second[1].select("flutter")]).with_noise(
+    left_out = episodes.Episodes.concat([first[1].select("flutter"), second[1].select("flutter")]).with_lost_signal(
         lost_s[:, 0], lost_s[:, 1])
     return [backend.to_host(positions[~episodes.in_episodes(positions, left_out, fs)])
             for positions, _ in (first, second)]

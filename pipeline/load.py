@@ -85,8 +85,8 @@ def load_ecg(path, *, fs: float | None = None, column: str | int | None = None,
     max_gap_s : float
         Runs of NaN/inf are linearly interpolated (with a warning); those longer than this are
         the signal lost (a loose electrode, a recorder's dropout): kept in ``lost_s``, which a
-        run lists as lost signal and reads as noise, since seconds of straight line between two ends are no ECG (a
-        pause there would be one nobody saw).
+        run lists as lost signal and reads as noise, since seconds of straight line between two
+        ends are no ECG (a pause there would be one nobody saw).
 
     Raises
     ------
