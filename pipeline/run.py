@@ -262,7 +262,8 @@ def _write(job: _Job, c: Computed, stages: "_StageClock", *, handoffs: list, mem
                    "fs_override": request.fs, "column": request.column},
         "counts": {"fiducials": int(seg.positions.shape[0]), "beats": len(table),
                    "from_other_lead": seg.from_other_lead,
-                   **{f"{kind}_episodes": int((episodes["kind"] == kind).sum()) for kind in ("flutter", "noise", "lost", "pause")},
+                   **{f"{kind}_episodes": int((episodes["kind"] == kind).sum())
+                      for kind in ("flutter", "noise", "lost", "pause")},
                    "low_quality": int(low_quality(table["quality"].to_numpy()).sum()),
                    "train": int(c.is_train.sum()), "test": int((~c.is_train).sum())},
         "length_histogram": {"counts": host(seg.histogram[0]).tolist(),

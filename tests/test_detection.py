@@ -118,7 +118,8 @@ def test_missing_samples_are_signal_lost_not_a_pause(tmp_path, device):
     alone, listed = read(None)
     assert not ((alone >= gap.start) & (alone < gap.stop)).any()
     lost = listed[listed["kind"] == "lost"]
-    assert len(lost) == 1 and lost["confidence"].iloc[0] == 1.0 and lost["start_s"].iloc[0] == gap.start / fs and lost["end_s"].iloc[0] == gap.stop / fs
+    assert len(lost) == 1 and lost["confidence"].iloc[0] == 1.0
+    assert lost["start_s"].iloc[0] == gap.start / fs and lost["end_s"].iloc[0] == gap.stop / fs
     pauses = listed[listed["kind"] == "pause"]
     across = pauses[(pauses["start_s"] < 16.8) & (pauses["end_s"] > 21.3)]
     assert len(across) == 1 and across["confidence"].iloc[0] < 1, listed
